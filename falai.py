@@ -1228,6 +1228,10 @@ def session_from_dict(blob: Any, session_id: str | None) -> Session:
 
 
 # 8. The turn #################################################################
+#
+# runtime.md §3: load -> ingest -> understand? -> decide -> run -> speak? ->
+# settle -> return. One generator does it all: turn() drains it, turn_stream()
+# forwards the text deltas the speak call yields (runtime.md §16).
 
 @dataclass
 class TurnResult:
@@ -1244,18 +1248,1402 @@ class TurnResult:
     usage: TokenUsage | None = None
 
 
+INPUT_KINDS = ("message", "wake", "event", "start")
+KIND_KEYWORDS = {"message": ("id", "at"), "event": ("key", "payload", "hop"), "wake": (), "start": ()}
+TURN_KEYWORDS = {"session_id", "session", "context", "history", "silenced", "anchors", "claims",
+                 *INPUT_KINDS, "id", "at", "key", "payload", "hop"}
+
+
+@dataclass
+class TurnInput:
+    """The arguments of one turn, checked (runtime.md §2)."""
+    session_id: str
+    kind: str
+    session: Session | None = None
+    context: Any = None
+    history: list | None = None
+    silenced: Any = None
+    anchors: dict = field(default_factory=dict)
+    claims: dict = field(default_factory=dict)
+    message: str | None = None
+    id: str | None = None
+    at: str | None = None
+    wake: str | None = None
+    event: str | None = None
+    key: str | None = None
+    payload: Any = None
+    hop: int = 0
+    start: dict | None = None
+
+
+def read_turn_input(kwargs: dict) -> TurnInput:
+    """Check turn() keywords; a TypeError names what is wrong (runtime.md §2.2)."""
+    unknown = sorted(set(kwargs) - TURN_KEYWORDS)
+    if unknown:
+        raise TypeError(f"turn() got unexpected keyword argument(s): {', '.join(unknown)}")
+    session_id = kwargs.get("session_id")
+    if not isinstance(session_id, str) or not session_id:
+        raise TypeError(f"turn() needs session_id=<non-empty str>, got {session_id!r}")
+    kinds = [kind for kind in INPUT_KINDS if kwargs.get(kind) is not None]
+    if len(kinds) != 1:
+        got = "none" if not kinds else " and ".join(kinds)
+        raise TypeError(f"turn() takes exactly one input kind (message, wake, event or start); got {got}")
+    kind = kinds[0]
+    for other, keywords in KIND_KEYWORDS.items():
+        for keyword in keywords:
+            if other != kind and kwargs.get(keyword) is not None:
+                raise TypeError(f"turn() got {keyword}= with a {kind} input; {keyword} belongs to {other}")
+    value = kwargs[kind]
+    if kind == "start":
+        if not isinstance(value, dict) or not isinstance(value.get("flow"), str) or not isinstance(value.get("key"), str):
+            raise TypeError('turn(start=...) needs a dict with "flow" and "key" strings, '
+                            f'such as {{"flow": "lembrete", "key": "k1"}}; got {value!r}')
+        hop = value.get("hop", 0)
+    else:
+        if not isinstance(value, str):
+            raise TypeError(f"turn({kind}=...) takes a str, got {type(value).__name__}")
+        hop = kwargs.get("hop") or 0
+    if kind == "event" and not isinstance(kwargs.get("key"), str):
+        raise TypeError("turn(event=...) needs key=<str>, the host's idempotency key for the event")
+    if not isinstance(hop, int) or isinstance(hop, bool) or hop < 0:
+        raise TypeError(f"hop must be a whole number of 0 or more, got {hop!r}")
+    for name, expected in (("id", str), ("at", str), ("history", list), ("anchors", dict), ("claims", dict)):
+        if kwargs.get(name) is not None and not isinstance(kwargs[name], expected):
+            raise TypeError(f"turn({name}=...) takes a {expected.__name__}, got {type(kwargs[name]).__name__}")
+    if kwargs.get("at") is not None:
+        try:
+            parse_iso(kwargs["at"])
+        except ValueError as error:
+            raise TypeError(f"turn(at=...): {error}") from None
+    silenced = kwargs.get("silenced")
+    if silenced is not None and not isinstance(silenced, str) and not (
+            isinstance(silenced, dict) and isinstance(silenced.get("reason"), str)):
+        raise TypeError('silenced takes a reason string or {"reason": str, "understand"?: bool, "skip"?: bool}')
+    session = kwargs.get("session")
+    if isinstance(session, dict):
+        session = Session.from_dict(session)
+    elif session is not None and not isinstance(session, Session):
+        raise TypeError(f"turn(session=...) takes a Session or a blob dict, got {type(session).__name__}")
+    return TurnInput(
+        session_id=session_id, kind=kind, session=session, context=kwargs.get("context"),
+        history=kwargs.get("history"), silenced=silenced, anchors=kwargs.get("anchors") or {},
+        claims=kwargs.get("claims") or {}, message=kwargs.get("message"), id=kwargs.get("id") or None,
+        at=kwargs.get("at"), wake=kwargs.get("wake"), event=kwargs.get("event"), key=kwargs.get("key"),
+        payload=kwargs.get("payload"), hop=hop, start=kwargs.get("start"))
+
+
+class Turn:
+    """The state of one turn in flight: the session copy, what was produced, and the floor."""
+
+    def __init__(self, agent: Agent, given: TurnInput, streaming: bool):
+        self.agent = agent
+        self.input = given
+        self.streaming = streaming
+        self.now = truncate_ms(agent.clock())
+        self.session_id = given.session_id
+        self.session = copy.deepcopy(given.session) if given.session else Session(id=given.session_id)
+        self.context = given.context
+        self.anchors = given.anchors
+        self.held_claims = given.claims.get("held") or {}
+        self.active_claims = set(given.claims.get("active") or [])
+        silenced = given.silenced
+        self.silenced = silenced if isinstance(silenced, str) else silenced.get("reason") if silenced else None
+        self.understand_when_silenced = isinstance(silenced, dict) and bool(silenced.get("understand"))
+        self.skip_mode = isinstance(silenced, dict) and bool(silenced.get("skip"))
+        self.history = given.history if given.history is not None else list(self.session.history or [])
+        self.trigger_key = self._trigger_key()
+        # what the turn produces
+        self.messages: list[OutboundMessage] = []
+        self.schedule: list[ScheduleEntry] = []
+        self.outcomes: list[StepOutcome] = []
+        self.started: list[StartedRun] = []
+        self.ended: list[EndedRun] = []
+        self.skipped: list[SkippedTrigger] = []
+        self.llm_calls = 0
+        self.usage: TokenUsage | None = None
+        # the floor and the speaker
+        self.in_ingest = True
+        self.floor_run: Run | None = None
+        self.floor_from_ingest = False
+        self.talk_request: Run | None = None
+        self.speaking_done = False
+        self.spoke = False
+        self.spoke_runs: set[str] = set()
+        self.pending_delay_ms = 0
+        self.queue: list[Run] | None = None
+        self.compacted = False
+
+    def _trigger_key(self) -> str:
+        given = self.input
+        if given.kind == "message":
+            return given.id or given.at or iso(self.now)
+        if given.kind == "wake":
+            return given.wake
+        if given.kind == "event":
+            return given.key
+        return given.start["key"]
+
+    @property
+    def is_message(self) -> bool:
+        return self.input.kind == "message"
+
+    def live(self, run: Run) -> bool:
+        return any(live is run for live in self.session.runs)
+
+    def asker(self) -> Run | None:
+        return next((run for run in self.session.runs if run.status == "asking"), None)
+
+    def scope(self, run: Run | None = None) -> Scope:
+        return Scope(data=self.session.data, context=self.context, input=run.input if run else None)
+
+    def pred_ctx(self, run: Run | None, input: Any = None, silenced: Any = "turn") -> PredCtx:
+        return PredCtx(context=self.context, data=self.session.data,
+                       input=run.input if run is not None and input is None else input,
+                       run=run, silenced=self.silenced if silenced == "turn" else silenced, now=self.now)
+
+    def holds(self, predicate: Any, run: Run | None, input: Any = None) -> bool:
+        return judge(predicate, self.pred_ctx(run, input), self.agent.conditions)
+
+    def count(self, llm_calls: int, usage: TokenUsage | None) -> None:
+        self.llm_calls += llm_calls
+        self.usage = add_usage(self.usage, usage)
+
+    def compact_once(self) -> None:
+        """Compaction runs right before the turn's first model call, at most once (runtime.md §3)."""
+        if self.compacted:
+            return
+        self.compacted = True
+        self.history, calls, usage = compact_history(self.agent, self.history)
+        self.count(calls, usage)
+
+    def result(self, changed: bool) -> TurnResult:
+        return TurnResult(session=self.session, changed=changed, messages=self.messages,
+                          schedule=self.schedule, outcomes=self.outcomes, started=self.started,
+                          ended=self.ended, skipped=self.skipped, llm_calls=self.llm_calls, usage=self.usage)
+
+
 def run_turn(agent: Agent, kwargs: dict, streaming: bool):
     """The one pipeline behind turn() and turn_stream(): yields deltas, returns the TurnResult."""
-    raise NotImplementedError("turn() lands with the turn-engine issue")
-    yield ""  # pragma: no cover - makes this a generator
+    given = read_turn_input(kwargs)
+    turn = Turn(agent, given, streaming)
+    ignored = ingest(turn)                                   # phases 1-2
+    if ignored:
+        code, key = ignored
+        write_line(turn, None, "wait", "skipped", code=code, key=key)
+        return turn.result(changed=False)
+    turn.in_ingest = False
+    if turn.is_message:
+        decide(turn, understand_message(turn))              # phases 3-4
+    run_phase(turn)                                          # phase 5
+    speaker = choose_speaker(turn)
+    spoken = None
+    if speaker is not None:                                  # phase 6
+        ask = speak_ask(turn, speaker)
+        turn.compact_once()
+        spoken = yield from speak(agent, ask, streaming)
+    settle(turn, speaker, spoken)                            # phase 7
+    changed = (given.session is None or turn.session != given.session or bool(
+        turn.messages or turn.schedule or turn.outcomes or turn.skipped))
+    return turn.result(changed=changed)                      # phase 8
+
+
+# Phases 1-2: load and ingest (runtime.md §3.1-§3.3) ---------------------------
+
+def ingest(turn: Turn) -> tuple[str, str] | None:
+    """Apply the input to the session copy; returns (code, key) when the input is ignored."""
+    given = turn.input
+    if given.kind == "wake" and given.session is None:
+        return "no-session", given.wake
+    if given.kind == "message":
+        if given.id and given.id in turn.session.inputs:
+            return "duplicate-input", given.id
+        if given.id:
+            turn.session.inputs = [*turn.session.inputs, given.id][-50:]
+        turn.session.last_user_at = iso(parse_iso(given.at)) if given.at else iso(turn.now)
+        resolve_reply_waits(turn)
+    elif given.kind == "wake":
+        if given.wake.startswith("silence:"):
+            return ingest_silence_wake(turn, given.wake)
+        return ingest_run_wake(turn, given.wake)
+    elif given.kind == "event":
+        ingest_event(turn, given)
+    else:
+        flow = turn.agent.flow_by_id.get(given.start["flow"])
+        if flow is None:
+            skip(turn, given.start["flow"], turn.session_id, given.start["key"], "flow-gone")
+        else:
+            start_run(turn, flow, "start", given.start["key"], payload=given.start.get("input"), hop=given.hop)
+    return None
+
+
+def take_floor_in_ingest(turn: Turn, run: Run) -> None:
+    """Rule I-F: a run resolved in Ingest that is still live takes the floor, once per turn."""
+    if turn.live(run) and not turn.floor_from_ingest:
+        turn.floor_from_ingest = True
+        turn.floor_run = run
+
+
+def resolve_reply_waits(turn: Turn) -> None:
+    """Rule I-R: the customer spoke, so timer waits with an ``else`` resume (runtime.md §3.2)."""
+    for run in list(turn.session.runs):
+        if run.status != "waiting" or (run.waiting or {}).get("kind") != "timer" or run.step_id is None:
+            continue
+        step = current_step(turn, run)
+        if step is None or not isinstance(step.get("wait"), str) or step.get("else") is None:
+            continue
+        run.status, run.waiting = "running", None
+        target = next((branch.get("then") for branch in step.get("branches") or []
+                       if branch.get("if") is not None and turn.holds(branch["if"], run)), step["else"])
+        write_line(turn, run, "wait", "ok", code="replied", next=target_label(target))
+        if not turn.floor_from_ingest:
+            turn.floor_run = run
+        follow(turn, run, target)
+        take_floor_in_ingest(turn, run)
+
+
+def ingest_run_wake(turn: Turn, key: str) -> tuple[str, str] | None:
+    """Rule I-W: the one live run parked under this exact key moves on (runtime.md §3.2)."""
+    run = next((run for run in turn.session.runs if (run.waiting or {}).get("key") == key), None)
+    if run is None:
+        return "stale-wake", key
+    set_at = run.waiting.get("setAt") or run.started_at
+    run.status, run.waiting = "running", None
+    turn.floor_run = run
+    step = current_step(turn, run)
+    if run.step_id is None or step is None:
+        return None
+    wait = step.get("wait")
+    if isinstance(wait, str):
+        replied = step.get("else") is not None and customer_wrote_since(turn, run.flow_id, set_at)
+        target, code = (step["else"], "replied") if replied else (step.get("then"), "no-reply")
+        write_line(turn, run, "wait", "ok", code=code, next=target_label(target))
+        follow(turn, run, target)
+    elif isinstance(wait, dict):
+        target = step.get("else", "end")
+        write_line(turn, run, "wait", "ok", code="no-event", next=target_label(target))
+        follow(turn, run, target)
+    return None
+
+
+def ingest_silence_wake(turn: Turn, key: str) -> tuple[str, str] | None:
+    """Rule I-S: a silence wake starts its flow while the silence still holds (runtime.md §3.2)."""
+    body = key[len("silence:"):]
+    ms = body.rsplit(":", 1)[-1]
+    marker = f":{turn.session_id}:"
+    flow_id = body[:body.rfind(marker)] if marker in body else body.split(":", 1)[0]
+    flow = turn.agent.flow_by_id.get(flow_id)
+    if flow is None:
+        skip(turn, flow_id, turn.session_id, ms, "flow-gone")
+        return None
+    last = turn.session.last_assistant_at
+    if last is None or str(to_ms(parse_iso(last))) != ms or customer_wrote_since(turn, flow_id, last):
+        return "silence-broken", key
+    trigger = first_trigger(flow, "silence")
+    if trigger is not None:
+        run = start_run(turn, flow, "silence", ms, trigger=trigger)
+        if run is not None:
+            turn.floor_run = run
+    return None
+
+
+def ingest_event(turn: Turn, given: TurnInput) -> None:
+    """An event: stamp its direction, release event waits, start event triggers (runtime.md §3.2)."""
+    definition = turn.agent.events.get(given.event)
+    direction = getattr(definition, "direction", None)
+    if direction == "inbound":
+        turn.session.last_user_at = iso(turn.now)
+        resolve_reply_waits(turn)
+    elif direction == "outbound":
+        turn.session.last_assistant_at = iso(turn.now)
+    for run in list(turn.session.runs):
+        waiting = run.waiting or {}
+        if waiting.get("kind") != "event" or waiting.get("event") != given.event:
+            continue
+        run.status, run.waiting = "running", None
+        step = current_step(turn, run)
+        if flow_of(turn, run) is None or step is None:
+            continue
+        write_line(turn, run, "wait", "ok", code="event-arrived", next=target_label(step.get("then")))
+        follow(turn, run, step.get("then"))
+        take_floor_in_ingest(turn, run)
+    for flow in turn.agent.flows:
+        for trigger in flow.get("on") or []:
+            if trigger.get("event") == given.event and start_run(
+                    turn, flow, "event", given.key, trigger=trigger, payload=given.payload, hop=given.hop):
+                break
+
+
+def customer_wrote_since(turn: Turn, flow_id: str, since: str) -> bool:
+    """runtime.md §7.6: lastUserAt, or an anchored flow's lastInboundAt, is strictly later than since."""
+    moment = parse_iso(since)
+    last_user = turn.session.last_user_at
+    if last_user is not None and parse_iso(last_user) > moment:
+        return True
+    flow = turn.agent.flow_by_id.get(flow_id) or {}
+    name = flow.get("anchor") or "session"
+    inbound = (turn.anchors.get(name) or {}).get("lastInboundAt") if name != "session" else None
+    return inbound is not None and parse_iso(inbound) > moment
+
+
+# Phases 3-4: understand and decide (runtime.md §3.4-§3.5) ----------------------
+
+@dataclass
+class Eligibility:
+    """Which message and mention flows may be judged on this message (runtime.md §3.4 items 2-5)."""
+    eligible: list = field(default_factory=list)      # flows qualifying through a phrased message trigger
+    catch_alls: list = field(default_factory=list)    # flows qualifying through an empty message trigger
+    unscored: bool = False                            # the single-flow shortcut applies
+    mentions: list = field(default_factory=list)      # flows whose phrased mention trigger is asked
+
+
+def qualifies(turn: Turn, flow: dict, trigger: dict | None, kind: str) -> bool:
+    """A trigger's ``if`` holds for a draft run and its ``repeat`` allows a start (runtime.md §3.4)."""
+    if trigger is None:
+        return False
+    draft = draft_run(turn, flow, kind, turn.trigger_key)
+    return (trigger.get("if") is None or turn.holds(trigger["if"], draft)) and \
+        repeat_allows(turn, flow, trigger, kind, turn.trigger_key)
+
+
+def eligibility(turn: Turn, floor: Run | None) -> Eligibility:
+    found = Eligibility()
+    for flow in turn.agent.flows:
+        if qualifies(turn, flow, message_trigger(flow, phrased=True), "message"):
+            found.eligible.append(flow)
+        if qualifies(turn, flow, message_trigger(flow, phrased=False), "message"):
+            found.catch_alls.append(flow)
+        mention = first_trigger(flow, "mention")
+        if mention is not None and mention["mention"] and repeat_allows(turn, flow, mention, "mention",
+                                                                        turn.trigger_key):
+            found.mentions.append(flow)
+    found.unscored = (floor is None and len(found.eligible) == 1 and turn.agent.idle == "silent"
+                      and not found.catch_alls)
+    return found
+
+
+def floor_of(turn: Turn) -> Run | None:
+    """The asking run, else the run that took the floor in Ingest (still live)."""
+    asker = turn.asker()
+    if asker is not None:
+        return asker
+    return turn.floor_run if turn.floor_run is not None and turn.live(turn.floor_run) else None
+
+
+def understand_message(turn: Turn) -> tuple[Judgement, Eligibility]:
+    """Phase 3: work out what the model may judge and make at most one call (runtime.md §3.4)."""
+    floor = floor_of(turn)
+    found = eligibility(turn, floor)
+    if turn.silenced is not None and not turn.understand_when_silenced:
+        return Judgement(), found
+    ask = UnderstandAsk(message=turn.input.message, scope=turn.scope(), history=turn.history,
+                        mentions=list(found.mentions))
+    floor_flow = flow_of(turn, floor) if floor is not None else None
+    if floor is not None and floor_flow is not None:
+        ask.floor_run, ask.floor_flow = floor, floor_flow
+        step = current_step(turn, floor)
+        if step is not None and is_talk(step):
+            ask.floor_step, ask.floor_pending = step, pending_fields(turn, step, floor)
+        if floor.status == "asking" and not turn.floor_from_ingest and step is not None and is_talk(step):
+            ask.branches = [(floor.id, step["id"], index, branch["when"])
+                            for index, branch in enumerate(step.get("branches") or [])
+                            if branch.get("when") is not None]
+    scored = [] if found.unscored else found.eligible
+    ask.candidates = unique_flows(([floor_flow] if floor_flow else []) + scored)
+    if floor is None and found.unscored:
+        ask.candidates = []
+    ask.fields = unique_slugs(slug for flow in ([floor_flow] if floor_flow else []) + found.eligible
+                              for slug in harvestable(turn, flow))
+    if floor is None and found.catch_alls:
+        catch_all = found.catch_alls[0]
+        first = (catch_all.get("steps") or [None])[0]
+        free = set(first.get("collect") or []) if first and is_talk(first) and not first.get("question") else set()
+        own = harvestable(turn, catch_all)
+        if scored or ask.mentions or ask.branches or ask.fields or any(slug not in free for slug in own):
+            ask.fields = unique_slugs([*ask.fields, *own])
+    if not needs_understand_call(ask):
+        return Judgement(), found
+    turn.compact_once()
+    ask.history = turn.history
+    return understand(turn.agent, ask), found
+
+
+def unique_flows(flows: list) -> list:
+    seen: set = set()
+    return [flow for flow in flows if not (id(flow) in seen or seen.add(id(flow)))]
+
+
+def unique_slugs(slugs) -> list:
+    return list(dict.fromkeys(slugs))
+
+
+def harvestable(turn: Turn, flow: dict) -> list[str]:
+    """A flow's unknown "anywhere" fields: its collect, then each talk step's collect (runtime.md §3.4 item 7)."""
+    slugs = list(flow.get("collect") or [])
+    for step in flow.get("steps") or []:
+        if is_talk(step):
+            slugs.extend(step.get("collect") or [])
+    fields = turn.agent.fields
+    return [slug for slug in unique_slugs(slugs) if slug in fields and not is_known(turn.session.data.get(slug))
+            and extract_mode(fields[slug]) == "anywhere"]
+
+
+def decide(turn: Turn, understood: tuple[Judgement, Eligibility]) -> None:
+    """Phase 4: route, start mention runs, write judged fields, fire the asker's branch (runtime.md §3.5)."""
+    judgement, found = understood
+    turn.count(judgement.llm_calls, judgement.usage)
+    asker = turn.asker()
+    route, route_trigger = None, None
+    if not turn.floor_from_ingest:
+        route, route_trigger = choose_route(turn, judgement, found, asker)
+    for flow in turn.agent.flows:
+        trigger = first_trigger(flow, "mention")
+        if trigger is None:
+            continue
+        if not trigger["mention"]:
+            start_run(turn, flow, "mention", turn.trigger_key, trigger=trigger)
+        elif judgement.mentions.get(flow["id"]) is True:
+            values = judgement.extract.get(flow["id"])
+            payload = ({k: v for k, v in values.items() if v is not None and v != ""}
+                       if trigger.get("extract") and isinstance(values, dict) else None)
+            start_run(turn, flow, "mention", turn.trigger_key, trigger=trigger, payload=payload)
+    routed = None
+    if route is not None:
+        routed = next((run for run in turn.session.runs if run.flow_id == route["id"] and run.status == "suspended"),
+                      None)
+        if routed is not None:
+            routed.status, routed.suspended_at = "running", None
+        else:
+            routed = start_run(turn, route, "message", turn.trigger_key, trigger=route_trigger)
+        if routed is not None:
+            turn.floor_run = routed
+    if asker is not None and routed is None and not turn.floor_from_ingest:
+        turn.floor_run = asker
+    for slug, raw in judgement.fields.items():
+        write_value(turn, slug, raw)
+    if (asker is not None and turn.floor_run is asker and routed is None and not turn.floor_from_ingest
+            and turn.live(asker) and asker.status == "asking"):
+        step = current_step(turn, asker)
+        if step is not None and is_talk(step):
+            fire_branch(turn, asker, step, judgement)
+
+
+def choose_route(turn: Turn, judgement: Judgement, found: Eligibility,
+                 asker: Run | None) -> tuple[dict | None, dict | None]:
+    """The flow a message is routed to, and the trigger it qualified through (runtime.md §3.5 rule 3)."""
+    def score(flow: dict) -> float:
+        value = judgement.flows.get(flow["id"])
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+    def best(flows: list) -> dict | None:
+        top = None
+        for flow in flows:
+            if top is None or score(flow) > score(top):
+                top = flow
+        return top
+
+    if asker is not None:
+        top = best([flow for flow in found.eligible if flow["id"] != asker.flow_id])
+        asker_flow = turn.agent.flow_by_id.get(asker.flow_id)
+        asker_score = score(asker_flow) if asker_flow else 0
+        if top is not None and score(top) >= 40 and score(top) >= asker_score + 15:
+            return top, message_trigger(top, phrased=True)
+        return None, None
+    if found.unscored:
+        return found.eligible[0], message_trigger(found.eligible[0], phrased=True)
+    top = best(found.eligible)
+    if top is not None and score(top) >= 40:
+        return top, message_trigger(top, phrased=True)
+    if found.catch_alls:
+        return found.catch_alls[0], message_trigger(found.catch_alls[0], phrased=False)
+    return None, None
+
+
+def write_value(turn: Turn, slug: str, raw: Any) -> None:
+    """Write one model-given field value through its checks (runtime.md §3.5.1)."""
+    if raw is None or raw == "":
+        return
+    definition = turn.agent.fields.get(slug)
+    if definition is None:
+        write_line(turn, None, "collect", "skipped", code="unknown-field", detail=slug)
+        return
+    verdict, value = coerce_field(definition, raw)
+    if verdict != "ok":
+        write_line(turn, None, "collect", "skipped", code=verdict, detail=slug)
+        return
+    turn.session.data[slug] = value
+
+
+# Phase 5: run (runtime.md §3.6) -------------------------------------------------
+
+def run_phase(turn: Turn) -> None:
+    """Move every run that can move, hand the message back down the stack, pick the fixed question."""
+    resumed = resume(turn)
+    if resumed is not None and turn.is_message:
+        judge_resumed_branches(turn, resumed)
+    turn.queue = list(turn.session.runs)
+    drain(turn)
+    if turn.is_message and turn.silenced is None:
+        for _ in range(len(turn.session.runs)):
+            if turn.talk_request is not None or turn.spoke:
+                break
+            resumed = resume(turn)
+            if resumed is None:
+                break
+            judge_resumed_branches(turn, resumed)
+            turn.queue.append(resumed)
+            drain(turn)
+
+
+def drain(turn: Turn) -> None:
+    while turn.queue:
+        run = turn.queue.pop(0)
+        if turn.live(run):
+            move_run(turn, run)
+
+
+def judge_resumed_branches(turn: Turn, run: Run) -> None:
+    """A run resumed on a message has its talk step's ``if`` branches judged first (runtime.md §4.5)."""
+    step = current_step(turn, run)
+    if step is not None and is_talk(step):
+        fire_branch(turn, run, step, None)
+
+
+def choose_speaker(turn: Turn) -> "Run | str | None":
+    """The talk step's run, "idle", or None (runtime.md §3.6.6); sends a due fixed question."""
+    if turn.silenced is not None:
+        return None
+    run = turn.talk_request
+    if run is not None:
+        step = current_step(turn, run)
+        if turn.is_message and any(other != run.id for other in turn.spoke_runs):
+            write_line(turn, run, talk_kind(step), "skipped", code="another-reply", key=step_key(run))
+            return None
+        if send_fixed_question(turn, run, step):
+            return None
+        return run
+    if (turn.is_message and turn.asker() is None and turn.agent.idle != "silent" and not turn.spoke):
+        return "idle"
+    return None
+
+
+def speak_ask(turn: Turn, speaker: "Run | str") -> SpeakAsk:
+    """The speak request for a talk step or the idle speaker (runtime.md §3.7, model-calls.md §5.1)."""
+    agent = turn.agent
+    text = turn.input.message if turn.is_message else None
+    if speaker == "idle":
+        idle = agent.idle
+        instructions = kept_instructions(turn, [*agent.instructions, *(idle.get("instructions") or [])], None)
+        return SpeakAsk(input_kind=turn.input.kind, text=text, scope=turn.scope(), history=turn.history,
+                        now=turn.now, instructions=instructions, tools=offered_tools(agent, idle.get("tools")))
+    run = speaker
+    flow = flow_of(turn, run)
+    step = current_step(turn, run)
+    listed = step.get("tools") if step.get("tools") is not None else flow.get("tools")
+    instructions = kept_instructions(
+        turn, [*agent.instructions, *(flow.get("instructions") or []), *(step.get("instructions") or [])], run)
+    return SpeakAsk(input_kind=turn.input.kind, text=text, scope=turn.scope(run), history=turn.history,
+                    now=turn.now, run=run, flow=flow, step=step, pending=pending_fields(turn, step, run),
+                    instructions=instructions, tools=offered_tools(agent, listed))
+
+
+def kept_instructions(turn: Turn, instructions: list, run: Run | None) -> list:
+    """Instructions whose ``if`` holds; a silenced turn never speaks, so ctx.silenced is None (model-calls.md §5.2)."""
+    ctx = turn.pred_ctx(run, silenced=None)
+    return [item for item in instructions
+            if item.get("if") is None or judge(item["if"], ctx, turn.agent.conditions)]
+
+
+def offered_tools(agent: Agent, listed: list | None) -> list:
+    """The allow-list resolved against the agent's tools, in agent order (model-calls.md §6.1)."""
+    if listed is None:
+        return list(agent.tools)
+    return [tool for tool in agent.tools if tool.id in listed]
+
+
+# Phase 7: settle (runtime.md §3.8) ----------------------------------------------
+
+def settle(turn: Turn, speaker: "Run | str | None", spoken: "Spoken | Deferred | None") -> None:
+    """Apply the speak result, drain what it moved, stamp the time, resume, arm silence wakes."""
+    turn.speaking_done = True
+    if isinstance(spoken, Deferred):
+        turn.count(spoken.llm_calls, spoken.usage)
+        if speaker == "idle":
+            write_line(turn, None, "idle", "deferred", code=spoken.code, llm_calls=spoken.llm_calls)
+        else:
+            defer_talk(turn, speaker, spoken)
+    elif isinstance(spoken, Spoken):
+        turn.count(spoken.llm_calls, spoken.usage)
+        if speaker == "idle":
+            key = f"idle:{turn.trigger_key}"
+            emit(turn, spoken.message, "ai", key)
+            merge_patch(turn.session.data, spoken.data)
+            write_line(turn, None, "idle", "ok", key=key, llm_calls=spoken.llm_calls)
+        else:
+            settle_talk(turn, speaker, spoken)
+    drain(turn)
+    if turn.spoke:
+        turn.session.last_assistant_at = iso(turn.now)
+    resume(turn)
+    arm_silence_wakes(turn)
+
+
+def settle_talk(turn: Turn, run: Run, spoken: Spoken) -> None:
+    """The talk step spoke: send, write the fields, then stay, ask again or move on (runtime.md §3.8 item 3)."""
+    step = current_step(turn, run)
+    key = step_key(run)
+    emit(turn, spoken.message, "ai", key, run=run)
+    for slug, raw in spoken.fields.items():
+        write_value(turn, slug, raw)
+    merge_patch(turn.session.data, spoken.data)
+    write_line(turn, run, talk_kind(step), "ok", key=key, llm_calls=spoken.llm_calls)
+    if not turn.live(run):
+        return
+    pending = pending_fields(turn, step, run) if step.get("collect") else []
+    for slug in pending:
+        run.asked[slug] = run.asked.get(slug, 0) + 1
+    if run.staying:
+        for slug in pending:
+            if run.asked[slug] == max_asks(step):
+                write_line(turn, run, "collect", "skipped", code="max-asks", detail=slug, key=key)
+        enter_step(run, step["id"])
+        run.staying, run.status = True, "asking"
+    elif pending:
+        run.status = "asking"
+    else:
+        write_given_up(turn, run, step)
+        run.status = "running"
+        follow(turn, run, step.get("then"))
+        if turn.live(run) and run.status == "running":
+            turn.queue.append(run)
+
+
+def defer_talk(turn: Turn, run: Run, failure: Deferred) -> None:
+    """A speak call failed: a retry wake on the ladder, or the run fails (runtime.md §10.2)."""
+    step = current_step(turn, run)
+    kind = talk_kind(step)
+    key = step_key(run)
+    attempt = 0
+    for line in reversed(run.outcomes):
+        if line.get("status") != "deferred" or line.get("stepId") != step["id"]:
+            break
+        attempt += 1
+    if not failure.retryable or attempt >= len(RETRY_LADDER):
+        write_line(turn, run, kind, "failed", code=failure.code, key=key)
+        end_run(turn, run, "failed")
+        return
+    at = turn.now + timedelta(milliseconds=duration_ms(RETRY_LADDER[attempt]))
+    if failure.reset_at_ms is not None and failure.reset_at_ms > to_ms(at):
+        at = from_ms(failure.reset_at_ms)
+    park(turn, run, f"{key}:retry:{to_ms(at)}", at)
+    write_line(turn, run, kind, "deferred", code=failure.code, key=key, until=iso(at))
+
+
+RETRY_LADDER = ("1m", "5m", "15m", "1h", "6h")
+
+
+# Silence wakes and pending_wakes (runtime.md §7.5, §14) ------------------------
+
+def arm_silence_wakes(turn: Turn) -> None:
+    """Schedule each silence flow's wake when the assistant's last word moved (runtime.md §7.5)."""
+    previous = turn.input.session.last_assistant_at if turn.input.session else None
+    if turn.session.last_assistant_at == previous:
+        return
+    replaces_ms = str(to_ms(parse_iso(previous))) if previous else None
+    turn.schedule.extend(silence_wakes(turn, turn.session_id, replaces_ms))
+
+
+def silence_wakes(turn: Turn, session_id: str, replaces_ms: str | None = None) -> list[ScheduleEntry]:
+    """The silence wakes a session shows now: one per silence flow whose if and repeat allow it.
+
+    With ``replaces_ms`` each entry names the wake of that earlier silence as the one it replaces.
+    """
+    session = turn.session
+    last = session.last_assistant_at
+    if last is None or (session.last_user_at is not None and parse_iso(session.last_user_at) > parse_iso(last)):
+        return []
+    said = parse_iso(last)
+    ms = str(to_ms(said))
+    entries = []
+    for flow in turn.agent.flows:
+        trigger = first_trigger(flow, "silence")
+        if trigger is None or not is_duration(trigger.get("silence")):
+            continue
+        draft = draft_run(turn, flow, "silence", ms)
+        if trigger.get("if") is not None and not turn.holds(trigger["if"], draft):
+            continue
+        if not repeat_allows(turn, flow, trigger, "silence", ms):
+            continue
+        at = said + timedelta(milliseconds=duration_ms(trigger["silence"]))
+        if trigger.get("businessHours"):
+            at = business_time(turn, at)
+        replaces = f"silence:{flow['id']}:{session_id}:{replaces_ms}" if replaces_ms else None
+        entries.append(ScheduleEntry(key=f"silence:{flow['id']}:{session_id}:{ms}", at=at, replaces=replaces))
+    return entries
 
 
 def pending_wakes(agent: Agent, session: Any, context: Any, anchors: dict | None,
                   claims: dict | None) -> list[ScheduleEntry]:
-    raise NotImplementedError("pending_wakes() lands with the time-and-events issue")
+    """Each parked run's wake, then the session's silence wakes; no replaces (runtime.md §14)."""
+    if isinstance(session, dict):
+        session = Session.from_dict(session)
+    if not isinstance(session, Session):
+        raise TypeError(f"pending_wakes(session=...) takes a Session or a blob dict, got {type(session).__name__}")
+    turn = Turn(agent, TurnInput(session_id=session.id, kind="wake", session=session, context=context,
+                                 anchors=anchors or {}, claims=claims or {}, wake="pending"), streaming=False)
+    entries = [ScheduleEntry(key=run.waiting["key"], at=parse_iso(run.waiting["until"]))
+               for run in turn.session.runs
+               if run.status == "waiting" and (run.waiting or {}).get("key") and (run.waiting or {}).get("until")]
+    return entries + silence_wakes(turn, session.id)
 
 
 # 9. Runs and steps ###########################################################
+#
+# One way to move a run: move_run() executes steps; a step kind does its work
+# and names a target; follow() applies every then, else, onFail and branch.
+
+TALK_KEYS = ("prompt", "collect")
+
+
+def is_talk(step: dict) -> bool:
+    return any(step.get(key) is not None for key in TALK_KEYS)
+
+
+def talk_kind(step: dict) -> str:
+    """A talk step's outcome kind: "collect" when it collects, else "prompt"."""
+    return "collect" if step.get("collect") else "prompt"
+
+
+def step_kind(step: dict | None) -> str:
+    """The outcome kind of a step: prompt, collect, say, do, wait or if."""
+    if step is None:
+        return "if"
+    if is_talk(step):
+        return talk_kind(step)
+    for kind in ("say", "do", "wait"):
+        if step.get(kind) is not None:
+            return kind
+    return "if"
+
+
+def flow_of(turn: Turn, run: Run) -> dict | None:
+    return turn.agent.flow_by_id.get(run.flow_id)
+
+
+def find_step(flow: dict | None, step_id: str | None) -> dict | None:
+    if flow is None or step_id is None:
+        return None
+    return next((step for step in flow.get("steps") or [] if step.get("id") == step_id), None)
+
+
+def current_step(turn: Turn, run: Run) -> dict | None:
+    return find_step(flow_of(turn, run), run.step_id)
+
+
+def first_trigger(flow: dict, kind: str) -> dict | None:
+    """The flow's first trigger of a kind (mention and silence use only the first, flows.md §4)."""
+    return next((trigger for trigger in flow.get("on") or [] if trigger.get(kind) is not None), None)
+
+
+def message_trigger(flow: dict, phrased: bool) -> dict | None:
+    """The first message trigger with a non-empty list (phrased) or an empty one (the catch-all)."""
+    return next((trigger for trigger in flow.get("on") or []
+                 if trigger.get("message") is not None and bool(trigger["message"]) == phrased), None)
+
+
+def step_key(run: Run, step_id: str | None = None) -> str:
+    """``{runId}:{stepId}:{visit}``: the key of every message, action and line a step produces."""
+    step_id = step_id or run.step_id
+    return f"{run.id}:{step_id}:{run.visits.get(step_id, 0)}"
+
+
+def target_label(target: Any) -> str | None:
+    """The ``next`` label of a target (runtime.md §11.3)."""
+    if target is None or isinstance(target, str):
+        return target
+    if target.get("flow") is not None:
+        return f"flow:{target['flow']}"
+    return target.get("step")
+
+
+# Outcome lines and messages (runtime.md §11) -------------------------------------
+
+def write_line(turn: Turn, run: Run | None, kind: str, status: str, *, code: str | None = None,
+               key: str | None = None, detail: str | None = None, next: str | None = None,
+               until: str | None = None, llm_calls: int | None = None, step_id: Any = "run") -> StepOutcome:
+    """Write one outcome line on the turn and, for a run, on the run's last 50."""
+    line = StepOutcome(kind=kind, status=status, at=iso(turn.now), code=code,
+                       message=OUTCOME_MESSAGES[code] if code else None, key=key, detail=detail,
+                       next=next, until=until, llm_calls=llm_calls)
+    if run is not None:
+        line.run_id, line.flow_id = run.id, run.flow_id
+        line.step_id = run.step_id if step_id == "run" else step_id
+        run.outcomes = [*run.outcomes, line.to_dict()][-50:]
+    turn.outcomes.append(line)
+    return line
+
+
+def emit(turn: Turn, text: str, kind: str, key: str, run: Run | None = None, media: dict | None = None) -> None:
+    """Queue a message for the host; the pending short-wait delay rides on it (runtime.md §7.2)."""
+    turn.messages.append(OutboundMessage(text=text, kind=kind, key=key, media=media,
+                                         after_ms=turn.pending_delay_ms,
+                                         run_id=run.id if run else None, step_id=run.step_id if run else None))
+    turn.pending_delay_ms = 0
+    turn.spoke = True
+    if run is not None:
+        turn.spoke_runs.add(run.id)
+
+
+def skip(turn: Turn, flow_id: str, anchor: str, trigger_key: str, code: str) -> None:
+    """A start that was refused goes to TurnResult.skipped, never to outcomes (runtime.md §5)."""
+    turn.skipped.append(SkippedTrigger(flow_id=flow_id, anchor=anchor, trigger_key=trigger_key,
+                                       code=code, message=OUTCOME_MESSAGES[code]))
+
+
+# Starting a run: the start order (runtime.md §5, §6) -------------------------------
+
+DEFAULT_REPEAT = {"message": "once", "mention": "once", "silence": "once",
+                  "event": "always", "start": "always", "flow": "always"}
+
+
+def anchor_of(turn: Turn, flow: dict) -> str:
+    """The session id, or the host anchor key the flow names (runtime.md §6.3)."""
+    name = flow.get("anchor") or "session"
+    if name == "session":
+        return turn.session_id
+    return (turn.anchors.get(name) or {}).get("key") or turn.session_id
+
+
+def repeat_of(trigger: dict | None, kind: str) -> Any:
+    repeat = trigger.get("repeat") if trigger else None
+    return DEFAULT_REPEAT[kind] if repeat is None else repeat
+
+
+def dedupe_key(flow: dict, anchor: str, repeat: Any, trigger_key: str) -> str:
+    return f"{flow['id']}:{anchor}:{trigger_key if repeat == 'always' else ''}"
+
+
+def claim_refusal(turn: Turn, key: str, repeat: Any) -> str | None:
+    """The skip code a held claim gives (runtime.md §5 rule 3), or None."""
+    held = (turn.session.claims.get(key) or {}).get("at") or turn.held_claims.get(key)
+    if held is None:
+        return None
+    if isinstance(repeat, dict):
+        cooldown = timedelta(milliseconds=duration_ms(repeat["cooldown"]))
+        return "cooldown" if turn.now - parse_iso(held) < cooldown else None
+    return "already-claimed"
+
+
+def repeat_allows(turn: Turn, flow: dict, trigger: dict | None, kind: str, trigger_key: str) -> bool:
+    """The claim test of a start, without writing (runtime.md §6.1)."""
+    repeat = repeat_of(trigger, kind)
+    return claim_refusal(turn, dedupe_key(flow, anchor_of(turn, flow), repeat, trigger_key), repeat) is None
+
+
+def draft_run(turn: Turn, flow: dict, kind: str, trigger_key: str) -> Run:
+    """The run a trigger ``if`` is judged on before a run exists (runtime.md §3.4)."""
+    anchor = anchor_of(turn, flow)
+    return Run(id=f"{flow['id']}#{trigger_key}", flow_id=flow["id"], anchor=anchor,
+               dedupe_key=f"{flow['id']}:{anchor}:", step_id=None, status="running",
+               trigger={"kind": kind, "key": trigger_key}, hop=0, started_at=iso(turn.now))
+
+
+def start_run(turn: Turn, flow: dict, kind: str, trigger_key: str, *, trigger: dict | None = None,
+              payload: Any = None, hop: int = 0, keep_data: bool = False) -> Run | None:
+    """Every start goes through one order: if, claim, hop, one live run, commit, delay (runtime.md §5)."""
+    anchor = anchor_of(turn, flow)
+    repeat = repeat_of(trigger, kind)
+    claim = dedupe_key(flow, anchor, repeat, trigger_key)
+    run = Run(id=f"{flow['id']}#{trigger_key}", flow_id=flow["id"], anchor=anchor, dedupe_key=claim,
+              step_id=None, status="running", trigger={"kind": kind, "key": trigger_key}, hop=hop,
+              started_at=iso(turn.now), input=payload)
+    if payload is not None:
+        run.trigger["payload"] = payload
+    if trigger is not None and trigger.get("if") is not None and not turn.holds(trigger["if"], run, payload):
+        return None
+    refusal = claim_refusal(turn, claim, repeat)
+    if refusal is None and hop >= 5:
+        refusal = "hop-limit"
+    if refusal is None:
+        live = next((other for other in turn.session.runs
+                     if other.flow_id == flow["id"] and other.anchor == anchor), None)
+        if live is not None and live.status == "waiting" and live.step_id is None:
+            end_run(turn, live, "replaced")
+        elif live is not None or f"{flow['id']}:{anchor}" in turn.active_claims:
+            refusal = "already-running"
+    if refusal is not None:
+        skip(turn, flow["id"], anchor, trigger_key, refusal)
+        return None
+    turn.session.claims[claim] = {"at": iso(turn.now)}
+    if repeat == "always":
+        prune_always_claims(turn, f"{flow['id']}:{anchor}:")
+    if not keep_data:
+        for slug in flow.get("clearOnStart") or []:
+            turn.session.data.pop(slug, None)
+    turn.session.runs.append(run)
+    turn.started.append(StartedRun(run_id=run.id, flow_id=run.flow_id, anchor=anchor, dedupe_key=claim))
+    if kind == "event" and trigger is not None:
+        at = turn.now + timedelta(milliseconds=duration_ms(trigger["after"]) if trigger.get("after") else 0)
+        if trigger.get("businessHours"):
+            at = business_time(turn, at)
+        if trigger.get("after") or at > turn.now:
+            park(turn, run, f"{run.id}:start:{to_ms(at)}", at)
+            write_line(turn, run, "wait", "waiting", code="awaiting-trigger", until=iso(at))
+    return run
+
+
+def prune_always_claims(turn: Turn, prefix: str, keep: int = 50) -> None:
+    """Keep the 50 newest always-claims of a flow and anchor, by their ``at`` (runtime.md §6.1)."""
+    claims = turn.session.claims
+    keys = [key for key in claims if key.startswith(prefix) and len(key) > len(prefix)]
+    if len(keys) <= keep:
+        return
+    order = {key: index for index, key in enumerate(keys)}
+    newest = sorted(keys, key=lambda key: (parse_iso(claims[key]["at"]), order[key]), reverse=True)
+    for key in newest[keep:]:
+        del claims[key]
+
+
+def business_time(turn: Turn, at: datetime) -> datetime:
+    """Snap a time forward with the agent's business_hours, when it has one (runtime.md §7.7)."""
+    if turn.agent.business_hours is None:
+        return at
+    snapped = turn.agent.business_hours(at, BusinessHoursCtx(context=turn.context))
+    return truncate_ms(snapped)
+
+
+@dataclass
+class BusinessHoursCtx:
+    """What business_hours(at, ctx) gets besides the time: the turn's context."""
+    context: Any
+
+
+# Moving a run (runtime.md §3.6.1-§3.6.5) -------------------------------------------
+
+STEP_CAP = 50
+
+
+def move_run(turn: Turn, run: Run) -> None:
+    """Move one run as far as it goes this turn (runtime.md §3.6.1)."""
+    if run.status in ("waiting", "suspended"):
+        return
+    if run.status == "asking" and not turn.is_message:
+        return
+    flow = flow_of(turn, run)
+    if flow is None:
+        end_run(turn, run, "skipped", code="flow-gone")
+        return
+    failed = premise_failure(turn, run, flow)
+    if failed is not None:
+        end_run(turn, run, "skipped", code=failed)
+        return
+    if run.staying and flow.get("onEnd") != "stay":
+        finish_flow(turn, run, flow)
+        return
+    resuming = run.status == "asking"
+    run.status = "running"
+    if run.step_id is None:
+        if not flow.get("steps"):
+            finish_flow(turn, run, flow)
+            return
+        enter_step(run, flow["steps"][0]["id"])
+    executed = 0
+    while run.status == "running" and turn.live(run):
+        step = find_step(flow, run.step_id)
+        if executed >= STEP_CAP:
+            end_run(turn, run, "failed", code="step-loop", kind=step_kind(step))
+            return
+        if step is None:
+            end_run(turn, run, "skipped", code="step-gone")
+            return
+        execute_step(turn, run, flow, step, resuming and executed == 0)
+        executed += 1
+
+
+def premise_failure(turn: Turn, run: Run, flow: dict) -> str | None:
+    """The code that ends a run whose premise no longer holds, or None (runtime.md §3.6.2)."""
+    kind = run.trigger.get("kind")
+    if kind == "silence" and turn.input.kind == "wake" and customer_wrote_since(turn, run.flow_id, run.started_at):
+        return "customer-replied"
+    if flow.get("while") is not None:
+        return None if turn.holds(flow["while"], run) else "premise-changed"
+    same_kind = [trigger for trigger in flow.get("on") or [] if trigger.get(kind) is not None]
+    if not same_kind or any(trigger.get("if") is None or turn.holds(trigger["if"], run) for trigger in same_kind):
+        return None
+    return "premise-changed"
+
+
+def enter_step(run: Run, step_id: str) -> None:
+    """Entering a step counts a visit and mints new keys (flows.md §5.1)."""
+    run.step_id = step_id
+    run.visits[step_id] = run.visits.get(step_id, 0) + 1
+    run.status, run.waiting, run.staying = "running", None, False
+
+
+def end_run(turn: Turn, run: Run, reason: str, *, code: str | None = None, kind: str | None = None,
+            detail: str | None = None) -> None:
+    """Remove a run from the session and report it in ``ended`` (runtime.md §4.8)."""
+    if code is not None:
+        write_line(turn, run, kind or step_kind(current_step(turn, run)),
+                   "failed" if reason == "failed" else "skipped", code=code, detail=detail)
+    turn.session.runs = [live for live in turn.session.runs if live is not run]
+    turn.ended.append(EndedRun(**{f.name: copy.deepcopy(getattr(run, f.name)) for f in dataclass_fields(Run)},
+                               reason=reason))
+    if turn.talk_request is run:
+        turn.talk_request = None
+
+
+def park(turn: Turn, run: Run, key: str, at: datetime, kind: str = "timer", event: str | None = None) -> None:
+    """Park a run until its wake (runtime.md §7.1)."""
+    run.status = "waiting"
+    run.waiting = {"kind": kind, "key": key, "until": iso(at), "setAt": iso(turn.now)}
+    if event is not None:
+        run.waiting["event"] = event
+    turn.schedule.append(ScheduleEntry(key=key, at=at))
+
+
+def follow(turn: Turn, run: Run, target: Any) -> None:
+    """Apply a then, else, onFail or branch target (runtime.md §3.6.4)."""
+    flow = flow_of(turn, run)
+    if target is None:
+        steps = flow.get("steps") or []
+        index = next((i for i, step in enumerate(steps) if step.get("id") == run.step_id), len(steps))
+        if index + 1 < len(steps):
+            enter_step(run, steps[index + 1]["id"])
+        else:
+            finish_flow(turn, run, flow)
+        return
+    if target == "end":
+        finish_flow(turn, run, flow)
+        return
+    if isinstance(target, dict) and target.get("flow") is not None:
+        chain(turn, run, target)
+        return
+    if isinstance(target, dict):
+        for slug in target.get("clear") or []:
+            turn.session.data.pop(slug, None)
+            run.asked.pop(slug, None)
+        target = target.get("step")
+    if find_step(flow, target) is None:
+        end_run(turn, run, "skipped", code="step-gone")
+        return
+    enter_step(run, target)
+
+
+def chain(turn: Turn, run: Run, target: dict) -> None:
+    """``{"flow": ...}``: end this run and start that flow one hop deeper (runtime.md §3.6.4)."""
+    child_id = render(target["flow"], turn.scope(run))
+    key = step_key(run)
+    end_run(turn, run, "flow")
+    flow = turn.agent.flow_by_id.get(child_id)
+    if flow is None:
+        skip(turn, child_id, turn.session_id, key, "flow-gone")
+        return
+    payload = target["input"] if target.get("input") is not None else run.input
+    start_child(turn, run, flow, key, payload, keep_data=False)
+
+
+def start_child(turn: Turn, parent: Run, flow: dict, key: str, payload: Any, keep_data: bool) -> None:
+    """Start a chained (or reset) run; it inherits the floor from its parent or an empty floor."""
+    child = start_run(turn, flow, "flow", key, payload=payload, hop=parent.hop + 1, keep_data=keep_data)
+    if child is None:
+        return
+    if turn.floor_run is None or turn.floor_run is parent:
+        turn.floor_run = child
+        if turn.in_ingest:
+            turn.floor_from_ingest = True
+    if turn.queue is not None:
+        turn.queue.append(child)
+
+
+def finish_flow(turn: Turn, run: Run, flow: dict) -> None:
+    """The run passed its last step: onEnd end, reset or stay (runtime.md §3.6.5)."""
+    on_end = flow.get("onEnd") or "end"
+    steps = flow.get("steps") or []
+    if on_end == "reset" and steps:
+        key = step_key(run, steps[-1]["id"])
+        end_run(turn, run, "reset")
+        start_child(turn, run, flow, key, run.input, keep_data=True)
+    elif on_end == "stay" and any(is_talk(step) for step in steps):
+        stay(turn, run, flow)
+    else:
+        end_run(turn, run, "end")
+
+
+def stay(turn: Turn, run: Run, flow: dict) -> None:
+    """``onEnd: "stay"``: go back to the last talk step taken and keep answering (runtime.md §4.7)."""
+    talk_ids = [step["id"] for step in flow.get("steps") or [] if is_talk(step)]
+    stay_id = next((line.get("stepId") for line in reversed(run.outcomes)
+                    if line.get("kind") in TALK_KEYS and line.get("stepId") in talk_ids), talk_ids[-1])
+    enter_step(run, stay_id)
+    run.staying, run.status = True, "asking"
+    others = [other for other in turn.session.runs if other is not run and other.status == "asking"]
+    if others and not (turn.is_message and turn.floor_run is run):
+        run.status, run.suspended_at = "suspended", iso(turn.now)
+        return
+    for other in others:
+        other.status, other.suspended_at = "suspended", iso(turn.now)
+        if turn.talk_request is other:
+            turn.talk_request = None
+    if (not turn.in_ingest and turn.is_message and turn.silenced is None and not turn.speaking_done
+            and not turn.spoke):
+        run.status = "running"
+
+
+def resume(turn: Turn) -> Run | None:
+    """With nobody asking, the most recently suspended run asks again (runtime.md §4.5)."""
+    if turn.asker() is not None:
+        return None
+    latest = None
+    for run in turn.session.runs:
+        if run.status == "suspended" and (latest is None or (run.suspended_at or run.started_at)
+                                          >= (latest.suspended_at or latest.started_at)):
+            latest = run
+    if latest is not None:
+        latest.status, latest.suspended_at = "asking", None
+    return latest
+
+
+def fire_branch(turn: Turn, run: Run, step: dict, judgement: Judgement | None) -> bool:
+    """The first branch of an asking talk step that holds moves the run (runtime.md §3.5.2)."""
+    for index, branch in enumerate(step.get("branches") or []):
+        target = branch.get("then")
+        if branch.get("if") is not None:
+            if run.staying and already_through(run, target):
+                continue
+            hit = turn.holds(branch["if"], run)
+        else:
+            hit = judgement is not None and judgement.branches.get(f"{run.id}/{step['id']}/{index}") is True
+        if hit:
+            write_line(turn, run, talk_kind(step), "ok", code="branch", key=step_key(run),
+                       next=target_label(target))
+            run.status = "running"
+            follow(turn, run, target)
+            return True
+    return False
+
+
+def already_through(run: Run, target: Any) -> bool:
+    """A staying run never takes an ``if`` branch back onto its own path (runtime.md §3.5.2)."""
+    if target == "end":
+        return True
+    if isinstance(target, dict):
+        if target.get("flow") is not None:
+            return False
+        target = target.get("step")
+    return run.visits.get(target, 0) > 0
+
+
+# Executing a step (runtime.md §3.6.3) -------------------------------------------------
+
+def execute_step(turn: Turn, run: Run, flow: dict, step: dict, resuming: bool) -> None:
+    if is_talk(step):
+        run_talk_step(turn, run, step, resuming)
+    elif step.get("say") is not None:
+        run_say_step(turn, run, flow, step)
+    elif step.get("do") is not None:
+        run_do_step(turn, run, step)
+    elif isinstance(step.get("wait"), str):
+        run_timer_wait(turn, run, flow, step)
+    elif step.get("wait") is not None:
+        run_event_wait(turn, run, step)
+    else:
+        target = step.get("then") if turn.holds(step.get("if"), run) else step.get("else", "end")
+        write_line(turn, run, "if", "ok", key=step_key(run), next=target_label(target))
+        follow(turn, run, target)
+
+
+def max_asks(step: dict) -> int:
+    return int(step.get("maxAsks") or 3)
+
+
+def pending_fields(turn: Turn, step: dict, run: Run) -> list[str]:
+    """collect minus known fields minus fields asked maxAsks times, in order (flows.md §2.2)."""
+    limit = max_asks(step)
+    return [slug for slug in step.get("collect") or []
+            if not is_known(turn.session.data.get(slug)) and run.asked.get(slug, 0) < limit]
+
+
+def write_given_up(turn: Turn, run: Run, step: dict) -> None:
+    """One max-asks line per collected field left unknown at its limit."""
+    limit = max_asks(step)
+    for slug in step.get("collect") or []:
+        if not is_known(turn.session.data.get(slug)) and run.asked.get(slug, 0) >= limit:
+            write_line(turn, run, "collect", "skipped", code="max-asks", detail=slug, key=step_key(run))
+
+
+def run_talk_step(turn: Turn, run: Run, step: dict, resuming: bool) -> None:
+    kind = talk_kind(step)
+    key = step_key(run)
+    if step.get("collect") and not pending_fields(turn, step, run) and not run.staying:
+        write_given_up(turn, run, step)
+        if resuming:
+            write_line(turn, run, kind, "ok", key=key, next=target_label(step.get("then")))
+        else:
+            write_line(turn, run, kind, "skipped", code="already-known", key=key,
+                       next=target_label(step.get("then")))
+        follow(turn, run, step.get("then"))
+        return
+    if turn.silenced is not None:
+        if resuming:
+            run.status = "asking"
+        elif turn.skip_mode:
+            write_line(turn, run, kind, "skipped", code="silenced", detail=turn.silenced, key=key,
+                       next=target_label(step.get("then")))
+            follow(turn, run, step.get("then"))
+        else:
+            end_run(turn, run, "skipped", code="silenced", kind=kind, detail=turn.silenced)
+        return
+    for other in turn.session.runs:
+        if other is not run and other.status == "asking":
+            other.status, other.suspended_at = "suspended", iso(turn.now)
+    run.status = "asking"
+    if not turn.speaking_done:
+        turn.talk_request = run
+    else:
+        send_fixed_question(turn, run, step)
+
+
+def send_fixed_question(turn: Turn, run: Run, step: dict) -> bool:
+    """A collect step's ``question`` goes out word for word on its first ask (runtime.md §3.6.7)."""
+    collect = step.get("collect") or []
+    if (step.get("question") is None or not collect or run.staying
+            or pending_fields(turn, step, run) != collect or any(run.asked.get(slug) for slug in collect)):
+        return False
+    key = step_key(run)
+    emit(turn, render(step["question"], turn.scope(run)), "verbatim", key, run=run)
+    for slug in collect:
+        run.asked[slug] = run.asked.get(slug, 0) + 1
+    write_line(turn, run, "collect", "ok", code="asked-fixed", key=key)
+    return True
+
+
+def run_say_step(turn: Turn, run: Run, flow: dict, step: dict) -> None:
+    key = step_key(run)
+    then = step.get("then")
+    if turn.silenced is not None:
+        if turn.skip_mode:
+            write_line(turn, run, "say", "skipped", code="silenced", detail=turn.silenced, key=key,
+                       next=target_label(then))
+            follow(turn, run, then)
+        else:
+            end_run(turn, run, "skipped", code="silenced", kind="say", detail=turn.silenced)
+        return
+    if step.get("once"):
+        claim = f"{flow['id']}:{step['id']}:{turn.session_id}"
+        if claim in turn.session.claims or claim in turn.held_claims:
+            write_line(turn, run, "say", "skipped", code="already-sent", key=key, next=target_label(then))
+            follow(turn, run, then)
+            return
+        turn.session.claims[claim] = {"at": iso(turn.now)}
+    emit(turn, render(step["say"], turn.scope(run)), "verbatim", key, run=run, media=step.get("media"))
+    write_line(turn, run, "say", "ok", key=key, next=target_label(then))
+    follow(turn, run, then)
+
+
+ACTION_SHAPES = ('Return {"ok": True}, {"skipped": reason}, {"failed": reason} or '
+                 '{"defer": "1h", "detail": reason}.')
+
+
+RESULT_KEYS = ("ok", "skipped", "failed", "defer")
+
+
+def read_action_result(name: str, result: Any) -> tuple[str, Any, Any, bool]:
+    """An action's return value as (which, value, detail, spoke); which is ok/skipped/failed/defer (flows.md §9.5)."""
+    if result is None:
+        return "ok", True, None, False
+    if isinstance(result, ActionResult):
+        for key in RESULT_KEYS:
+            if getattr(result, key) is not None:
+                return key, getattr(result, key), result.detail, bool(result.spoke)
+    elif isinstance(result, dict):
+        for key in RESULT_KEYS:
+            if key in result:
+                return key, result[key], result.get("detail"), bool(result.get("spoke"))
+    return "failed", f'action "{name}" returned no result it understands. {ACTION_SHAPES}', None, False
+
+
+def run_do_step(turn: Turn, run: Run, step: dict) -> None:
+    name = step["do"]
+    key = step_key(run)
+    action = turn.agent.actions.get(name)
+    if action is None:
+        which, value, detail, spoke = "failed", f'unknown action "{name}"', None, False
+    else:
+        ctx = ActionCtx(context=turn.context, data=turn.session.data, input=run.input, run=run, key=key,
+                        dedupe_key=run.dedupe_key, silenced=turn.silenced, now=turn.now)
+        try:
+            which, value, detail, spoke = read_action_result(
+                name, action.run(render_deep(step.get("with") or {}, turn.scope(run)), ctx))
+        except Exception as error:  # an action failure is an outcome, not a crash (flows.md §9.5)
+            which, value, detail, spoke = "failed", str(error), None, False
+    if which == "defer" and not is_duration(value):
+        which, value = "failed", (f'action "{name}" asked to defer by "{value}", which is not a duration. '
+                                  'Use a value like "2m" or "1h".')
+    then = step.get("then")
+    if which == "ok":
+        if spoke:
+            turn.spoke = True
+            turn.spoke_runs.add(run.id)
+        write_line(turn, run, "do", "ok", key=key, detail=text_or_none(detail or None), next=target_label(then))
+        follow(turn, run, then)
+    elif which == "skipped":
+        write_line(turn, run, "do", "skipped", code="action-skipped", key=key, detail=text_or_none(value),
+                   next=target_label(then))
+        follow(turn, run, then)
+    elif which == "failed":
+        target = step.get("onFail") if step.get("onFail") is not None else then
+        write_line(turn, run, "do", "failed", code="action-failed", key=key, detail=text_or_none(value),
+                   next=target_label(target))
+        follow(turn, run, target)
+    else:
+        at = turn.now + timedelta(milliseconds=duration_ms(value))
+        park(turn, run, f"{run.id}:{run.step_id}:{to_ms(at)}", at)
+        write_line(turn, run, "do", "deferred", code="action-deferred", key=key, detail=text_or_none(detail),
+                   until=iso(at))
+
+
+def text_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+SHORT_WAIT_MS = 10_000
+
+
+def run_timer_wait(turn: Turn, run: Run, flow: dict, step: dict) -> None:
+    ms = duration_ms(step["wait"])
+    key = step_key(run)
+    then = step.get("then")
+    if ms <= SHORT_WAIT_MS and speaks_next(flow, step, then):
+        turn.pending_delay_ms += ms
+        write_line(turn, run, "wait", "ok", code="inline-delay", detail=f"{ms}ms", key=key, next=target_label(then))
+        follow(turn, run, then)
+        return
+    at = turn.now + timedelta(milliseconds=ms)
+    if step.get("businessHours"):
+        at = business_time(turn, at)
+    park(turn, run, f"{run.id}:{run.step_id}:{to_ms(at)}", at)
+    write_line(turn, run, "wait", "waiting", key=key, until=iso(at))
+
+
+def speaks_next(flow: dict, step: dict, then: Any) -> bool:
+    """Whether a wait's ``then`` leads straight to a say or talk step (runtime.md §3.6.3)."""
+    steps = flow.get("steps") or []
+    if then is None:
+        index = steps.index(step)
+        following = steps[index + 1] if index + 1 < len(steps) else None
+    elif isinstance(then, str):
+        following = None if then == "end" else find_step(flow, then)
+    else:
+        following = None if then.get("flow") is not None else find_step(flow, then.get("step"))
+    return following is not None and (is_talk(following) or following.get("say") is not None)
+
+
+def run_event_wait(turn: Turn, run: Run, step: dict) -> None:
+    wait = step["wait"]
+    at = turn.now + timedelta(milliseconds=duration_ms(wait.get("upTo") or "30d"))
+    park(turn, run, f"{run.id}:{run.step_id}:{to_ms(at)}", at, kind="event", event=wait["event"])
+    write_line(turn, run, "wait", "waiting", code="awaiting-event", detail=wait["event"], key=step_key(run),
+               until=iso(at))
 
 
 # 10. Model calls #############################################################
