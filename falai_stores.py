@@ -15,6 +15,7 @@ row written by one implementation loads in the other.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -101,16 +102,17 @@ class SQLiteStore:
             sql = f"UPDATE {self.table} SET version = ?, blob = ?, updated_at = ? WHERE id = ? AND version = ?"
             params = (expected_version + 1, text, now, session.id, expected_version)
 
-        def write(connection: sqlite3.Connection) -> int | None | bool:
+        def write(connection: sqlite3.Connection) -> tuple[bool, int | None]:
+            """(won, the stored version read after a conflict)."""
             if connection.execute(sql, params).rowcount > 0:
-                return True
+                return True, None
             connection.commit()      # end the statement's implicit transaction before the extra read
             row = connection.execute(f"SELECT version FROM {self.table} WHERE id = ?", (session.id,)).fetchone()
-            return None if row is None else _stored_version(_first_column(row))
+            return False, None if row is None else _stored_version(_first_column(row))
 
-        outcome = self._run(write)
-        if outcome is not True:
-            raise SessionConflictError(session.id, expected_version, outcome)
+        won, actual = self._run(write)
+        if not won:
+            raise SessionConflictError(session.id, expected_version, actual)
         return saved_session(session, expected_version)
 
     def close(self) -> None:
@@ -124,7 +126,7 @@ class SQLiteStore:
             try:
                 result = work(self.connection)
             except BaseException:
-                if self.connection.in_transaction:
+                with contextlib.suppress(Exception):     # the original error is the one to report
                     self.connection.rollback()
                 raise
             if self.connection.in_transaction:
@@ -184,17 +186,18 @@ class PostgresStore:
                    "WHERE id = %s AND version = %s RETURNING version")
             params = (expected_version + 1, text, session.id, expected_version)
 
-        def write(cursor) -> int | None | bool:
+        def write(cursor) -> tuple[bool, int | None]:
+            """(won, the stored version read after a conflict)."""
             cursor.execute(sql, params)
             if cursor.fetchone() is not None:
-                return True
+                return True, None
             cursor.execute(f"SELECT version FROM {self.table} WHERE id = %s", (session.id,))
             row = cursor.fetchone()
-            return None if row is None else _stored_version(_first_column(row))
+            return False, None if row is None else _stored_version(_first_column(row))
 
-        outcome = self._run(write)
-        if outcome is not True:
-            raise SessionConflictError(session.id, expected_version, outcome)
+        won, actual = self._run(write)
+        if not won:
+            raise SessionConflictError(session.id, expected_version, actual)
         return saved_session(session, expected_version)
 
     def close(self) -> None:
@@ -210,7 +213,8 @@ class PostgresStore:
                 result = work(cursor)
             except BaseException:
                 if self.commit:
-                    self.connection.rollback()
+                    with contextlib.suppress(Exception):     # the original error is the one to report
+                        self.connection.rollback()
                 raise
             finally:
                 cursor.close()

@@ -444,3 +444,15 @@ def test_the_host_loop_replays_after_a_conflict(store):
     again = store.load("s1")
     store.save(replace(again, inputs=again.inputs + ["m2"]), again.version)
     assert store.load("s1").inputs == ["m1", "m2"] and store.load("s1").version == first.version + 2
+
+
+def test_falai_stores_imports_no_database_driver():
+    """persistence.md, module placement: falai_stores imports sqlite3 only, never a Postgres or Redis driver."""
+    import subprocess
+    import sys
+    code = ("import sys; before = set(sys.modules); import falai_stores; "
+            "new = {m.split('.')[0] for m in set(sys.modules) - before}; "
+            "print(','.join(sorted(m for m in new if m not in sys.stdlib_module_names and m not in ('falai', 'falai_stores'))))")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
+    assert out.stdout.strip() == ""
