@@ -54,7 +54,7 @@ def redis_client(decode_responses=False):
     client = redis.Redis.from_url(REDIS_URL, decode_responses=decode_responses, socket_connect_timeout=3)
     try:
         client.ping()
-    except redis.exceptions.ConnectionError as error:
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as error:
         client.close()
         pytest.skip(f"no Redis server reachable at {REDIS_URL}: {error}")
     return client
