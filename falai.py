@@ -1212,17 +1212,178 @@ class Session:
 
 
 # >>> session blob (helper region: run_to_dict, session_to_dict, session_from_dict) >>>
+#
+# The v4 blob (persistence.md Part 2). The reader checks the rules of §2.5 in
+# their order and stops at the first one that fails; it trusts what only the
+# framework writes (trigger content, waiting, asked, visits, outcome lines,
+# time formats). Nested values are shared with the blob, not copied, both ways
+# (§2.3 rule 2; migrate_session relies on it for `data`).
+
+class _Missing:
+    """The value of an absent key, so *describe* can say `missing`."""
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+BLOB_MISSING = _Missing()
+RUN_STATUSES = ("running", "asking", "waiting", "suspended")
+
+
+def describe_blob_value(value: Any) -> str:
+    """*describe(v)* of persistence.md §2.5: how InvalidSessionError messages name a value."""
+    if value is BLOB_MISSING:
+        return "missing"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return js_number_text(value)
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, list):
+        return "a list"
+    if not isinstance(value, dict) and callable(value):
+        return "a function"
+    return "an object"
+
+
+def blob_whole_number(value: Any) -> int | None:
+    """A "whole number" (§2.5) as an int: int >= 0, or an integral float >= 0; a bool never is."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    return None
+
 
 def run_to_dict(run: Run) -> dict:
-    raise NotImplementedError("the session blob lands with the Foundation issue (session blob)")
+    """The run as the blob stores it (persistence.md §2.2, §2.3 rule 2): optional keys only when set."""
+    blob = {"id": run.id, "flowId": run.flow_id, "anchor": run.anchor, "dedupeKey": run.dedupe_key,
+            "stepId": run.step_id, "status": run.status, "trigger": run.trigger, "hop": run.hop,
+            "startedAt": run.started_at, "asked": run.asked, "visits": run.visits, "outcomes": run.outcomes}
+    if run.input is not None:
+        blob["input"] = run.input
+    if run.waiting is not None:
+        blob["waiting"] = run.waiting
+    if run.suspended_at is not None:
+        blob["suspendedAt"] = run.suspended_at
+    if run.staying:
+        blob["staying"] = True
+    return blob
 
 
 def session_to_dict(session: Session) -> dict:
-    raise NotImplementedError("the session blob lands with the Foundation issue (session blob)")
+    """The v4 blob (persistence.md §2.1, §2.3 rule 2). `v` is always 4; absent keys are left out."""
+    blob = {"id": session.id, "v": 4, "version": session.version, "data": session.data,
+            "runs": [run_to_dict(run) for run in session.runs], "claims": session.claims,
+            "inputs": session.inputs, "metadata": session.metadata}
+    if session.last_user_at is not None:
+        blob["lastUserAt"] = session.last_user_at
+    if session.last_assistant_at is not None:
+        blob["lastAssistantAt"] = session.last_assistant_at
+    if session.history is not None:
+        blob["history"] = session.history
+    return blob
 
 
 def session_from_dict(blob: Any, session_id: str | None) -> Session:
-    raise NotImplementedError("the session blob lands with the Foundation issue (session blob)")
+    """The one reader of a v4 blob (persistence.md §2.5); the first failed rule raises InvalidSessionError."""
+    if session_id is None:
+        own = blob.get("id") if isinstance(blob, dict) else None
+        session_id = own if isinstance(own, str) else ""
+
+    def fail(why: str):
+        raise InvalidSessionError(session_id, why)
+
+    if not isinstance(blob, dict):
+        fail(f"expected an object, got {describe_blob_value(blob)}")
+    def get(key: str) -> Any:
+        return blob.get(key, BLOB_MISSING)
+
+    v = get("v")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != 4:
+        fail(f"v is {describe_blob_value(v)}, expected 4")
+    if get("id") != session_id or not isinstance(get("id"), str):
+        fail(f'id is {describe_blob_value(get("id"))}, expected "{session_id}"')
+    version = blob_whole_number(get("version"))
+    if version is None:
+        fail(f'version is {describe_blob_value(get("version"))}, expected a whole number')
+    if not isinstance(get("data"), dict):
+        fail(f'data is {describe_blob_value(get("data"))}, expected an object')
+    if not isinstance(get("runs"), list):
+        fail(f'runs is {describe_blob_value(get("runs"))}, expected a list')
+    claims = get("claims")
+    if not isinstance(claims, dict) or not all(isinstance(c, dict) and isinstance(c.get("at"), str)
+                                               for c in claims.values()):
+        fail("claims is not a map of { at }")
+    inputs = get("inputs")
+    if not isinstance(inputs, list) or not all(isinstance(i, str) for i in inputs):
+        fail("inputs is not a list of ids")
+    if not isinstance(get("metadata"), dict):
+        fail(f'metadata is {describe_blob_value(get("metadata"))}, expected an object')
+    if "history" in blob and not isinstance(blob["history"], list):
+        fail(f'history is {describe_blob_value(blob["history"])}, expected a list')
+    for key in ("lastUserAt", "lastAssistantAt"):
+        if key in blob and not isinstance(blob[key], str):
+            fail(f"{key} is not text")
+    runs = []
+    for index, raw in enumerate(blob["runs"]):
+        why = _run_problem(raw, f"runs[{index}]")
+        if why:
+            fail(why)
+        runs.append(_read_run(raw))
+    return Session(id=session_id, version=version, data=blob["data"], runs=runs, claims=claims,
+                   inputs=inputs, metadata=blob["metadata"], last_user_at=blob.get("lastUserAt"),
+                   last_assistant_at=blob.get("lastAssistantAt"), history=blob.get("history"))
+
+
+def _run_problem(run: Any, at: str) -> str | None:
+    """The `why` of the first run rule (R1-R12, persistence.md §2.5) this run fails, or None."""
+    if not isinstance(run, dict):
+        return f"{at} is {describe_blob_value(run)}, expected an object"
+    def get(key: str) -> Any:
+        return run.get(key, BLOB_MISSING)
+
+    status = get("status")
+    if not isinstance(status, str):
+        return f"{at}.status is {describe_blob_value(status)}, expected text"
+    if status not in RUN_STATUSES:
+        return f'{at}.status is "{status}"'
+    if get("stepId") is not None and not isinstance(get("stepId"), str):
+        return f'{at}.stepId is {describe_blob_value(get("stepId"))}, expected text or null'
+    if blob_whole_number(get("hop")) is None:
+        return f'{at}.hop is {describe_blob_value(get("hop"))}, expected a whole number'
+    if not isinstance(get("outcomes"), list):
+        return f'{at}.outcomes is {describe_blob_value(get("outcomes"))}, expected a list'
+    trigger = get("trigger")
+    if not isinstance(trigger, dict):
+        return f"{at}.trigger is {describe_blob_value(trigger)}, expected an object"
+    if not isinstance(trigger.get("kind"), str) or not isinstance(trigger.get("key"), str):
+        return f"{at}.trigger needs kind and key"
+    if "waiting" in run and not isinstance(run["waiting"], dict):
+        return f'{at}.waiting is {describe_blob_value(run["waiting"])}, expected an object'
+    for key in ("id", "flowId", "anchor", "dedupeKey", "startedAt"):
+        if not isinstance(get(key), str):
+            return f"{at}.{key} is {describe_blob_value(get(key))}, expected text"
+    for key in ("asked", "visits"):
+        if not isinstance(get(key), dict):
+            return f"{at}.{key} is {describe_blob_value(get(key))}, expected an object"
+    return None
+
+
+def _read_run(run: dict) -> Run:
+    """A checked run as a Run; keeps `suspendedAt` only as text and `staying` only when true (§2.5)."""
+    suspended_at = run.get("suspendedAt")
+    return Run(id=run["id"], flow_id=run["flowId"], anchor=run["anchor"], dedupe_key=run["dedupeKey"],
+               step_id=run["stepId"], status=run["status"], trigger=run["trigger"],
+               hop=blob_whole_number(run["hop"]), started_at=run["startedAt"], asked=run["asked"],
+               visits=run["visits"], outcomes=run["outcomes"], input=run.get("input"),
+               suspended_at=suspended_at if isinstance(suspended_at, str) else None,
+               staying=run.get("staying") is True, waiting=run.get("waiting"))
 
 # <<< session blob <<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<
 
@@ -2769,21 +2930,266 @@ def flow_spec_schema(registries: dict | None = None) -> dict:
 
 
 # >>> migration and history (helper region: migrate_session, history events) >>>
+#
+# migrate_session reads a 3.x state once, at the place the host deserializes an
+# old row (persistence.md Part 4); stores never call it. The history helpers
+# convert between history items and a host's event log (model-calls.md §11.2).
+
+LEGACY_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+
 
 def migrate_session(blob: Any, *, session_id: str, flow_id_of: Callable | None = None,
                     now: Any = None) -> Session:
-    """A 3.x session state as a v4 Session (persistence.md Part 4)."""
-    raise NotImplementedError("migrate_session lands with the session-blob work")
+    """A 3.x session state as a v4 Session at version 0 (persistence.md Part 4).
+
+    A blob with a `v` key is read as v4 (``Session.from_dict``). Otherwise the
+    completed flows and fired signals become claims, the current flow becomes
+    one run ``<flow>#legacy`` parked at the current step, and everything else
+    of the 3.x state is dropped. ``flow_id_of`` maps a 3.x flow id or signal key
+    to the v4 flow that took it over (default: kept as is); ``now`` stamps what
+    carries no usable date (default: the current UTC time).
+
+    >>> s = migrate_session({"id": "x", "data": {}, "currentFlow": {"id": "f"}, "currentStep": "q"},
+    ...                     session_id="s1", now=datetime(2026, 9, 21, 12, tzinfo=timezone.utc))
+    >>> (s.runs[0].id, s.runs[0].step_id, s.runs[0].status, s.claims)
+    ('f#legacy', 'q', 'asking', {'f:s1:': {'at': '2026-09-21T12:00:00.000Z'}})
+    """
+    if not isinstance(session_id, str):
+        raise TypeError(f"session_id must be a string, not {type(session_id).__name__}")
+    if now is None:
+        now = system_clock()
+    elif not isinstance(now, datetime):
+        raise TypeError(f"now must be a datetime, not {type(now).__name__}")
+    now_text = iso(now)
+
+    def fail(why: str):
+        raise InvalidSessionError(session_id, why)
+
+    if not isinstance(blob, dict):
+        fail(f"expected an object, got {describe_blob_value(blob)}")
+    if "v" in blob:
+        return Session.from_dict(blob, session_id=session_id)
+
+    def flow_of(key: str) -> str:
+        if flow_id_of is None:
+            return key
+        flow = flow_id_of(key)
+        if not isinstance(flow, str):
+            raise TypeError(f'flow_id_of("{key}") returned {flow!r}; it must return a v4 flow id (a string)')
+        return flow
+
+    # L1-L6: the shape of a 3.x state, in order.
+    data = blob.get("data", BLOB_MISSING)
+    if not isinstance(data, dict):
+        fail(f"data is {describe_blob_value(data)}, expected an object; not a 3.x session either")
+    for key, kind, article in (("metadata", dict, "an object"), ("history", list, "a list"),
+                               ("flowHistory", list, "a list"), ("signals", dict, "an object")):
+        if key in blob and not isinstance(blob[key], kind):
+            fail(f"{key} is {describe_blob_value(blob[key])}, expected {article}")
+    triggers = blob.get("signals", {}).get("triggers")
+    triggers = {} if triggers is None else triggers
+    if not isinstance(triggers, dict):
+        fail(f"signals.triggers is {describe_blob_value(triggers)}, expected an object")
+
+    claims: dict[str, dict] = {}
+    for index, entry in enumerate(blob.get("flowHistory", [])):
+        if not isinstance(entry, dict) or not isinstance(entry.get("flowId"), str):
+            fail(f"flowHistory[{index}] is not a flow entry")
+        if entry.get("completed") is True:
+            at = _usable_date(entry.get("exitedAt")) or _usable_date(entry.get("enteredAt")) or now_text
+            claims[f"{flow_of(entry['flowId'])}:{session_id}:"] = {"at": at}
+    for key, state in triggers.items():
+        if not isinstance(state, dict):
+            fail(f"signals.triggers.{key} is not a trigger state")
+        at = (_usable_date(state.get("lastTriggeredAt")) or _usable_date(state.get("firstTriggeredAt"))
+              or now_text)
+        claims[f"{flow_of(key)}:{session_id}:"] = {"at": at}
+
+    flow_ref, step_ref = (_legacy_reference(blob.get(key), key, fail) for key in ("currentFlow", "currentStep"))
+    runs = []
+    if flow_ref is not None:
+        flow = flow_of(flow_ref[0])
+        started = _usable_date(flow_ref[1]) or now_text
+        step = (step_ref[0] if step_ref else None) or None
+        dedupe_key = f"{flow}:{session_id}:"
+        runs.append(Run(id=f"{flow}#legacy", flow_id=flow, anchor=session_id, dedupe_key=dedupe_key,
+                        step_id=step, status="asking" if step else "running",
+                        trigger={"kind": "message", "key": "legacy"}, hop=0, started_at=started,
+                        asked={}, visits={}, outcomes=[]))
+        claims[dedupe_key] = {"at": started}     # a run never exists without its claim
+
+    return Session(id=session_id, version=0, data=data, runs=runs, claims=claims, inputs=[],
+                   metadata=_dates_as_text(blob.get("metadata", {})), history=blob.get("history"))
+
+
+def _legacy_reference(value: Any, key: str, fail: Callable) -> tuple[str, Any] | None:
+    """A 3.x `currentFlow` / `currentStep` as (id, enteredAt), or None (persistence.md §4.2 step 6)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        return value, None
+    if isinstance(value, dict) and isinstance(value.get("id"), str):
+        return value["id"], value.get("enteredAt")
+    fail(f"{key} is {describe_blob_value(value)}, expected {{ id }} or text")
+
+
+def _usable_date(value: Any) -> str | None:
+    """A 3.x date as §2.4 text, or None when it is not usable (persistence.md §4.2, "Usable date").
+
+    A datetime (naive read as UTC); epoch milliseconds as an int or float; or
+    text starting with YYYY-MM-DD that parses as an ISO date or date-time
+    (without an offset read as UTC).
+    """
+    try:
+        if isinstance(value, datetime):
+            return iso(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return iso(from_ms(value)) if math.isfinite(value) else None
+        if isinstance(value, str) and LEGACY_DATE.match(value):
+            return iso(parse_iso(value))
+    except (ValueError, OverflowError, OSError):
+        return None
+    return None
+
+
+def _dates_as_text(value: Any) -> Any:
+    """Metadata rebuilt with every datetime, in dicts and lists at any depth, as §2.4 text (§4.2 step 8)."""
+    if isinstance(value, datetime):
+        return iso(value)
+    if isinstance(value, dict):
+        return {key: _dates_as_text(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_dates_as_text(item) for item in value]
+    return value
+
+
+class _Malformed(ValueError):
+    """A malformed history item or event; the caller adds where it is."""
+
+
+def _need(ok: bool, reason: str) -> None:
+    if not ok:
+        raise _Malformed(reason)
 
 
 def history_to_events(history: list) -> list:
-    """History items as events (model-calls.md §11.2)."""
-    raise NotImplementedError("history_to_events lands with the session-blob work")
+    """History items as events, for hosts that store history as events (model-calls.md §11.2).
+
+    Every event of one call carries the same timestamp, the current UTC time
+    (inferred: the items carry no time of their own). `reasoning` and
+    `reasoningDetails` have no place in an event and are left out.
+
+    >>> [e["data"]["message"] for e in history_to_events([{"role": "user", "content": "oi"}])]
+    ['oi']
+    """
+    if not isinstance(history, list):
+        raise ValueError(f"history_to_events takes a list of history items, not {describe_blob_value(history)}")
+    timestamp = iso(system_clock())
+    events = []
+    for index, item in enumerate(history):
+        try:
+            events.append({**_history_item_event(item), "timestamp": timestamp})
+        except _Malformed as error:
+            raise ValueError(f"Error converting history item at index {index}: {error}") from None
+    return events
+
+
+def _history_item_event(item: Any) -> dict:
+    _need(isinstance(item, dict), f"expected an object, got {describe_blob_value(item)}")
+    role = item.get("role")
+    content = item.get("content")
+    if role == "user":
+        _need(isinstance(content, str), "a user item needs text content")
+        name = item.get("name")
+        _need(name is None or isinstance(name, str), "a user item's name must be text")
+        return _message_event("user", name or "User", content)
+    if role == "assistant":
+        _need(content is None or isinstance(content, str), "an assistant item's content must be text or null")
+        event = _message_event("assistant", "Assistant", content or "")
+        calls = item.get("tool_calls")
+        _need(calls is None or isinstance(calls, list), "an assistant item's tool_calls must be a list")
+        for number, call in enumerate(calls or []):
+            _need(isinstance(call, dict) and isinstance(call.get("id"), str) and isinstance(call.get("name"), str)
+                  and isinstance(call.get("arguments"), dict),
+                  f"tool_calls[{number}] needs an id, a name and an arguments object")
+        if calls:
+            event["data"]["toolCalls"] = calls
+        return event
+    if role == "tool":
+        _need(isinstance(item.get("tool_call_id"), str) and isinstance(item.get("name"), str),
+              "a tool item needs a tool_call_id and a name")
+        return {"kind": "tool", "source": "agent",
+                "data": {"tool_calls": [{"tool_id": item["tool_call_id"], "arguments": {},
+                                         "result": {"data": content}}]}}
+    if role == "system":
+        _need(isinstance(content, str), "a system item needs text content")
+        return _message_event("system", "System", content)
+    raise _Malformed(f'unknown role {describe_blob_value(item.get("role", BLOB_MISSING))}; '
+                     'expected "user", "assistant", "tool" or "system"')
+
+
+def _message_event(source: str, display_name: str, message: str) -> dict:
+    return {"kind": "message", "source": source,
+            "data": {"participant": {"display_name": display_name}, "message": message}}
 
 
 def events_to_history(events: list) -> list:
-    """Events as history items (model-calls.md §11.2)."""
-    raise NotImplementedError("events_to_history lands with the session-blob work")
+    """Events as history items (model-calls.md §11.2); a malformed event raises ValueError.
+
+    >>> events_to_history([{"kind": "status", "source": "system", "data": {}}])
+    [{'role': 'system', 'content': 'Status update'}]
+    """
+    if not isinstance(events, list):
+        raise ValueError(f"events_to_history takes a list of events, not {describe_blob_value(events)}")
+    history = []
+    for index, event in enumerate(events):
+        try:
+            history.append(_event_history_item(event))
+        except _Malformed as error:
+            raise ValueError(f"Error converting event at index {index}: {error}") from None
+    return history
+
+
+def _event_history_item(event: Any) -> dict:
+    _need(isinstance(event, dict), f"expected an object, got {describe_blob_value(event)}")
+    _need(all(key in event for key in ("kind", "source", "data")), "an event needs kind, source and data")
+    kind, source, data = event["kind"], event["source"], event["data"]
+    _need(isinstance(data, dict), f"data is {describe_blob_value(data)}, expected an object")
+    if kind == "message":
+        message = data.get("message")
+        _need(isinstance(message, str), "a message event needs a message (text)")
+        if source == "user":
+            item = {"role": "user", "content": message}
+            participant = data.get("participant")
+            name = participant.get("display_name") if isinstance(participant, dict) else None
+            if isinstance(name, str) and name and name != "User":
+                item["name"] = name
+            return item
+        if source == "assistant":
+            item = {"role": "assistant", "content": message or None}
+            calls = data.get("toolCalls")
+            _need(calls is None or isinstance(calls, list), "toolCalls must be a list")
+            if calls:
+                item["tool_calls"] = calls
+            return item
+        if source == "system":
+            return {"role": "system", "content": message}
+        raise _Malformed(f"a message from {describe_blob_value(source)} has no history role; "
+                         'expected source "user", "assistant" or "system"')
+    if kind == "tool":
+        calls = data.get("tool_calls")
+        _need(isinstance(calls, list) and len(calls) > 0, "a tool event needs a non-empty tool_calls list")
+        first = calls[0]
+        _need(isinstance(first, dict) and isinstance(first.get("tool_id"), str), "tool_calls[0] needs a tool_id")
+        result = first.get("result")
+        _need(result is None or isinstance(result, dict), "tool_calls[0].result must be an object")
+        return {"role": "tool", "tool_call_id": first["tool_id"], "name": first["tool_id"],
+                "content": (result or {}).get("data")}
+    if kind == "status":
+        status = data.get("status")
+        _need(status is None or isinstance(status, str), "a status event's status must be text")
+        return {"role": "system", "content": status or "Status update"}
+    raise _Malformed(f'unknown kind {describe_blob_value(kind)}; expected "message", "tool" or "status"')
 
 # <<< migration and history <<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<
 
@@ -2894,11 +3300,123 @@ class Store(Protocol):
 
 
 # >>> memory store (helper region: MemoryStore and the shared row rules) >>>>>>
+#
+# The shared row rules (persistence.md §3.2) live here so that every store,
+# MemoryStore and those of falai_stores.py alike, writes and reads the same
+# blob the same way.
+
+SQL_TABLE_NAME = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_expected_version(expected_version: Any) -> int:
+    """An int >= 0 (not a bool), else ValueError before the backend is touched (persistence.md §3.1 rule 6)."""
+    if isinstance(expected_version, bool) or not isinstance(expected_version, int) or expected_version < 0:
+        raise ValueError(f"expected_version must be a whole number (an int >= 0), not {expected_version!r}. "
+                         "Pass the version you loaded, or 0 for a session that has no row yet.")
+    return expected_version
+
+
+def check_table_name(table: Any) -> str:
+    """A table name is an SQL identifier with at most one `schema.` prefix, else ValueError (§3.2)."""
+    if not isinstance(table, str) or SQL_TABLE_NAME.fullmatch(table) is None:
+        raise ValueError(f"table {table!r} is not an SQL identifier: use letters, digits and _, not starting "
+                         'with a digit, with at most one "schema." prefix.')
+    return table
+
+
+def _row_json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return iso(value)
+    raise TypeError(f"a session cannot hold {type(value).__name__} values: only JSON values and datetimes "
+                    "can be stored")
+
+
+def encode_session_row(session: Session, expected_version: int) -> str:
+    """The blob a save writes, as compact JSON text with `version` = expected_version + 1 (§3.2, Write).
+
+    A datetime anywhere inside becomes §2.4 text; a non-finite float raises
+    ValueError and any other value JSON cannot hold raises TypeError.
+    """
+    if not isinstance(session, Session):
+        raise TypeError(f"save() takes a Session, not {type(session).__name__}")
+    blob = {**session.to_dict(), "version": expected_version + 1}
+    return json.dumps(blob, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+                      default=_row_json_default)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def decode_session_row(raw: Any, session_id: str) -> Session:
+    """A stored blob as a Session (§3.2, Read): text or UTF-8 bytes are parsed; a parsed value is used as is.
+
+    NaN and Infinity are refused like any other text that is not JSON, as
+    JavaScript's JSON.parse refuses them (inferred).
+    """
+    if isinstance(raw, (bytes, bytearray, memoryview)):
+        try:
+            raw = bytes(raw).decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidSessionError(session_id, "blob is not valid JSON") from None
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw, parse_constant=_reject_constant)
+        except ValueError:
+            raise InvalidSessionError(session_id, "blob is not valid JSON") from None
+    return Session.from_dict(raw, session_id=session_id)
+
+
+def saved_session(session: Session, expected_version: int) -> Session:
+    """What `save` returns: a new Session equal to the argument at version + 1 (§3.1 rule 2)."""
+    return replace(session, version=expected_version + 1)
+
+
+def store_now_text() -> str:
+    """"Now" for created / updated columns: the store's own wall clock, as §2.4 text (§3.2)."""
+    return iso(datetime.now(timezone.utc))
+
 
 class MemoryStore:
-    """An in-process Store for tests and prototypes (persistence.md §3.3)."""
+    """An in-process Store for tests, prototypes and offline demos (persistence.md §3.3).
+
+    Rows are kept as ``id -> (version, JSON text)`` and read back through the
+    shared row rules, so a session round-trips exactly as through a database.
+    One lock covers ``load`` and ``save``, so concurrent threads see the atomic
+    compare-and-swap of §3.1.
+
+    >>> store = MemoryStore()
+    >>> saved = store.save(Session(id="s1", data={"nome": "Ana"}), 0)
+    >>> (saved.version, store.load("s1").data)
+    (1, {'nome': 'Ana'})
+    """
 
     def __init__(self):
-        raise NotImplementedError("MemoryStore lands with the Foundation issue (session blob)")
+        self._rows: dict[str, tuple[int, str]] = {}
+        self._lock = threading.Lock()
+
+    def load(self, session_id: str) -> Session | None:
+        """The stored session, or None when there is no row; a bad row raises InvalidSessionError."""
+        with self._lock:
+            row = self._rows.get(session_id)
+        return None if row is None else decode_session_row(row[1], session_id)
+
+    def save(self, session: Session, expected_version: int) -> Session:
+        """Insert (expected_version 0) or update (n > 0) in one locked step; a stale one raises
+        SessionConflictError and writes nothing."""
+        check_expected_version(expected_version)
+        text = encode_session_row(session, expected_version)
+        with self._lock:
+            row = self._rows.get(session.id)
+            actual = None if row is None else row[0]
+            if actual != (None if expected_version == 0 else expected_version):
+                raise SessionConflictError(session.id, expected_version, actual)
+            self._rows[session.id] = (expected_version + 1, text)
+        return saved_session(session, expected_version)
+
+    def clear(self) -> None:
+        """Drop every session."""
+        with self._lock:
+            self._rows.clear()
 
 # <<< memory store <<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<

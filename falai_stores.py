@@ -1,0 +1,301 @@
+"""falai_stores: durable homes for falai sessions (persistence.md Part 3).
+
+Three stores with one contract, ``load(session_id)`` and
+``save(session, expected_version)`` with compare-and-swap (persistence.md §3.1):
+
+   SQLiteStore ...... the embedded default, over the standard library's sqlite3
+   PostgresStore .... over the host's DB-API connection (psycopg 3, psycopg2); JSONB blob
+   RedisStore ....... over the host's redis-py client; one hash per session, one Lua script per save
+
+This module imports ``sqlite3`` and ``falai`` only. It never imports a Postgres
+or Redis driver: the host passes the client it already has. Every store writes
+and reads the blob through falai's shared row rules (persistence.md §3.2), so a
+row written by one implementation loads in the other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+from typing import Any
+
+from falai import (BLOB_MISSING, Session, SessionConflictError, check_expected_version, check_table_name,
+                   decode_session_row, encode_session_row, saved_session, store_now_text)
+
+__all__ = ["SQLiteStore", "PostgresStore", "RedisStore"]
+
+DEFAULT_TABLE = "falai_sessions"
+
+
+def _first_column(row: Any) -> Any:
+    """The first column of a fetched row, whether the driver gives tuples or mappings (a dict row factory)."""
+    if hasattr(row, "values") and not isinstance(row, (tuple, list)):
+        return next(iter(row.values()))
+    return row[0]
+
+
+def _stored_version(value: Any) -> int | None:
+    """A version column (or Redis field) as an int; None when absent or not an integer."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, (bytes, str)):
+        try:
+            return int(value)
+        except ValueError:
+            return None
+    return None
+
+
+# SQLite ######################################################################
+
+class SQLiteStore:
+    """A Store over SQLite (persistence.md §3.4): one row per session, one statement per save.
+
+    ``db`` is an open ``sqlite3.Connection`` or a path the store opens itself
+    (``check_same_thread=False``). ``initialize()`` creates the table; ``close()``
+    closes the connection either way. Each save commits before it returns and a
+    load leaves no transaction open; calls from several threads on one store
+    are serialized by a lock.
+
+    >>> store = SQLiteStore(":memory:"); store.initialize()
+    >>> store.save(Session(id="s1"), 0).version
+    1
+    >>> store.load("s1").version
+    1
+    """
+
+    def __init__(self, db: "sqlite3.Connection | str | os.PathLike", *, table: str = DEFAULT_TABLE):
+        self.table = check_table_name(table)
+        if isinstance(db, sqlite3.Connection):
+            self.connection = db
+        elif isinstance(db, (str, os.PathLike)):
+            self.connection = sqlite3.connect(db, check_same_thread=False)
+        else:
+            raise TypeError(f"SQLiteStore takes a sqlite3.Connection or a path, not {type(db).__name__}")
+        self._lock = threading.Lock()
+
+    def initialize(self) -> None:
+        """Create the table when it is missing."""
+        self._run(lambda c: c.execute(
+            f"CREATE TABLE IF NOT EXISTS {self.table} (id TEXT PRIMARY KEY, version INTEGER NOT NULL, "
+            "blob TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL)"))
+
+    def load(self, session_id: str) -> Session | None:
+        """The stored session, or None; a row that is not a v4 session for this id raises InvalidSessionError."""
+        row = self._run(lambda c: c.execute(f"SELECT blob FROM {self.table} WHERE id = ?", (session_id,)).fetchone())
+        return None if row is None else decode_session_row(_first_column(row), session_id)
+
+    def save(self, session: Session, expected_version: int) -> Session:
+        """Insert at 0, or update only from ``expected_version``; a stale save raises SessionConflictError."""
+        check_expected_version(expected_version)
+        text = encode_session_row(session, expected_version)
+        now = store_now_text()
+        if expected_version == 0:
+            sql = (f"INSERT OR IGNORE INTO {self.table} (id, version, blob, created_at, updated_at) "
+                   "VALUES (?, ?, ?, ?, ?)")
+            params = (session.id, 1, text, now, now)
+        else:
+            sql = f"UPDATE {self.table} SET version = ?, blob = ?, updated_at = ? WHERE id = ? AND version = ?"
+            params = (expected_version + 1, text, now, session.id, expected_version)
+
+        def write(connection: sqlite3.Connection) -> tuple[bool, int | None]:
+            """(won, the stored version read after a conflict)."""
+            if connection.execute(sql, params).rowcount > 0:
+                return True, None
+            connection.commit()      # end the statement's implicit transaction before the extra read
+            row = connection.execute(f"SELECT version FROM {self.table} WHERE id = ?", (session.id,)).fetchone()
+            return False, None if row is None else _stored_version(_first_column(row))
+
+        won, actual = self._run(write)
+        if not won:
+            raise SessionConflictError(session.id, expected_version, actual)
+        return saved_session(session, expected_version)
+
+    def close(self) -> None:
+        """Close the connection (also one the host passed in)."""
+        with self._lock:
+            self.connection.close()
+
+    def _run(self, work):
+        """Run ``work(connection)`` under the lock; commit after it, roll back when it raises."""
+        with self._lock:
+            try:
+                result = work(self.connection)
+            except BaseException:
+                with contextlib.suppress(Exception):     # the original error is the one to report
+                    self.connection.rollback()
+                raise
+            if self.connection.in_transaction:
+                self.connection.commit()
+            return result
+
+
+# Postgres ####################################################################
+
+class PostgresStore:
+    """A Store over PostgreSQL with a JSONB blob (persistence.md §3.5).
+
+    ``connection`` is any DB-API 2.0 connection with the ``%s`` parameter style
+    (psycopg 3, psycopg2); the store never imports a driver. With ``commit=True``
+    (default) it commits after each call and rolls back when a call raises; with
+    ``commit=False`` the host owns the transaction. Calls on one store are
+    serialized by a lock, so threads sharing a store never commit or roll back
+    each other's statements (inferred).
+
+    >>> store = PostgresStore(psycopg.connect("dbname=app"))   # doctest: +SKIP
+    >>> store.initialize(); store.save(Session(id="s1"), 0).version   # doctest: +SKIP
+    1
+    """
+
+    def __init__(self, connection: Any, *, table: str = DEFAULT_TABLE, commit: bool = True):
+        self.table = check_table_name(table)
+        self.connection = connection
+        self.commit = commit
+        self._lock = threading.Lock()
+
+    def initialize(self) -> None:
+        """Create the table when it is missing."""
+        self._run(lambda c: c.execute(
+            f"CREATE TABLE IF NOT EXISTS {self.table} (id VARCHAR(255) PRIMARY KEY, version INTEGER NOT NULL, "
+            "blob JSONB NOT NULL, created_at TIMESTAMPTZ NOT NULL DEFAULT NOW(), "
+            "updated_at TIMESTAMPTZ NOT NULL DEFAULT NOW())"))
+
+    def load(self, session_id: str) -> Session | None:
+        """The stored session, or None; JSONB arrives parsed, text is parsed (persistence.md §3.2)."""
+        def read(cursor):
+            cursor.execute(f"SELECT blob FROM {self.table} WHERE id = %s", (session_id,))
+            return cursor.fetchone()
+
+        row = self._run(read)
+        return None if row is None else decode_session_row(_first_column(row), session_id)
+
+    def save(self, session: Session, expected_version: int) -> Session:
+        """Insert at 0, or update only from ``expected_version``; a stale save raises SessionConflictError."""
+        check_expected_version(expected_version)
+        text = encode_session_row(session, expected_version)
+        if expected_version == 0:
+            sql = (f"INSERT INTO {self.table} (id, version, blob) VALUES (%s, %s, %s::jsonb) "
+                   "ON CONFLICT (id) DO NOTHING RETURNING version")
+            params = (session.id, 1, text)
+        else:
+            sql = (f"UPDATE {self.table} SET version = %s, blob = %s::jsonb, updated_at = NOW() "
+                   "WHERE id = %s AND version = %s RETURNING version")
+            params = (expected_version + 1, text, session.id, expected_version)
+
+        def write(cursor) -> tuple[bool, int | None]:
+            """(won, the stored version read after a conflict)."""
+            cursor.execute(sql, params)
+            if cursor.fetchone() is not None:
+                return True, None
+            cursor.execute(f"SELECT version FROM {self.table} WHERE id = %s", (session.id,))
+            row = cursor.fetchone()
+            return False, None if row is None else _stored_version(_first_column(row))
+
+        won, actual = self._run(write)
+        if not won:
+            raise SessionConflictError(session.id, expected_version, actual)
+        return saved_session(session, expected_version)
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self.connection.close()
+
+    def _run(self, work):
+        """Run ``work(cursor)`` under the lock; with ``commit=True``, commit after it or roll back."""
+        with self._lock:
+            cursor = self.connection.cursor()
+            try:
+                result = work(cursor)
+            except BaseException:
+                if self.commit:
+                    with contextlib.suppress(Exception):     # the original error is the one to report
+                        self.connection.rollback()
+                raise
+            finally:
+                cursor.close()
+            if self.commit:
+                self.connection.commit()
+            return result
+
+
+# Redis #######################################################################
+
+# persistence.md §3.6: check and write in one server-side step.
+# KEYS[1] the hash; ARGV: expected version, next version, blob, now, TTL seconds.
+SAVE_SCRIPT = """
+local stored = redis.call('HGET', KEYS[1], 'version')
+if ARGV[1] == '0' then
+  if stored then return stored end
+elseif stored ~= ARGV[1] then
+  if stored then return stored end
+  return 'missing'
+end
+redis.call('HSET', KEYS[1], 'version', ARGV[2], 'blob', ARGV[3], 'updatedAt', ARGV[4])
+redis.call('HSETNX', KEYS[1], 'createdAt', ARGV[4])
+if tonumber(ARGV[5]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[5]) end
+return nil
+"""
+
+WEEK_SECONDS = 7 * 24 * 60 * 60
+
+
+class RedisStore:
+    """A Store over Redis (persistence.md §3.6): one hash per session, saved by one Lua script.
+
+    ``client`` is a redis-py client, with or without ``decode_responses=True``.
+    The hash lives at ``f"{key_prefix}session:{session_id}"`` with the fields
+    ``version``, ``blob``, ``createdAt`` and ``updatedAt``. ``session_ttl``
+    seconds, reset by every save, expire an idle session (default 7 days; ``0``
+    never expires): set it above the longest wait a flow parks on.
+
+    >>> store = RedisStore(redis.Redis(), session_ttl=30 * 24 * 3600)   # doctest: +SKIP
+    >>> store.save(Session(id="s1"), 0).version   # doctest: +SKIP
+    1
+    """
+
+    def __init__(self, client: Any, *, key_prefix: str = "falai:", session_ttl: int = WEEK_SECONDS):
+        if not isinstance(key_prefix, str):
+            raise TypeError(f"key_prefix must be a string, not {type(key_prefix).__name__}")
+        if isinstance(session_ttl, bool) or not isinstance(session_ttl, int) or session_ttl < 0:
+            raise ValueError(f"session_ttl must be a whole number of seconds (0 = never expires), "
+                             f"not {session_ttl!r}")
+        self.client = client
+        self.key_prefix = key_prefix
+        self.session_ttl = session_ttl
+        self._save_script = client.register_script(SAVE_SCRIPT)
+
+    def key(self, session_id: str) -> str:
+        """The hash key of a session."""
+        return f"{self.key_prefix}session:{session_id}"
+
+    def load(self, session_id: str) -> Session | None:
+        """The stored session, or None for an empty (or expired) hash."""
+        fields = self.client.hgetall(self.key(session_id))
+        if not fields:
+            return None
+        blob = fields.get("blob", fields.get(b"blob", BLOB_MISSING))
+        return decode_session_row(blob, session_id)      # no blob field: "expected an object, got missing"
+
+    def save(self, session: Session, expected_version: int) -> Session:
+        """Insert at 0, or update only from ``expected_version``, in one script; a stale save raises
+        SessionConflictError and writes nothing."""
+        check_expected_version(expected_version)
+        text = encode_session_row(session, expected_version)
+        result = self._save_script(keys=[self.key(session.id)],
+                                   args=[str(expected_version), str(expected_version + 1), text,
+                                         store_now_text(), str(self.session_ttl)])
+        if result is None:
+            return saved_session(session, expected_version)
+        if result in ("missing", b"missing"):
+            raise SessionConflictError(session.id, expected_version, None)
+        raise SessionConflictError(session.id, expected_version, _stored_version(result))
+
+    def close(self) -> None:
+        """Close the client."""
+        self.client.close()
+
