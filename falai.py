@@ -2217,7 +2217,8 @@ def run_tool(tool: Tool | None, name: str, arguments: dict, ctx: ToolCtx) -> tup
         if tool.check_permissions is not None:
             allowed, reason, _ = _verdict(tool.check_permissions(args, ctx), "allowed", "reason")
             if not allowed:
-                return tool_payload({"error": f"Permission denied: {'not allowed' if reason is None else reason}"}), None
+                why = "not allowed" if reason is None else reason
+                return tool_payload({"error": f"Permission denied: {why}"}), None
         result = tool.handler(args, ctx)
     except Exception as error:
         log.warning('tool "%s" raised: %s', tool.id, error)

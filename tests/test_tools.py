@@ -1,4 +1,4 @@
-"""Tool rounds: the loop, gates, concurrency, results, data patches, history items (model-calls.md §6, Tool seed page)."""
+"""Tool rounds: loop, gates, concurrency, results, data patches, history (model-calls.md §6, Tool seed page)."""
 import logging
 import threading
 import time
@@ -455,7 +455,11 @@ def test_destructive_and_unmarked_calls_run_alone_in_order():
 
 def test_results_stay_in_call_order_whatever_finishes_first():
     """model-calls.md §6.4: results in call order."""
-    tools = [Tool(id="slow", handler=lambda a, c: (time.sleep(0.1), ToolResult("slow"))[1], is_read_only=lambda a: True),
+    def slow(args, ctx):
+        time.sleep(0.1)
+        return ToolResult("slow")
+
+    tools = [Tool(id="slow", handler=slow, is_read_only=lambda a: True),
              Tool(id="fast", handler=lambda a, c: ToolResult("fast"), is_read_only=lambda a: True)]
     provider, _ = run_speak(tools, [calling(("slow", {}), ("fast", {})), {"message": "ok"}])
     assert tool_contents(provider.calls[1]) == ["slow", "fast"]
