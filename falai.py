@@ -1396,11 +1396,12 @@ def identity_varies(agent: Agent) -> bool:
 
 def identity_section(agent: Agent, scope: Scope) -> str:
     """``## Identity``: the name, then persona, then goal, rendered (model-calls.md §2.3)."""
+    persona, goal = _render_text(agent.persona, scope), _render_text(agent.goal, scope)
     lines = [f'You are "{agent.name}". Always refer to yourself by that name.']
-    if isinstance(agent.persona, str) and render(agent.persona, scope).strip():
-        lines.append(render(agent.persona, scope).strip())
-    if isinstance(agent.goal, str) and render(agent.goal, scope).strip():
-        lines.append(f"Your goal: {render(agent.goal, scope).strip()}")
+    if persona:
+        lines.append(persona)
+    if goal:
+        lines.append(f"Your goal: {goal}")
     return "## Identity\n" + "\n".join(lines)
 
 
@@ -1701,8 +1702,7 @@ def _understand_call(agent: Agent, ask: UnderstandAsk) -> _UnderstandCall:
 
 def _named(flow: dict, scope: Scope) -> str:
     """``<name>[: <rendered description>]``."""
-    description = flow.get("description")
-    text = render(description, scope).strip() if isinstance(description, str) else ""
+    text = _render_text(flow.get("description"), scope)
     return f"{flow_name(flow)}: {text}" if text else flow_name(flow)
 
 
@@ -1712,15 +1712,15 @@ def _current_flow_section(agent: Agent, ask: UnderstandAsk, scope: Scope) -> str
         return None
     flow = ask.floor_flow or {"id": ask.floor_run.flow_id}
     lines = ["## Current flow", f'The conversation is in the flow "{flow_name(flow)}" (id: {flow.get("id")}).']
-    description = flow.get("description")
-    if isinstance(description, str) and render(description, scope).strip():
-        lines.append(f"About this flow: {render(description, scope).strip()}")
+    description = _render_text(flow.get("description"), scope)
+    if description:
+        lines.append(f"About this flow: {description}")
     step = ask.floor_step
     if isinstance(step, dict):
         lines.append(f"Current step: {step.get('id')}")
-        prompt = step.get("prompt")
-        if isinstance(prompt, str) and render(prompt, scope).strip():
-            lines.append(f"What the step is doing: {render(prompt, scope).strip()}")
+        prompt = _render_text(step.get("prompt"), scope)
+        if prompt:
+            lines.append(f"What the step is doing: {prompt}")
         if ask.floor_pending:
             lines.append("Still being asked for:")
             lines += [f"- {field_line(slug, agent.fields.get(slug))}" for slug in ask.floor_pending]
@@ -2102,11 +2102,12 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool):
             else:
                 generation = agent.provider.generate(request)
             reply = read_round(generation, wire)
+            round_usage = add_usage(usage, generation.usage)
         except Exception as error:
             code, retryable, reset_at_ms = classify_deferral(error)
             log.warning("speak: call %d failed (%s): %s", calls, code, error)
             return Deferred(code=code, retryable=retryable, reset_at_ms=reset_at_ms, llm_calls=calls, usage=usage)
-        usage = add_usage(usage, generation.usage)
+        usage = round_usage
         fields.update(reply.fields)
         message = reply.message
         if not offer or not reply.calls:
