@@ -2882,21 +2882,1042 @@ class Deferred:
     usage: TokenUsage | None = None
 
 
+# --- Shared building blocks (model-calls.md §2) ---------------------------------------------
+
+WIRE_NAME = re.compile(r"[a-zA-Z0-9_-]+")
+ENVELOPE_SHAPED = re.compile(r"\s*(?:```|\{)")
+SECTION_KEYS = ("flows", "mentions", "extract", "branches", "fields")
+
+
+def join_sections(*sections: str | None) -> str:
+    """Drop None and blank sections, join the rest with one blank line, strip (model-calls.md §2.2)."""
+    return "\n\n".join(text for text in sections if text is not None and text.strip()).strip()
+
+
+def _json_text(value: Any) -> str:
+    """Compact JSON, or str() for what JSON cannot hold, so a prompt never fails to build."""
+    try:
+        return compact_json(value)
+    except (TypeError, ValueError, OverflowError, RecursionError):
+        return str(value)
+
+
+def _scalar_text(value: Any) -> str:
+    """A knowledge-base scalar: a string as itself, numbers as JavaScript prints them, else JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return js_number_text(value)
+        except OverflowError:
+            return str(value)
+    return _json_text(value)
+
+
+def knowledge_lines(kb: dict, depth: int = 0) -> list[str]:
+    """The knowledge base as nested markdown bullets, two spaces per depth (model-calls.md §2.3)."""
+    pad = "  " * depth
+    lines: list[str] = []
+    for key, value in kb.items():
+        if isinstance(value, dict):
+            lines.append(f"{pad}- {key}:")
+            lines += knowledge_lines(value, depth + 1)
+        elif isinstance(value, (list, tuple)) and any(isinstance(v, (dict, list, tuple)) for v in value):
+            lines.append(f"{pad}- {key}:")
+            for item in value:
+                if isinstance(item, dict):
+                    lines += knowledge_lines(item, depth + 1)
+                elif isinstance(item, (list, tuple)):
+                    lines += knowledge_lines(dict(enumerate(item)), depth + 1)
+                else:
+                    lines.append(f"{pad}  - {_scalar_text(item)}")
+        elif isinstance(value, (list, tuple)):
+            lines.append(f"{pad}- {key}: {', '.join(_scalar_text(v) for v in value)}".rstrip())
+        else:
+            lines.append(f"{pad}- {key}: {_scalar_text(value)}")
+    return lines
+
+
+def identity_varies(agent: Agent) -> bool:
+    """Persona or goal is a template, so Identity changes with the turn's data (model-calls.md §2.3)."""
+    return any(isinstance(text, str) and "{{" in text for text in (agent.persona, agent.goal))
+
+
+def identity_section(agent: Agent, scope: Scope) -> str:
+    """``## Identity``: the name, then persona, then goal, rendered (model-calls.md §2.3)."""
+    persona, goal = _render_text(agent.persona, scope), _render_text(agent.goal, scope)
+    lines = [f'You are "{agent.name}". Always refer to yourself by that name.']
+    if persona:
+        lines.append(persona)
+    if goal:
+        lines.append(f"Your goal: {goal}")
+    return "## Identity\n" + "\n".join(lines)
+
+
+def knowledge_section(agent: Agent) -> str | None:
+    """``## Knowledge base``, only for a non-empty dict; never rendered as a template."""
+    kb = agent.knowledge_base
+    if not isinstance(kb, dict) or not kb:
+        return None
+    return "## Knowledge base\n" + "\n".join(knowledge_lines(kb))
+
+
+def stable_prefix(agent: Agent, scope: Scope) -> tuple[str | None, str | None]:
+    """(system, Identity for the prompt) per the stable-prefix split of model-calls.md §2.3.
+
+    Text that never changes between turns goes in ``system``, where a provider
+    can cache it; an Identity built from templates stays in the per-call prompt.
+    """
+    if identity_varies(agent):
+        return knowledge_section(agent), identity_section(agent, scope)
+    return join_sections(identity_section(agent, scope), knowledge_section(agent)), None
+
+
+def field_line(name: str, definition: dict | None) -> str:
+    """``<name> (<type>)[ [a | b]][: <description>]``; a slug with no definition prints alone (§2.5)."""
+    if not isinstance(definition, dict):
+        return name
+    if definition.get("type") == "array":
+        items = definition.get("items") if isinstance(definition.get("items"), dict) else {}
+        line = f"{name} (list of {items.get('type', 'string')})"
+    else:
+        line = f"{name} ({definition.get('type', 'string')})"
+        if isinstance(definition.get("enum"), list) and definition["enum"]:
+            line += " [" + " | ".join(value_text(v) for v in definition["enum"]) + "]"
+    if definition.get("description"):
+        line += f": {definition['description']}"
+    return line
+
+
+def already_known_section(agent: Agent, data: dict) -> str | None:
+    """``## Already known``: the agent's known fields, in definition order (model-calls.md §2.6)."""
+    lines = [f"- {slug}: {_json_text(data.get(slug))}" for slug in agent.fields if is_known(data.get(slug))]
+    if not lines:
+        return None
+    return "## Already known\nThese values are settled. Never ask for them again.\n" + "\n".join(lines)
+
+
+def flow_name(flow: dict) -> str:
+    """A flow's name; a flow without one prints its id (flows.md §3.1)."""
+    return str(flow.get("name") or flow.get("id"))
+
+
+def _lenient_loads(text: str) -> Any:
+    """Strict JSON first, then with raw control characters allowed inside strings (§2.9 step 2)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return json.loads(text, strict=False)
+
+
+def find_json_object(text: Any) -> dict | None:
+    """The first balanced ``{...}`` slice of a reply that parses to a dict (model-calls.md §2.9)."""
+    if not isinstance(text, str):
+        return None
+    start = text.find("{")
+    while start >= 0:
+        depth, in_string, escaped, end = 0, False, False, -1
+        for i in range(start, len(text)):
+            c = text[i]
+            if in_string:
+                if escaped:
+                    escaped = False
+                elif c == "\\":
+                    escaped = True
+                elif c == '"':
+                    in_string = False
+            elif c == '"':
+                in_string = True
+            elif c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+                if depth == 0:
+                    end = i
+                    break
+        if end >= 0:
+            try:
+                value = _lenient_loads(text[start:end + 1])
+            except (ValueError, RecursionError):
+                value = None
+            if isinstance(value, dict):
+                return value
+        start = text.find("{", start + 1)
+    return None
+
+
+_FENCE = re.compile(r"\A```(?:json)?[ \t]*\n?(.*?)\n?```\Z", re.S | re.I)
+
+
+def tool_arguments(raw: Any) -> dict:
+    """A tool call's arguments: a dict as is; a string stripped, unfenced and parsed; else {} (§2.9)."""
+    if isinstance(raw, dict):
+        return raw
+    if not isinstance(raw, str):
+        return {}
+    text = raw.strip()
+    fenced = _FENCE.match(text)
+    if fenced:
+        text = fenced.group(1).strip()
+    try:
+        value = _lenient_loads(text)
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _closed_object(properties: dict) -> dict:
+    return {"type": "object", "properties": properties, "required": list(properties),
+            "additionalProperties": False}
+
+
+class AliasTable:
+    """Property-name aliases of one understand call (model-calls.md §2.8).
+
+    A real id that is a valid property name and not yet taken keeps its name;
+    any other gets ``<prefix><n>`` from one shared counter that skips taken
+    names, so a kept real id such as ``f1`` is never minted for another id.
+    """
+
+    def __init__(self):
+        self._taken: set[str] = set()
+        self._alias_of: dict[str, str] = {}
+        self._real_of: dict[str, str] = {}
+        self._n = 0
+
+    def alias(self, real: str, prefix: str) -> str:
+        real = str(real)
+        if real in self._alias_of:
+            return self._alias_of[real]
+        if WIRE_NAME.fullmatch(real) and real not in self._taken:
+            name = real
+        else:
+            while True:
+                self._n += 1
+                name = f"{prefix}{self._n}"
+                if name not in self._taken:
+                    break
+        self._taken.add(name)
+        self._alias_of[real] = name
+        self._real_of[name] = real
+        return name
+
+    def real(self, name: str) -> str:
+        """The real id behind an alias; an unknown name passes through unchanged."""
+        return self._real_of.get(name, name)
+
+
+# --- The understand call (model-calls.md §3) ------------------------------------------------
+
 def needs_understand_call(ask: UnderstandAsk) -> bool:
-    raise NotImplementedError("the understand call lands with the turn-engine issue")
+    """Whether there is anything the model must judge (model-calls.md §3.1, zero-call rules).
+
+    False when there is nothing at all to judge, and when only routing is left
+    and the candidates are empty or only the floor run's own flow (nothing to
+    compare it with). The single-flow shortcut reaches here as empty candidates.
+    """
+    if ask.mentions or ask.branches or ask.fields:
+        return True
+    if not ask.candidates:
+        return False
+    floor_id = ask.floor_run.flow_id if ask.floor_run is not None else (
+        ask.floor_flow.get("id") if isinstance(ask.floor_flow, dict) else None)
+    ids = {flow.get("id") for flow in ask.candidates}
+    return not (floor_id is not None and ids == {floor_id})
+
+
+def _triggers(flow: dict, kind: str) -> list[dict]:
+    return [t for t in (flow.get("on") or []) if isinstance(t, dict) and kind in t]
+
+
+def _phrases(triggers: list[dict], kind: str, scope: Scope) -> tuple[list[str], list[str]]:
+    """Rendered (plain phrases, exclusions) of the given triggers (flows.md §4.3)."""
+    raw = [render(p, scope) for t in triggers for p in (t.get(kind) or []) if isinstance(p, str)]
+    return split_phrases(raw)
+
+
+def _mention_trigger(flow: dict) -> dict:
+    found = _triggers(flow, "mention")
+    return found[0] if found else {}
+
+
+def _mention_extract(flow: dict) -> dict:
+    extract = _mention_trigger(flow).get("extract")
+    return extract if isinstance(extract, dict) and extract else {}
+
+
+SCORE_RUBRIC = ("How to score:\n"
+                "- 90–100: explicit keywords and clear intent\n"
+                "- 70–89: strong contextual evidence and relevant keywords\n"
+                "- 50–69: moderate relevance\n"
+                "- 30–49: weak connection or ambiguous\n"
+                "- 0–29: minimal or no evidence")
+
+
+@dataclass
+class _UnderstandCall:
+    request: GenerateRequest
+    aliases: AliasTable
+
+
+def _understand_call(agent: Agent, ask: UnderstandAsk) -> _UnderstandCall:
+    """The understand request: prompt (§3.4), envelope (§3.3) and its alias table (§2.8)."""
+    scope = Scope(data=ask.scope.data, context=ask.scope.context)
+    aliases = AliasTable()
+    candidates, seen = [], set()
+    for flow in ask.candidates:
+        if flow.get("id") not in seen:
+            seen.add(flow.get("id"))
+            candidates.append(flow)
+    cand = [(aliases.alias(f["id"], "f"), f) for f in candidates]
+    ment = [(aliases.alias(f["id"], "f"), f) for f in ask.mentions]
+    branches = [(aliases.alias(f"{run_id}/{step_id}/{index}", "q"), render(when, scope) if isinstance(when, str)
+                 else str(when)) for run_id, step_id, index, when in ask.branches]
+    fields = [(aliases.alias(slug, "d"), slug) for slug in ask.fields]
+
+    properties: dict = {}
+    if cand:
+        properties["flows"] = _closed_object({
+            alias: {"type": ["integer", "null"], "description": f"0-100 fit of the message to {flow_name(f)}"}
+            for alias, f in cand})
+    if ment:
+        properties["mentions"] = _closed_object({
+            alias: {"type": ["boolean", "null"], "description": f"true when the customer brought up {flow_name(f)}"}
+            for alias, f in ment})
+        extracts = {alias: nullable_envelope(_mention_extract(f)) for alias, f in ment if _mention_extract(f)}
+        if extracts:
+            properties["extract"] = _closed_object(extracts)
+    if branches:
+        properties["branches"] = _closed_object({
+            alias: {"type": ["boolean", "null"], "description": when} for alias, when in branches})
+    if fields:
+        properties["fields"] = nullable_envelope({alias: agent.fields.get(slug) or {"type": "string"}
+                                                  for alias, slug in fields})
+    schema = _closed_object(properties)
+
+    system, identity = stable_prefix(agent, scope)
+    sections = [identity, (
+        "## Task\nJudge the customer's latest message, quoted below, against the conversation so far. "
+        "Only the customer's own words are evidence: never the assistant's questions, suggestions or guesses. "
+        'Answer with one JSON object in the shape given under "Output".')]
+    sections.append(_current_flow_section(agent, ask, scope))
+    sections.append(already_known_section(agent, ask.scope.data))
+    if cand:
+        lines = ["## Flows the customer may want",
+                 "Score every flow below from 0 to 100 for how well the customer's latest message fits it, "
+                 "the current flow included."]
+        for n, (alias, flow) in enumerate(cand, 1):
+            lines.append(f"{n}. {alias} — {_named(flow, scope)}")
+            plain, excluded = _phrases(_triggers(flow, "message"), "message", scope)
+            if plain:
+                lines.append(f"   The customer says things like: {'; '.join(plain)}")
+            if excluded:
+                lines.append(f"   Score 0 when: {'; '.join(excluded)}")
+        lines.append(SCORE_RUBRIC)
+        sections.append("\n".join(lines))
+    if ment:
+        lines = ["## Things the customer may mention",
+                 "Answer true only on clear, explicit evidence in the customer's message. The phrases of an item "
+                 "are alternatives: one match is enough. An exclusion overrides any match."]
+        for alias, flow in ment:
+            lines.append(f"- {alias} — {_named(flow, scope)}")
+            plain, excluded = _phrases([_mention_trigger(flow)], "mention", scope)
+            if plain:
+                lines.append(f"  Counts when: {'; '.join(plain)}")
+            if excluded:
+                lines.append(f"  Does not count when: {'; '.join(excluded)}")
+            extract = _mention_extract(flow)
+            if extract:
+                lines.append("  When true, also extract these values from the message:")
+                lines += [f"  - {field_line(name, d)}" for name, d in extract.items()]
+        sections.append("\n".join(lines))
+    if branches:
+        sections.append("\n".join(
+            ["## Questions about this message",
+             "Answer each question with true or false, judging the customer's latest message in the context "
+             "of the conversation."] + [f"- {alias}: {when}" for alias, when in branches]))
+    if fields:
+        sections.append("\n".join(
+            ["## Details the customer may have given",
+             "Report a value only when the customer gave it in this message. Never guess, and never take a value "
+             "from the assistant's words. Use null when it was not given."]
+            + [f"- {field_line(alias, agent.fields.get(slug))}" for alias, slug in fields]))
+    sections.append(f'## Customer\'s latest message\n"""\n{ask.message}\n"""')
+    sections.append(_understand_output_section(schema))
+    request = GenerateRequest(system=system, prompt=join_sections(*sections), history=list(ask.history),
+                              context=ask.scope.context, schema=schema, schema_name="understand")
+    return _UnderstandCall(request=request, aliases=aliases)
+
+
+def _named(flow: dict, scope: Scope) -> str:
+    """``<name>[: <rendered description>]``."""
+    text = _render_text(flow.get("description"), scope)
+    return f"{flow_name(flow)}: {text}" if text else flow_name(flow)
+
+
+def _current_flow_section(agent: Agent, ask: UnderstandAsk, scope: Scope) -> str | None:
+    """``## Current flow`` (model-calls.md §3.4 item 3), only with a floor run."""
+    if ask.floor_run is None and ask.floor_flow is None:
+        return None
+    flow = ask.floor_flow or {"id": ask.floor_run.flow_id}
+    lines = ["## Current flow", f'The conversation is in the flow "{flow_name(flow)}" (id: {flow.get("id")}).']
+    description = _render_text(flow.get("description"), scope)
+    if description:
+        lines.append(f"About this flow: {description}")
+    step = ask.floor_step
+    if isinstance(step, dict):
+        lines.append(f"Current step: {step.get('id')}")
+        prompt = _render_text(step.get("prompt"), scope)
+        if prompt:
+            lines.append(f"What the step is doing: {prompt}")
+        if ask.floor_pending:
+            lines.append("Still being asked for:")
+            lines += [f"- {field_line(slug, agent.fields.get(slug))}" for slug in ask.floor_pending]
+    lines.append("The customer may continue here or switch to something else; score the current flow like "
+                 "any other.")
+    return "\n".join(lines)
+
+
+_SKELETON_LEAF = {"flows": 0, "mentions": False, "branches": False, "extract": None, "fields": None}
+_OUTPUT_LINES = {
+    "flows": '"flows": a score from 0 to 100 for every flow under "Flows the customer may want"',
+    "mentions": '"mentions": true or false for every item under "Things the customer may mention"',
+    "extract": '"extract": for each mention, the values pulled from the message, null when not given',
+    "branches": '"branches": true or false for every question under "Questions about this message"',
+    "fields": '"fields": each detail the customer gave in this message, null when not given',
+}
+
+
+def _skeleton(node: dict, leaf: Any) -> Any:
+    """The schema as an example: object nodes expand into their properties, other nodes are ``leaf``."""
+    if isinstance(node, dict) and node.get("type") == "object" and isinstance(node.get("properties"), dict):
+        return {key: _skeleton(child, leaf) for key, child in node["properties"].items()}
+    return leaf
+
+
+def _understand_output_section(schema: dict) -> str:
+    present = list(schema["properties"])
+    skeleton = {key: _skeleton(schema["properties"][key], _SKELETON_LEAF[key]) for key in present}
+    return "\n".join(
+        ["## Output",
+         "Return exactly one JSON object and nothing else: no prose, no code fence. Every key is required; use "
+         "null where there is nothing to report."]
+        + [f"- {_OUTPUT_LINES[key]}" for key in present]
+        + ["The exact shape:", compact_json(skeleton)])
 
 
 def understand(agent: Agent, ask: UnderstandAsk) -> Judgement:
-    raise NotImplementedError("the understand call lands with the turn-engine issue")
+    """The understand call (model-calls.md §3): one ``generate`` with ``schema_name="understand"``.
+
+    Zero calls and an empty judgement when ``needs_understand_call`` is False.
+    A provider exception propagates unchanged (§10.1); a malformed reply logs a
+    warning and judges nothing, but still counts as a call (§3.5).
+    """
+    if not needs_understand_call(ask):
+        return Judgement()
+    call = _understand_call(agent, ask)
+    generation = agent.provider.generate(call.request)
+    return read_judgement(generation, call.aliases)
+
+
+def _judgement_reply(generation: Generation) -> dict | None:
+    structured = generation.structured
+    if isinstance(structured, dict) and any(key in structured for key in SECTION_KEYS):
+        return structured
+    found = find_json_object(generation.message)
+    if found is not None and any(key in found for key in SECTION_KEYS):
+        return found
+    return None
+
+
+def read_score(value: Any) -> "int | float | None":
+    """A flow score: a number (not a bool) or a numeric string, finite, clamped to 0..100 (§3.5)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        value = js_number(value)
+    if not isinstance(value, (int, float)):
+        return None
+    try:
+        if not math.isfinite(value):
+            return None
+    except OverflowError:
+        return None
+    value = min(100, max(0, value))
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def read_judgement(generation: Generation, aliases: AliasTable) -> Judgement:
+    """Read an understand reply section by section, mapping aliases back (model-calls.md §3.5)."""
+    judgement = Judgement(llm_calls=1, usage=generation.usage)
+    reply = _judgement_reply(generation)
+    if reply is None:
+        text = generation.message if isinstance(generation.message, str) else ""
+        log.warning("understand: the reply is not a usable judgement; nothing is judged this turn: %r",
+                    text[:200])
+        return judgement
+
+    def section(key: str) -> dict:
+        value = reply.get(key)
+        return value if isinstance(value, dict) else {}
+
+    for key, value in section("flows").items():
+        score = read_score(value)
+        if score is not None:
+            judgement.flows[aliases.real(key)] = score
+    for target, key in ((judgement.mentions, "mentions"), (judgement.branches, "branches")):
+        for name, value in section(key).items():
+            answer = read_boolean(value)
+            if answer is not None:
+                target[aliases.real(name)] = answer
+    for key, value in section("extract").items():
+        if isinstance(value, dict):
+            judgement.extract[aliases.real(key)] = {name: v for name, v in value.items() if is_known(v)}
+    for key, value in section("fields").items():
+        if is_known(value):
+            judgement.fields[aliases.real(key)] = value
+    return judgement
+
+
+# --- The speak call (model-calls.md §5) -----------------------------------------------------
+
+DEFAULT_COLLECT_GUIDELINE = ("Collect what is still missing below, in the flow of the conversation, "
+                             "one or two things per message.")
+DEFAULT_ANSWER_GUIDELINE = "Answer the customer's message in the flow of the conversation."
+GUIDELINE_HEADING = "## Guideline for your reply (adapt to the conversation)"
+TOOLS_SECTION = ("## Tools\nCall the provided tools when something must be looked up or done before you "
+                 "answer. Once you have enough, answer the customer.")
+WRAP_UP_SECTION = ("## Wrap up\nAnswer the customer now, using the tool results in the conversation. "
+                   "Do not call any tools.")
+
+
+def wire_names(pending: list[str]) -> list[tuple[str, str]]:
+    """(slug, wire name) for the speak envelope (model-calls.md §5.4).
+
+    A slug that is a valid property name (and not ``message``) travels as
+    itself; any other as ``field_<index>``, skipping to the next free
+    ``field_<n>`` when a real slug already uses that name (inferred).
+    """
+    slugs = list(dict.fromkeys(pending))
+    kept = {slug for slug in slugs if WIRE_NAME.fullmatch(slug) and slug != "message"}
+    taken = {"message"} | kept
+    names = []
+    for i, slug in enumerate(slugs):
+        if slug in kept:
+            names.append((slug, slug))
+            continue
+        n = i
+        while f"field_{n}" in taken:
+            n += 1
+        taken.add(f"field_{n}")
+        names.append((slug, f"field_{n}"))
+    return names
+
+
+def speak_envelope(agent: Agent, wire: list[tuple[str, str]]) -> dict:
+    """``{"message", <wire name>...}`` as a nullable envelope (model-calls.md §5.4, §2.7)."""
+    definitions: dict = {"message": {"type": "string"}}
+    for slug, name in wire:
+        definitions[name] = agent.fields.get(slug) or {"type": "string"}
+    return nullable_envelope(definitions)
+
+
+def instruction_line(instruction: dict, scope: Scope) -> str | None:
+    """``- [<kind>] [Always] <prompt>[ (apply only when: a OR b)]``, None when the prompt renders empty (§5.2)."""
+    prompt = instruction.get("prompt")
+    text = render(prompt, scope).strip() if isinstance(prompt, str) else ""
+    if not text:
+        return None
+    when = instruction.get("when")
+    whens = [when] if isinstance(when, str) else [w for w in (when or []) if isinstance(w, str)]
+    whens = [w for w in whens if w.strip()]
+    line = f"- [{instruction.get('kind') or 'should'}] [Always] {text}"
+    return line + f" (apply only when: {' OR '.join(whens)})" if whens else line
+
+
+def instructions_section(instructions: list, scope: Scope) -> str | None:
+    lines = [line for line in (instruction_line(i, scope) for i in instructions if isinstance(i, dict)) if line]
+    return "## Instructions\n" + "\n".join(lines) if lines else None
+
+
+def input_section(ask: SpeakAsk) -> str | None:
+    """The Input section of model-calls.md §5.3 (message, blank message, retry, speak first)."""
+    if ask.input_kind == "message":
+        text = (ask.text or "").strip()
+        return f'## Customer\'s latest message\n"{text}"' if text else None
+    last = ask.history[-1] if ask.history else None
+    if isinstance(last, dict) and last.get("role") == "user":
+        return ("## Situation\nThe customer's last message, in the conversation above, has no answer yet. "
+                "Answer it now.")
+    return ("## Situation\nThere is no new message from the customer: you speak first. Open naturally; do not "
+            "answer a question nobody asked.")
+
+
+def response_format_section(agent: Agent, wire: list[tuple[str, str]]) -> str:
+    lines = ["## Response format",
+             'Answer with one JSON object and nothing else: no text around it, no code fences. "message" is what '
+             "you say to the customer, as natural text; it never contains field names, keys or raw values."]
+    for slug, name in wire:
+        lines.append(f'- "{name}": {field_line(slug, agent.fields.get(slug))}. '
+                     "The value the customer gave, or null.")
+    if wire:
+        lines += ["Rules for these properties:",
+                  "- Fill a property only with what the customer actually said, in this message or earlier; "
+                  "never guess.",
+                  "- When the customer gives several details at once, take every one of them.",
+                  "- A property the customer did not answer stays null: never a question or a placeholder.",
+                  "- Write the property names exactly as shown."]
+    return "\n".join(lines)
+
+
+def _render_text(text: Any, scope: Scope) -> str:
+    return render(text, scope).strip() if isinstance(text, str) else ""
+
+
+def speak_prompt(agent: Agent, ask: SpeakAsk, wire: list[tuple[str, str]]) -> tuple[str | None, str]:
+    """(system, prompt without the round section) for a talk step or the idle speaker (§5.3).
+
+    A step ``prompt`` that renders blank counts as absent, so the default
+    guideline applies (inferred: a heading with nothing under it helps nobody).
+    """
+    scope = ask.scope
+    system, identity = stable_prefix(agent, scope)
+    if ask.step is None:
+        idle = agent.idle if isinstance(agent.idle, dict) else {}
+        return system, join_sections(
+            identity, f"{GUIDELINE_HEADING}\n{_render_text(idle.get('prompt'), scope)}".strip(),
+            instructions_section(ask.instructions, scope), input_section(ask),
+            response_format_section(agent, []))
+    flow = ask.flow or {}
+    flow_text = flow_name(flow) if flow else ""
+    if flow.get("description"):
+        flow_text += f": {flow['description']}"
+    guideline = _render_text(ask.step.get("prompt"), scope) or (
+        DEFAULT_COLLECT_GUIDELINE if ask.pending else DEFAULT_ANSWER_GUIDELINE)
+    return system, join_sections(
+        identity, f"## Flow\n{flow_text}" if flow_text else None, f"{GUIDELINE_HEADING}\n{guideline}",
+        _still_to_collect_section(agent, ask), already_known_section(agent, scope.data),
+        instructions_section(ask.instructions, scope), input_section(ask), response_format_section(agent, wire))
+
+
+def _still_to_collect_section(agent: Agent, ask: SpeakAsk) -> str | None:
+    if not ask.pending:
+        return None
+    step_ask = ask.step.get("ask") if isinstance(ask.step.get("ask"), dict) else {}
+    lines = ["## Still to collect",
+             "Ask for these in this order, at the pace the guideline sets. If the customer's message already "
+             "gives one of them, take it and do not ask for it again."]
+    for slug in ask.pending:
+        definition = agent.fields.get(slug)
+        lines.append(f"- {field_line(slug, definition)}")
+        wording = step_ask.get(slug)
+        if wording is None and isinstance(definition, dict):
+            wording = definition.get("ask")
+        how = _render_text(wording, ask.scope)
+        if how:
+            lines.append(f"  How to ask: {how}")
+    return "\n".join(lines)
+
+
+@dataclass
+class _Round:
+    """One speak round's reply as read by model-calls.md §5.5."""
+    message: str
+    fields: dict
+    calls: list            # (name, arguments, thought_signature)
+    reasoning: str | None = None
+    reasoning_details: Any = None
+
+
+def read_round(generation: Generation, wire: list[tuple[str, str]]) -> _Round:
+    """Message, field values and tool calls of one speak round (model-calls.md §5.5).
+
+    Text that looks like an envelope but does not parse reads as "" so it can
+    never reach the customer.
+    """
+    raw = generation.message if isinstance(generation.message, str) else ""
+    parsed = generation.structured if isinstance(generation.structured, dict) else find_json_object(raw)
+    if parsed is not None:
+        message = parsed["message"] if isinstance(parsed.get("message"), str) else ""
+        fields = {slug: parsed[name] for slug, name in wire if is_known(parsed.get(name))}
+    else:
+        message = "" if ENVELOPE_SHAPED.match(raw) else raw
+        fields = {}
+    calls = []
+    for call in generation.tool_calls or []:
+        get = call.get if isinstance(call, dict) else (lambda key, c=call: getattr(c, key, None))
+        name = get("name")
+        if isinstance(name, str) and name:
+            calls.append((name, tool_arguments(get("arguments")), get("thought_signature")))
+    reasoning = generation.reasoning if isinstance(generation.reasoning, str) and generation.reasoning else None
+    details = generation.reasoning_details if isinstance(generation.reasoning_details, list) else None
+    return _Round(message, fields, calls, reasoning, details)
+
+
+_DEFERRAL_CODES = {
+    "timeout": ("provider-unavailable", True), "network": ("provider-unavailable", True),
+    "overload": ("provider-unavailable", True), "rate": ("provider-unavailable", True),
+    "unknown": ("provider-unavailable", True), "aborted": ("provider-unavailable", False),
+    "quota": ("provider-quota", False), "auth": ("provider-auth", False),
+    "entitlement": ("provider-auth", False), "model": ("provider-invalid", False),
+    "invalid": ("provider-invalid", False), "content": ("provider-invalid", False),
+    "context": ("provider-context", False),
+}
+
+
+def classify_deferral(error: BaseException) -> tuple[str, bool, int | None]:
+    """(code, retryable, reset_at_ms) of a failed speak round (model-calls.md §10.2)."""
+    if not isinstance(error, ProviderError):
+        return "provider-unavailable", True, None
+    code, retryable = _DEFERRAL_CODES.get(error.kind, ("provider-unavailable", True))
+    if error.kind == "quota":
+        retryable = error.reset_at_ms is not None
+    if error.should_retry is not None:
+        retryable = bool(error.should_retry)
+    return code, retryable, error.reset_at_ms
+
+
+def _stream_round(provider: Any, request: GenerateRequest):
+    """Stream one round: yield decoded deltas, return the round as a Generation (model-calls.md §8).
+
+    The returned message is the raw accumulated text, read by ``read_round``
+    exactly as ``generate``'s would be, so a streamed turn returns the same
+    result as ``turn()`` for the same provider output, broken envelopes included.
+    """
+    decoder = StreamDecoder()
+    raw, structured, tool_calls, usage = "", None, [], None
+    reasoning, details, metadata = None, None, {}
+    for chunk in provider.generate_stream(request):
+        raw = chunk.accumulated if isinstance(chunk.accumulated, str) else raw + (chunk.delta or "")
+        _, delta = decoder.push(raw)
+        if delta:
+            yield delta
+        if chunk.structured is not None:
+            structured = chunk.structured
+        if chunk.tool_calls:
+            tool_calls = list(chunk.tool_calls)
+        if chunk.usage is not None:
+            usage = chunk.usage
+        if chunk.reasoning:
+            reasoning = chunk.reasoning
+        if chunk.reasoning_details is not None:
+            details = chunk.reasoning_details
+        if chunk.metadata:
+            metadata = chunk.metadata
+    return Generation(message=raw, structured=structured, tool_calls=tool_calls, usage=usage,
+                      reasoning=reasoning, reasoning_details=details, metadata=metadata)
+
+
+def _overlay(data: dict, patch: dict) -> dict:
+    """``session.data`` overlaid with the call's patches; a key patched to None is left out (§6.6)."""
+    view = dict(data)
+    merge_patch(view, patch)
+    return view
 
 
 def speak(agent: Agent, ask: SpeakAsk, streaming: bool):
-    raise NotImplementedError("the speak call lands with the turn-engine issue")
-    yield ""  # pragma: no cover
+    """The speak call and its tool rounds (model-calls.md §5-§6, the Tool seed page).
+
+    A generator: ``result = yield from speak(agent, ask, streaming)``. While
+    streaming it yields text deltas (``provider.generate_stream`` through a
+    ``StreamDecoder``); otherwise it uses ``provider.generate`` and yields
+    nothing. It returns ``Spoken`` or ``Deferred`` and never raises for a
+    provider failure or a tool.
+    """
+    wire = wire_names(ask.pending) if ask.step is not None else []
+    system, base = speak_prompt(agent, ask, wire)
+    schema = speak_envelope(agent, wire)
+    declarations = [{"name": t.id, "description": t.description, "parameters": t.parameters} for t in ask.tools]
+    tools_by_id: dict[str, Tool] = {}
+    for tool in ask.tools:
+        tools_by_id.setdefault(tool.id, tool)
+    loops = max(0, agent.max_tool_loops if isinstance(agent.max_tool_loops, int) else 5)
+    history = list(ask.history)
+    fields: dict = {}
+    data: dict = {}
+    usage: TokenUsage | None = None
+    calls = 0
+    round_no = 0
+    while True:
+        offer = bool(ask.tools) and round_no < loops
+        section = TOOLS_SECTION if offer else WRAP_UP_SECTION if round_no > 0 else None
+        request = GenerateRequest(system=system, prompt=join_sections(base, section), history=list(history),
+                                  context=ask.scope.context, schema=copy.deepcopy(schema), schema_name="speak",
+                                  tools=[dict(d) for d in declarations] if offer else None)
+        calls += 1
+        try:
+            if streaming:
+                generation = yield from _stream_round(agent.provider, request)
+            else:
+                generation = agent.provider.generate(request)
+            reply = read_round(generation, wire)
+            round_usage = add_usage(usage, generation.usage)
+        except Exception as error:
+            code, retryable, reset_at_ms = classify_deferral(error)
+            log.warning("speak: call %d failed (%s): %s", calls, code, error)
+            return Deferred(code=code, retryable=retryable, reset_at_ms=reset_at_ms, llm_calls=calls, usage=usage)
+        usage = round_usage
+        fields.update(reply.fields)
+        message = reply.message
+        if not offer or not reply.calls:
+            break
+        ctx = ToolCtx(context=ask.scope.context, data=_overlay(ask.scope.data, data), history=list(history),
+                      run=ask.run, now=ask.now)
+        results = run_tool_calls(tools_by_id, reply.calls, ctx)
+        if round_no == 0 and not (history and isinstance(history[-1], dict) and history[-1].get("role") == "user"):
+            history.append({"role": "user", "content": (ask.text or "") if ask.input_kind == "message" else base})
+        history.append(_assistant_item(round_no, reply))
+        for i, ((name, _, _), (text, _)) in enumerate(zip(reply.calls, results)):
+            history.append({"role": "tool", "tool_call_id": f"call-{round_no}-{i}", "name": name, "content": text})
+        for _, patch in results:
+            if patch:
+                data.update(patch)
+        round_no += 1
+    text = message.strip()
+    if not text:
+        log.warning("speak: the reply is blank after %d call(s); the speaker defers", calls)
+        return Deferred(code="provider-unavailable", retryable=True, llm_calls=calls, usage=usage)
+    return Spoken(message=text, fields=fields, data=data, llm_calls=calls, usage=usage)
+
+
+def _assistant_item(round_no: int, reply: _Round) -> dict:
+    """The assistant history item of a round that called tools (model-calls.md §6.7)."""
+    tool_calls = []
+    for i, (name, arguments, signature) in enumerate(reply.calls):
+        call = {"id": f"call-{round_no}-{i}", "name": name, "arguments": arguments}
+        if isinstance(signature, str) and signature:
+            call["thoughtSignature"] = signature
+        tool_calls.append(call)
+    item = {"role": "assistant", "content": reply.message if reply.message.strip() else None,
+            "tool_calls": tool_calls}
+    if reply.reasoning:
+        item["reasoning"] = reply.reasoning
+    if reply.reasoning_details is not None:
+        item["reasoningDetails"] = reply.reasoning_details
+    return item
+
+
+# --- Tool calls (model-calls.md §6.3-§6.6) --------------------------------------------------
+
+def tool_payload(payload: dict) -> str:
+    """An error payload the model reads: compact JSON, non-ASCII kept, never truncated (§6.3)."""
+    try:
+        return compact_json(payload)
+    except (TypeError, ValueError, OverflowError, RecursionError):
+        return compact_json({"error": str(payload.get("error"))})
+
+
+def tool_value_text(value: Any, limit: Any = None) -> str:
+    """What the model reads from a tool's ``value``, cut at ``limit`` characters (model-calls.md §6.5)."""
+    if value is None:
+        text = '{"ok":true}'
+    elif isinstance(value, str):
+        text = value
+    else:
+        try:
+            text = compact_json(value)
+        except (TypeError, ValueError, OverflowError, RecursionError):
+            text = "[result could not be serialized]"
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 and len(text) > limit:
+        text = f"{text[:limit]}\n[truncated: {len(text)} chars total, showing the first {limit}]"
+    return text
+
+
+def _verdict(result: Any, ok_key: str, why_key: str) -> tuple[bool, Any, Any]:
+    """(passes, why, correctedInput) of a validate/permission hook result.
+
+    None passes; a dataclass or a dict with the spec keys is read; a bare bool
+    is read as the answer itself (inferred: what a user writing ``lambda a, c:
+    True`` expects).
+    """
+    if result is None:
+        return True, None, None
+    if isinstance(result, bool):
+        return result, None, None
+    if isinstance(result, dict):
+        corrected = result.get("correctedInput", result.get("corrected_input"))
+        return bool(result.get(ok_key)), result.get(why_key), corrected
+    return bool(getattr(result, ok_key, False)), getattr(result, why_key, None), \
+        getattr(result, "corrected_input", None)
+
+
+def _copy_args(arguments: dict) -> dict:
+    try:
+        return copy.deepcopy(arguments)
+    except Exception:
+        return dict(arguments)
+
+
+def run_tool(tool: Tool | None, name: str, arguments: dict, ctx: ToolCtx) -> tuple[str, dict | None]:
+    """One call through its gates (model-calls.md §6.3): (what the model reads, data patch or None).
+
+    Never raises: a hook or handler that raises becomes ``{"error": ...}``.
+    """
+    if tool is None:
+        return tool_payload({"error": f'Tool "{name}" is not available.'}), None
+    args = _copy_args(arguments)
+    try:
+        if tool.validate_input is not None:
+            valid, error, corrected = _verdict(tool.validate_input(args, ctx), "valid", "error")
+            if not valid:
+                payload = {"error": f"Validation failed: {'invalid input' if error is None else error}"}
+                if corrected is not None:
+                    payload["correctedInput"] = corrected
+                return tool_payload(payload), None
+        if tool.check_permissions is not None:
+            allowed, reason, _ = _verdict(tool.check_permissions(args, ctx), "allowed", "reason")
+            if not allowed:
+                why = "not allowed" if reason is None else reason
+                return tool_payload({"error": f"Permission denied: {why}"}), None
+        result = tool.handler(args, ctx)
+    except Exception as error:
+        log.warning('tool "%s" raised: %s', tool.id, error)
+        return tool_payload({"error": str(error)}), None
+    if result is None:
+        value, data = None, None
+    elif isinstance(result, ToolResult):
+        value, data = result.value, result.data
+    elif isinstance(result, dict):
+        value, data = result.get("value"), result.get("data")
+    else:
+        log.warning('tool "%s" returned %s, not a ToolResult or a dict; read as an empty result',
+                    tool.id, type(result).__name__)
+        value, data = None, None
+    if data is not None and not isinstance(data, dict):
+        log.warning('tool "%s" returned data that is not a dict; ignored', tool.id)
+        data = None
+    return tool_value_text(value, tool.max_result_size_chars), data
+
+
+def is_safe_call(tool: Tool | None, arguments: dict) -> bool:
+    """May this call run beside others (model-calls.md §6.4)? A hook that raises means no."""
+    if tool is None:
+        return False
+    try:
+        if tool.is_destructive is not None and tool.is_destructive(arguments):
+            return False
+        if tool.is_concurrency_safe is not None:
+            return bool(tool.is_concurrency_safe(arguments))
+        if tool.is_read_only is not None:
+            return bool(tool.is_read_only(arguments))
+    except Exception as error:
+        log.warning('tool "%s": a concurrency hook raised (%s); the call runs alone', tool.id, error)
+    return False
+
+
+def run_tool_calls(tools_by_id: dict, calls: list, ctx: ToolCtx) -> list[tuple[str, dict | None]]:
+    """Run a round's calls in batches, results in call order (model-calls.md §6.4).
+
+    A run of consecutive safe calls runs together in a thread pool, one worker
+    per call; any other call runs alone. A batch starts when the previous ended.
+    """
+    tools = [tools_by_id.get(name) for name, _, _ in calls]
+    safe = [is_safe_call(tool, _copy_args(args)) for tool, (_, args, _) in zip(tools, calls)]
+    results: list = [None] * len(calls)
+    i = 0
+    while i < len(calls):
+        end = i + 1
+        if safe[i]:
+            while end < len(calls) and safe[end]:
+                end += 1
+        if end - i == 1:
+            results[i] = run_tool(tools[i], calls[i][0], calls[i][1], ctx)
+        else:
+            with ThreadPoolExecutor(max_workers=end - i) as pool:
+                futures = [pool.submit(run_tool, tools[k], calls[k][0], calls[k][1], ctx) for k in range(i, end)]
+                for k, future in zip(range(i, end), futures):
+                    results[k] = future.result()
+        i = end
+    return results
+
+
+# --- Compaction (model-calls.md §9) ---------------------------------------------------------
+
+SUMMARY_MARKER = "[Conversation Summary]\n"
+SUMMARY_REQUEST = ("Summarize the conversation below concisely. Keep the key facts, the decisions made and the "
+                   "context needed to continue it; leave out small talk.")
+
+
+def _content_text(item: Any) -> str:
+    content = item.get("content") if isinstance(item, dict) else item
+    if isinstance(content, str):
+        return content
+    return "" if content is None else _json_text(content)
+
+
+def estimate_tokens(history: list) -> int:
+    """Characters of content and name, plus 4 per item, over 4, rounded up (model-calls.md §9.3)."""
+    total = 0
+    for item in history:
+        name = item.get("name") if isinstance(item, dict) else None
+        total += len(_content_text(item)) + (len(name) if isinstance(name, str) else 0) + 4
+    return -(-total // 4)
+
+
+def _is_tool_item(item: Any) -> bool:
+    return isinstance(item, dict) and item.get("role") == "tool"
 
 
 def compact_history(agent: Agent, history: list) -> tuple[list, int, TokenUsage | None]:
-    raise NotImplementedError("compaction lands with the turn-engine issue")
+    """Trim the turn's history to the compaction budget (model-calls.md §9).
+
+    Returns ``(history, llm_calls, usage)``; ``(history, 0, None)`` with no
+    config, ``enabled: False`` or an empty history. Layers, cheapest first:
+    none, tool_result_budget, micro_compact, auto_compact (one summary call;
+    when it fails, the oldest messages are dropped instead). Never raises.
+    """
+    config = agent.compaction
+    if not isinstance(config, dict) or config.get("enabled") is False or not history:
+        return history, 0, None
+    try:
+        return _compact(agent, config, list(history))
+    except Exception as error:  # a malformed config or item: keep the history as it is
+        log.warning("compaction: skipped (%s)", error)
+        return history, 0, None
+
+
+def _compact(agent: Agent, config: dict, history: list) -> tuple[list, int, TokenUsage | None]:
+    threshold = config["maxTokens"] * config.get("compactionThreshold", 0.8)
+    keep = config.get("preserveRecentCount", 4)
+    limit = config.get("maxToolResultChars", 5000)
+    if estimate_tokens(history) < threshold:
+        return history, 0, None
+    edge = len(history) - min(keep, len(history))
+    budgeted = list(history)
+    for i in range(edge):
+        text = _content_text(budgeted[i])
+        if _is_tool_item(budgeted[i]) and len(text) > limit:
+            budgeted[i] = {**budgeted[i],
+                           "content": f"{text[:limit]}\n\n[Truncated: {len(text)} chars total, showing first {limit}]"}
+    if estimate_tokens(budgeted) < threshold:
+        return budgeted, 0, None
+    micro = list(budgeted)
+    for i in range(edge):
+        if _is_tool_item(micro[i]):
+            micro[i] = {**micro[i], "content": re.sub(r"\s+", " ", _content_text(micro[i])).strip()}
+    if estimate_tokens(micro) < threshold:
+        return micro, 0, None
+    while 0 < edge < len(micro) and _is_tool_item(micro[edge]):
+        edge -= 1
+    if edge == 0:  # nothing older than the window to summarize: a call would buy nothing (inferred)
+        return micro, 0, None
+    older, window = micro[:edge], micro[edge:]
+    transcript = "\n".join(f"[{item.get('role') if isinstance(item, dict) else ''}]: {_content_text(item)}"
+                           for item in older)
+    request = GenerateRequest(system=None, prompt=f"{SUMMARY_REQUEST}\n\n{transcript}", history=[], context={},
+                              schema=None, schema_name="compaction", tools=None, max_output_tokens=1024)
+    try:
+        generation = agent.provider.generate(request)
+        summary = generation.message if isinstance(generation.message, str) else ""
+    except Exception as error:
+        log.warning("compaction: the summary call failed (%s); dropping the oldest messages instead", error)
+        kept = list(window)
+        for item in reversed(older):
+            if estimate_tokens([item] + kept) >= threshold:
+                break
+            kept.insert(0, item)
+        return kept, 1, None
+    return [{"role": "system", "content": SUMMARY_MARKER + summary}] + window, 1, generation.usage
 
 # <<< model calls <<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<
 
@@ -2904,6 +3925,207 @@ def compact_history(agent: Agent, history: list) -> tuple[list, int, TokenUsage 
 # 11. Streaming ###############################################################
 
 # >>> streaming (helper region: the envelope stream decoder) >>>>>>>>>>>>>>>>>>
+
+_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+_HEX4 = re.compile(r"[0-9a-fA-F]{4}")
+_LOW_SURROGATE = re.compile(r"\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+_PARTIAL_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{0,3})?")
+_PLAIN_RUN = re.compile(r'[^"\\]+')
+
+
+def _decode_json_string(raw: str) -> str:
+    try:
+        return json.loads(f'"{raw}"', strict=False)
+    except ValueError:
+        return raw
+
+
+class StreamDecoder:
+    """Turn a streamed speak envelope into the customer's text as it grows (model-calls.md §8).
+
+    ``push(accumulated) -> (text, delta)``: feed the provider's ``accumulated``
+    text (everything so far); get back the reply text so far and the part that
+    is new since the previous push ("" when nothing is). One decoder per round.
+
+    - A JSON object: the decoded value of its top-level ``"message"`` string.
+      Keys before it are skipped with their values; a nested ``"message"`` is
+      never taken; an incomplete escape (``\\``, a partial ``\\uXXXX``, a high
+      surrogate waiting for its pair) is held back. A ``null`` or non-string
+      message gives "".
+    - A leading fence of three or more backticks is skipped to the end of its
+      line; while only backticks have arrived nothing is emitted; one or two
+      backticks are prose. Behind a fence, text that is not an object gives "".
+    - Anything else is prose and passes through verbatim.
+    - When ``accumulated`` does not extend the previous push the decoder starts
+      over; when the new text does not extend the previous text, the whole new
+      text is the delta.
+
+    Work is incremental: each push scans only the new characters.
+    """
+
+    def __init__(self):
+        self.text = ""
+        self._restart()
+
+    def _restart(self) -> None:
+        self._source = ""
+        self._pos = 0
+        self._mode = "start"       # start, prose, fence, fenced, json, message, done
+        self._depth = 0
+        self._in_string = False
+        self._escaped = False
+        self._key: str | None = None    # raw text of a top-level key being read
+        self._last_key: str | None = None
+        self._expect = "key"       # at depth 1: key, colon, value, inside (a value is being skipped)
+        self._parts: list[str] = []
+
+    def push(self, accumulated: str) -> tuple[str, str]:
+        """Feed everything received so far; return (text so far, new part since the last push)."""
+        accumulated = accumulated if isinstance(accumulated, str) else ""
+        if not accumulated.startswith(self._source):
+            self._restart()
+        self._source = accumulated
+        self._scan()
+        text = self._source if self._mode == "prose" else "".join(self._parts)
+        delta = text[len(self.text):] if text.startswith(self.text) else text
+        self.text = text
+        return text, delta
+
+    def _scan(self) -> None:
+        src, n = self._source, len(self._source)
+        while self._pos < n:
+            if self._mode == "start":
+                i = self._pos
+                while i < n and src[i].isspace():
+                    i += 1
+                if i >= n:
+                    return
+                if src[i] == "{":
+                    self._pos, self._mode = i, "json"
+                elif src[i] == "`":
+                    j = i
+                    while j < n and src[j] == "`":
+                        j += 1
+                    if j >= n:
+                        return                      # only backticks so far: wait
+                    if j - i >= 3:
+                        self._pos, self._mode = j, "fence"
+                    else:
+                        self._mode = "prose"
+                else:
+                    self._mode = "prose"
+            elif self._mode == "fence":
+                newline = src.find("\n", self._pos)
+                if newline < 0:
+                    self._pos = n
+                    return
+                self._pos, self._mode = newline + 1, "fenced"
+            elif self._mode == "fenced":
+                i = self._pos
+                while i < n and src[i].isspace():
+                    i += 1
+                if i >= n:
+                    self._pos = n
+                    return
+                self._pos, self._mode = i, ("json" if src[i] == "{" else "done")
+            elif self._mode == "json":
+                self._scan_json()
+            elif self._mode == "message":
+                self._scan_message()
+                return
+            else:                                   # prose is read whole; done reads nothing more
+                return
+
+    def _scan_json(self) -> None:
+        """Walk the object's structure until the top-level "message" string starts."""
+        src, n = self._source, len(self._source)
+        i = self._pos
+        while i < n:
+            c = src[i]
+            if self._in_string:
+                if self._escaped:
+                    self._escaped = False
+                elif c == "\\":
+                    self._escaped = True
+                elif c == '"':
+                    self._in_string = False
+                    if self._key is not None:
+                        self._last_key, self._key, self._expect = _decode_json_string(self._key), None, "colon"
+                    i += 1
+                    continue
+                if self._key is not None:
+                    self._key += c
+                i += 1
+                continue
+            if c.isspace():
+                i += 1
+                continue
+            if self._depth == 1 and self._expect == "value":
+                self._expect = "inside"
+                if self._last_key == "message":
+                    self._pos, self._mode = (i + 1, "message") if c == '"' else (i, "done")
+                    return
+            if c == '"':
+                self._in_string = True
+                if self._depth == 1 and self._expect == "key":
+                    self._key = ""
+            elif c in "{[":
+                self._depth += 1
+                if self._depth == 1:
+                    self._expect = "key"
+            elif c in "}]":
+                self._depth -= 1
+                if self._depth <= 0:
+                    self._pos, self._mode = i + 1, "done"
+                    return
+            elif c == ":" and self._depth == 1:
+                self._expect = "value"
+            elif c == "," and self._depth == 1:
+                self._expect = "key"
+            i += 1
+        self._pos = n
+
+    def _scan_message(self) -> None:
+        """Decode the message string's characters, holding back an incomplete escape."""
+        src, n = self._source, len(self._source)
+        i = self._pos
+        while i < n:
+            c = src[i]
+            if c == '"':
+                self._pos, self._mode = i + 1, "done"
+                return
+            if c != "\\":
+                run = _PLAIN_RUN.match(src, i)
+                self._parts.append(run.group(0))
+                i = run.end()
+                continue
+            if i + 1 >= n:
+                break
+            e = src[i + 1]
+            if e != "u":
+                self._parts.append(_ESCAPES.get(e, e))
+                i += 2
+                continue
+            digits = src[i + 2:i + 6]
+            if len(digits) < 4 and _HEX4.match(digits.ljust(4, "0")):
+                break                                # a partial \uXXXX: wait for the rest
+            if not _HEX4.fullmatch(digits):
+                self._parts.append("u")              # not an escape after all: keep the text
+                i += 2
+                continue
+            code = int(digits, 16)
+            if 0xD800 <= code < 0xDC00:
+                rest = src[i + 6:i + 12]
+                if len(rest) < 6 and (rest == "" or _PARTIAL_ESCAPE.fullmatch(rest)):
+                    break                            # a high surrogate may be followed by its pair
+                if _LOW_SURROGATE.fullmatch(rest):
+                    low = int(rest[2:], 16)
+                    self._parts.append(chr(0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)))
+                    i += 12
+                    continue
+            self._parts.append(chr(code))
+            i += 6
+        self._pos = i
 
 # <<< streaming <<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<
 
