@@ -1,0 +1,150 @@
+"""Engine overhead of falai: time and memory per turn, with the model replaced by ScriptedProvider.
+
+    python bench/bench_turn.py            # prints a table
+
+What it measures is falai's own work (routing, runs and steps, prompts,
+envelopes, the session copy), not a model's latency: every model call is an
+in-process scripted reply. Figures are medians over many repetitions.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from falai import MemoryStore, ScriptedProvider, Tool, falai, fake_clock  # noqa: E402
+from falai_stores import SQLiteStore  # noqa: E402
+
+REPEAT = 300
+
+
+def agent_for(script_factory, **options):
+    f = falai().fields({
+        "nome": {"type": "string", "ask": "Pergunte o nome."},
+        "empresa": {"type": "string", "ask": "Pergunte a empresa."},
+        "porte": {"type": "string", "enum": ["1-10", "11-50", "51+"]},
+        "cidade": {"type": "string"},
+    })
+    flows = [
+        {"id": "triagem", "name": "Triagem", "description": "Quer conhecer o produto.",
+         "on": [{"message": ["quer saber como funciona", "pede orçamento"]}],
+         "steps": [{"id": "quem", "collect": ["nome", "empresa"]}, {"id": "porte", "collect": ["porte"]},
+                   {"id": "fim", "say": "Obrigado, {{data.nome}}!"}]},
+        {"id": "suporte", "name": "Suporte", "on": [{"message": ["tem um problema"]}],
+         "steps": [{"id": "q", "prompt": "Ajude."}]},
+        {"id": "lembrete", "name": "Lembrete", "steps": [{"id": "w", "wait": "1d"}, {"id": "s", "say": "Oi!"}]},
+    ]
+    tools = [Tool(id="preco", handler=lambda a, c: {"value": {"preco": 420}}, is_read_only=lambda a: True,
+                  parameters={"type": "object", "properties": {"cidade": {"type": "string"}}})]
+    return f.agent(name="Ana", provider=ScriptedProvider(script=script_factory()), flows=flows, tools=tools,
+                   clock=fake_clock("2026-09-20T10:00:00.000Z"), idle={"prompt": "Atenda."}, **options)
+
+
+def many(entry, n=REPEAT * 4):
+    return [entry] * n
+
+
+SCENARIOS = {
+    "idle reply (1 speak call)": (
+        lambda: {"understand": many({"flows": {"triagem": 0, "suporte": 0}}), "speak": many({"message": "Oi!"})},
+        lambda agent, i, state: agent.turn(session_id=f"s{i}", message="oi", id="m1")),
+    "routed start + collect (understand + speak)": (
+        lambda: {"understand": many({"flows": {"triagem": 95}, "fields": {"nome": "Ana"}}),
+                 "speak": many({"message": "E a empresa?"})},
+        lambda agent, i, state: agent.turn(session_id=f"s{i}", message="quero saber", id="m1")),
+    "tool round (speak x2)": (
+        lambda: {"understand": many({"flows": {"triagem": 0}}),
+                 "speak": [e for _ in range(REPEAT * 2) for e in (
+                     {"message": "", "toolCalls": [{"toolName": "preco", "arguments": {"cidade": "X"}}]},
+                     {"message": "R$ 420"})]},
+        lambda agent, i, state: agent.turn(session_id=f"s{i}", message="preço?", id="m1")),
+    "start + timer wait, no model call": (
+        lambda: {},
+        lambda agent, i, state: agent.turn(session_id=f"s{i}", start={"flow": "lembrete", "key": "k"})),
+}
+
+
+def time_scenario(script_factory, call) -> tuple[float, float, int]:
+    agent = agent_for(script_factory)
+    for i in range(20):
+        call(agent, i, None)                                   # warm up
+    samples = []
+    for i in range(REPEAT):
+        started = time.perf_counter()
+        call(agent, i, None)
+        samples.append(time.perf_counter() - started)
+    tracemalloc.start()
+    call(agent, REPEAT + 1, None)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    samples.sort()
+    return statistics.median(samples) * 1e6, samples[int(len(samples) * 0.95)] * 1e6, peak
+
+
+def long_conversation(turns: int = 50) -> tuple[float, int]:
+    """A session that has lived through many turns: per-turn time and the blob's size."""
+    agent = agent_for(lambda: {"understand": many({"flows": {"triagem": 0, "suporte": 0}}, turns),
+                               "speak": many({"message": "Certo."}, turns)})
+    session, started = None, time.perf_counter()
+    for i in range(turns):
+        session = agent.turn(session_id="long", session=session, message=f"mensagem {i}", id=f"m{i}").session
+    per_turn = (time.perf_counter() - started) / turns * 1e6
+    return per_turn, len(json.dumps(session.to_dict()))
+
+
+def store_round_trips(store, n: int = 500) -> float:
+    agent = agent_for(lambda: {"understand": many({"flows": {"triagem": 95}, "fields": {"nome": "Ana"}}, 1),
+                               "speak": many({"message": "E a empresa?"}, 1)})
+    session = agent.turn(session_id="st", message="quero saber", id="m1").session
+    version, started = 0, time.perf_counter()
+    for _ in range(n):
+        session = store.save(session, version)
+        version = store.load("st").version
+    return (time.perf_counter() - started) / n * 1e6
+
+
+def import_time_ms() -> float:
+    """A fresh interpreter's ``import falai``, with its bytecode cached as an installed package has it."""
+    code = "import time; t = time.perf_counter(); import falai; print((time.perf_counter() - t) * 1000)"
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    with tempfile.TemporaryDirectory() as cache:
+        env["PYTHONPYCACHEPREFIX"] = cache
+        runs = [float(subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True,
+                                     text=True).stdout) for _ in range(6)]
+    return statistics.median(runs[1:])
+
+
+def main() -> None:
+    rows = []
+    for name, (script_factory, call) in SCENARIOS.items():
+        median, p95, peak = time_scenario(script_factory, call)
+        rows.append((name, f"{median:,.0f} µs", f"{p95:,.0f} µs", f"{peak / 1024:,.0f} KiB"))
+    per_turn, blob = long_conversation()
+    rows.append(("turn 50 of a long conversation", f"{per_turn:,.0f} µs (mean)", "", f"blob {blob / 1024:,.1f} KiB"))
+    rows.append(("MemoryStore save + load", f"{store_round_trips(MemoryStore()):,.0f} µs", "", ""))
+    with tempfile.TemporaryDirectory() as folder:
+        sqlite = SQLiteStore(os.path.join(folder, "bench.db"))
+        sqlite.initialize()
+        rows.append(("SQLiteStore save + load (file)", f"{store_round_trips(sqlite):,.0f} µs", "", ""))
+        sqlite.close()
+    rows.append(("import falai", f"{import_time_ms():,.1f} ms", "", ""))
+    header = ("what", "median", "p95", "peak memory")
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(4)]
+    line = lambda row: "| " + " | ".join(str(cell).ljust(width) for cell, width in zip(row, widths)) + " |"  # noqa: E731
+    print(f"falai bench, Python {sys.version.split()[0]}, {REPEAT} repetitions per scenario\n")
+    print(line(header))
+    print("|" + "|".join("-" * (width + 2) for width in widths) + "|")
+    for row in rows:
+        print(line(row))
+
+
+if __name__ == "__main__":
+    main()
