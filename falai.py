@@ -1219,6 +1219,13 @@ def type_name(value: Any) -> str:
     return "function" if callable(value) else "object"
 
 
+def is_whole(value: Any) -> bool:
+    """An int, or a float with no fraction (3.0); never a bool."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value) and value.is_integer())
+
+
 def article(word: str) -> str:
     return "an" if word[:1] in ("a", "e", "i", "o", "u") else "a"
 
@@ -1267,9 +1274,9 @@ def _type_fits(definition: dict, value: Any) -> bool:
     if kind == "boolean":
         return isinstance(value, bool)
     if kind == "number":
-        return number and math.isfinite(value)
+        return number and (isinstance(value, int) or math.isfinite(value))
     if kind == "integer":
-        return number and (isinstance(value, int) or (math.isfinite(value) and value.is_integer()))
+        return number and is_whole(value)
     return True
 
 
@@ -1296,16 +1303,17 @@ def matches_definition(definition: dict, value: Any) -> bool:
     return _matches_scalar(definition, value)
 
 
-def _mismatch(definition: dict, value: Any) -> tuple[str, str, bool]:
-    """(expected, got, off_list) for a value that does not match (the mismatch rule)."""
+def _off_list(definition: dict, value: Any) -> tuple[str, str] | None:
+    """The mismatch rule: (listed values, the offending item's literal) when an item of the right
+    type is not listed, None when the type itself is wrong."""
     is_array = definition.get("type") == "array"
     scalar = _as_definition(definition.get("items")) if is_array else definition
     if scalar.get("enum") is not None:
         candidates = value if is_array and isinstance(value, (list, tuple)) else [value]
         for item in candidates:
             if _type_fits(scalar, item) and not _in_enum(scalar, item):
-                return f"one of {_listed_values(scalar['enum'])}", json_literal(item), True
-    return expected_text(definition), type_name(value), False
+                return _listed_values(scalar["enum"]), json_literal(item)
+    return None
 
 
 # Phase 1: shape --------------------------------------------------------------
@@ -1321,7 +1329,7 @@ def _list_check(value: Any, label: str, where: str, objects: bool = False) -> No
     for i, item in enumerate(value):
         if objects and not isinstance(item, dict):
             _flow_error(where, f"{label}[{i}] is {show(item)}, not an object",
-                  f"Write each entry of {label} as an object.")
+                        f"Write each entry of {label} as an object.")
         if not objects and not isinstance(item, str):
             _flow_error(where, f"{label}[{i}] is {show(item)}, not text", f"Write each entry of {label} as a string.")
 
@@ -1329,7 +1337,8 @@ def _list_check(value: Any, label: str, where: str, objects: bool = False) -> No
 def _condition_check(value: Any, label: str, where: str) -> None:
     if value is _KEY_ABSENT or callable(value) or isinstance(value, dict):
         return
-    _flow_error(where, f"{label} is {show(value)}, not a condition", 'Write it as an object, e.g. { known: ["nome"] }.')
+    _flow_error(where, f"{label} is {show(value)}, not a condition",
+                'Write it as an object, e.g. { known: ["nome"] }.')
 
 
 def _target_check(value: Any, label: str, where: str) -> None:
@@ -1339,7 +1348,7 @@ def _target_check(value: Any, label: str, where: str) -> None:
         _list_check(value.get("clear", _KEY_ABSENT), f"{label}.clear", where)
         return
     _flow_error(where, f"{label} is {show(value)}, not a step id or a target",
-          'Write a step id, "end", { step: "id" } or { flow: "id" }.')
+                'Write a step id, "end", { step: "id" } or { flow: "id" }.')
 
 
 def _instructions_check(owner: dict, where: str) -> None:
@@ -1350,11 +1359,11 @@ def _instructions_check(owner: dict, where: str) -> None:
     for i, instruction in enumerate(instructions):
         label = f"instructions[{i}]"
         if "kind" in instruction and instruction["kind"] not in INSTRUCTION_KINDS:
-            _flow_error(where, f'{label}.kind is {show(instruction["kind"])}, which is not one of "must", "never", "should"',
-                  "Use one of them.")
+            what = f'{label}.kind is {show(instruction["kind"])}, which is not one of "must", "never", "should"'
+            _flow_error(where, what, "Use one of them.")
         if not isinstance(instruction.get("prompt"), str):
             _flow_error(where, f"{label}.prompt is {show(instruction.get('prompt', _KEY_ABSENT))}, not text",
-                  "Write the rule as a sentence.")
+                        "Write the rule as a sentence.")
         when = instruction.get("when", _KEY_ABSENT)
         if not isinstance(when, str):
             _list_check(when, f"{label}.when", where)
@@ -1383,12 +1392,12 @@ def _step_shape(step: dict, where: str) -> None:
     kinds = body_kinds(step)
     if not kinds:
         _flow_error(where, "does nothing",
-              "A step talks (`prompt` / `collect`), says (`say`), acts (`do`), waits (`wait`) or forks (`if`).")
+                    "A step talks (`prompt` / `collect`), says (`say`), acts (`do`), waits (`wait`) or forks (`if`).")
     if len(kinds) > 1:
         _flow_error(where, f"mixes {_quoted_kinds(kinds)}", "A step does one thing. Split it into one step per kind.")
     if "kind" in step and step["kind"] != kinds[0]:
         _flow_error(where, f'has kind {show(step["kind"])}, but its body is a "{kinds[0]}" step',
-              f'Set kind to "{kinds[0]}", or change the body to match.')
+                    f'Set kind to "{kinds[0]}", or change the body to match.')
     for key in ("say", "prompt", "question"):
         if key in step and not isinstance(step[key], str):
             _flow_error(where, f"{key} is {show(step[key])}, not text", f"Write {key} as a string.")
@@ -1400,13 +1409,13 @@ def _step_shape(step: dict, where: str) -> None:
         _flow_error(where, f"with is {show(step['with'])}, not an object", "Write with as { parameter: value }.")
     if "maxAsks" in step:
         asks = step["maxAsks"]
-        whole = (isinstance(asks, int) or (isinstance(asks, float) and math.isfinite(asks) and asks.is_integer()))
-        if isinstance(asks, bool) or not whole or asks < 1:
+        if not is_whole(asks) or asks < 1:
             _flow_error(where, f"maxAsks is {show(asks)}, not a whole number of 1 or more", "Write a number like 3.")
     wait = step.get("wait", _KEY_ABSENT)
     if wait is not _KEY_ABSENT and not isinstance(wait, str) and not (
             isinstance(wait, dict) and isinstance(wait.get("event"), str)):
-        _flow_error(where, "wait has no event", 'Write wait: { event: "name" } to wait for an event, or a duration like "1h".')
+        _flow_error(where, "wait has no event",
+                    'Write wait: { event: "name" } to wait for an event, or a duration like "1h".')
     _condition_check(step.get("if", _KEY_ABSENT), "if", where)
     for key in ("then", "else", "onFail"):
         _target_check(step.get(key, _KEY_ABSENT), key, where)
@@ -1415,7 +1424,8 @@ def _step_shape(step: dict, where: str) -> None:
     _list_check(branches, "branches", where, objects=True)
     for j, branch in enumerate([] if branches is _KEY_ABSENT else branches):
         if "when" in branch and not isinstance(branch["when"], str):
-            _flow_error(where, f"branches[{j}].when is {show(branch['when'])}, not text", "Write the condition as one sentence.")
+            _flow_error(where, f"branches[{j}].when is {show(branch['when'])}, not text",
+                        "Write the condition as one sentence.")
         _condition_check(branch.get("if", _KEY_ABSENT), f"branches[{j}].if", where)
         _target_check(branch.get("then", _KEY_ABSENT), f"branches[{j}].then", where)
 
@@ -1437,7 +1447,7 @@ def check_flow_shape(flow: Any) -> None:
         _list_check(flow.get(key, _KEY_ABSENT), key, where)
     if "onEnd" in flow and flow["onEnd"] not in ("end", "stay", "reset"):
         _flow_error(where, f'onEnd is {show(flow["onEnd"])}, which is not one of "end", "stay", "reset"',
-              "Use one of them.")
+                    "Use one of them.")
     _condition_check(flow.get("while", _KEY_ABSENT), "while", where)
     _instructions_check(flow, where)
     _list_check(flow.get("on", _KEY_ABSENT), "on", where, objects=True)
@@ -1479,7 +1489,7 @@ class _FlowNames:
         if flows is not None:
             flow_ids = []
             for flow in flows:
-                if isinstance(flow, dict) and flow.get("id") not in flow_ids:
+                if isinstance(flow, dict) and isinstance(flow.get("id"), str) and flow["id"] not in flow_ids:
                     flow_ids.append(flow.get("id"))
         return cls(fields=registries.get("fields") or {}, actions=registries.get("actions") or {},
                    events=registries.get("events") or {}, conditions=registries.get("conditions") or {},
@@ -1500,7 +1510,7 @@ def _tool_check(tools: Any, names: _FlowNames, where: str) -> None:
 def _duration_check(value: Any, label: str, where: str) -> None:
     if value is not _KEY_ABSENT and not is_duration(value):
         _flow_error(where, f'{label} has duration "{value}", which does not parse',
-              'Write a number and a unit: "30s", "5m", "24h" or "3d".')
+                    'Write a number and a unit: "30s", "5m", "24h" or "3d".')
 
 
 def condition_names_check(condition: Any, label: str, where: str, names: _FlowNames) -> None:
@@ -1521,13 +1531,14 @@ def condition_names_check(condition: Any, label: str, where: str, names: _FlowNa
                 definition = _as_definition(names.fields[slug])
                 if matches_definition(definition, value):
                     continue
-                expected, got, off_list = _mismatch(definition, value)
+                off_list = _off_list(definition, value)
                 if off_list:
-                    _flow_error(where, f'{label}.equals gives "{slug}" {got}, which is not one of '
-                                 f'{_listed_values(definition["enum"])}', "Use one of the listed values.")
-                kind = type_name(value)
-                _flow_error(where, f'{label}.equals gives "{slug}" {article(kind)} {kind}, but the field is {expected}',
-                      f"Write {expected}; values are not coerced.")
+                    listed, got = off_list
+                    _flow_error(where, f'{label}.equals gives "{slug}" {got}, which is not one of {listed}',
+                                "Use one of the listed values.")
+                kind, expected = type_name(value), expected_text(definition)
+                what = f'{label}.equals gives "{slug}" {article(kind)} {kind}, but the field is {expected}'
+                _flow_error(where, what, f"Write {expected}; values are not coerced.")
         elif key == "known":
             if not isinstance(arg, (list, tuple)):
                 _flow_error(where, f"{label}.known is not a list", "Write known as [field, ...].")
@@ -1538,7 +1549,7 @@ def condition_names_check(condition: Any, label: str, where: str, names: _FlowNa
                 _flow_error(where, f"{label}.silenced is not a boolean", "Write true or false.")
         elif not _has_key(names.conditions, key):
             _flow_error(where, f'unknown condition "{key}" in {label}',
-                  "Register it in conditions or use equals, known, silenced.")
+                        "Register it in conditions or use equals, known, silenced.")
 
 
 def action_parameters(action: Any) -> dict:
@@ -1555,10 +1566,16 @@ def _with_check(name: str, parameters: dict, given: dict, where: str) -> None:
             if not definition.get("optional"):
                 _flow_error(where, f'action "{name}" needs parameter "{parameter}"', "Add it to `with`.")
             continue
-        if not matches_definition(definition, given[parameter]):
-            expected, got, off_list = _mismatch(definition, given[parameter])
-            _flow_error(where, f'parameter "{parameter}" of action "{name}" must be {expected}, got {got}',
-                  "Use one of the listed values." if off_list else "Values are not coerced; write the right type.")
+        value = given[parameter]
+        if matches_definition(definition, value):
+            continue
+        off_list = _off_list(definition, value)
+        if off_list:
+            expected, got, fix = f"one of {off_list[0]}", off_list[1], "Use one of the listed values."
+        else:
+            expected, got = expected_text(definition), type_name(value)
+            fix = "Values are not coerced; write the right type."
+        _flow_error(where, f'parameter "{parameter}" of action "{name}" must be {expected}, got {got}', fix)
     for key in given:
         if key not in parameters:
             _flow_error(where, f'action "{name}" has no parameter "{key}"', "Remove it or fix the name.")
@@ -1602,10 +1619,11 @@ def check_flow_names(flow: dict, names: _FlowNames) -> list[str]:
     for n, trigger in enumerate(flow.get("on", ()), 1):
         trigger_where = f"{where}, trigger #{n}"
         if not any(kind in trigger for kind in TRIGGER_KINDS):
-            _flow_error(trigger_where, "names no trigger kind", "A trigger is one of `message`, `mention`, `silence`, "
-                  "`event`. A flow the host starts itself has no `on` at all.")
+            _flow_error(trigger_where, "names no trigger kind", "A trigger is one of `message`, `mention`, "
+                        "`silence`, `event`. A flow the host starts itself has no `on` at all.")
         if "event" in trigger and not _has_key(names.events, trigger["event"]):
-            _flow_error(trigger_where, f'unknown event "{trigger["event"]}"', "Register it in events or fix the name.")
+            _flow_error(trigger_where, f'unknown event "{trigger["event"]}"',
+                        "Register it in events or fix the name.")
         _duration_check(trigger.get("silence", _KEY_ABSENT), "silence", trigger_where)
         _duration_check(trigger.get("after", _KEY_ABSENT), "after", trigger_where)
         if isinstance(trigger.get("repeat"), dict):
@@ -1641,7 +1659,8 @@ def _step_names(step: dict, i: int, flow_where: str, position: dict, names: _Flo
             return None
         step_id = target["step"] if isinstance(target, dict) else target
         if step_id not in position:
-            _flow_error(where, f'{label} points at step "{step_id}", which does not exist', 'Use an existing step id or "end".')
+            _flow_error(where, f'{label} points at step "{step_id}", which does not exist',
+                        'Use an existing step id or "end".')
         if isinstance(target, dict):
             for slug in target.get("clear", ()):
                 _field_check(slug, names, where, f"{label}.clear")
@@ -1661,7 +1680,7 @@ def _step_names(step: dict, i: int, flow_where: str, position: dict, names: _Flo
             _field_check(slug, names, where, "ask")
         if "question" in step and not collect:
             _flow_error(where, "has a question but collects nothing",
-                  "A fixed question asks for fields: add collect, or send the text with a say step.")
+                        "A fixed question asks for fields: add collect, or send the text with a say step.")
         asks = step.get("ask", {})
         if (collect and "prompt" not in step and "question" not in step
                 and not any(is_known(asks.get(slug)) or is_known(_as_definition(names.fields[slug]).get("ask"))
@@ -1672,10 +1691,10 @@ def _step_names(step: dict, i: int, flow_where: str, position: dict, names: _Flo
     for j, branch in enumerate(step.get("branches", ())):
         if "when" not in branch and "if" not in branch:
             _flow_error(where, f"branches[{j}] has neither when nor if",
-                  "Give the branch an AI condition (when) or a code one (if).")
+                        "Give the branch an AI condition (when) or a code one (if).")
         if "when" in branch and "wait" in step:
             _flow_error(where, f'branches[{j}] is a "when" branch, but a wait step is judged by code only',
-                  'Use "if", or move the branch to a talk step.')
+                        'Use "if", or move the branch to a talk step.')
         condition_names_check(branch.get("if", _KEY_ABSENT), f"branches[{j}].if", where, names)
         edge(branch.get("then", _KEY_ABSENT), f"branches[{j}].then")
     for j, instruction in enumerate(step.get("instructions", ())):
@@ -1697,9 +1716,9 @@ def _step_names(step: dict, i: int, flow_where: str, position: dict, names: _Flo
     if "if" in step:
         condition_names_check(step["if"], "if", where, names)
         if then_lands is not None and then_lands <= i and "else" not in step:
-            target = step["then"]
-            _flow_error(where, f'"if" jumps back to "{target["step"] if isinstance(target, dict) else target}" with no else',
-                  "Add else so the false branch has somewhere to go.")
+            back_to = step["then"]["step"] if isinstance(step["then"], dict) else step["then"]
+            _flow_error(where, f'"if" jumps back to "{back_to}" with no else',
+                        "Add else so the false branch has somewhere to go.")
 
 
 def validate_flow(spec: Any, registries: dict | None = None) -> FlowValidation:
@@ -1730,7 +1749,7 @@ def _check_idle(idle: Any, names: _FlowNames) -> None:
         return
     if not isinstance(idle, dict):
         _flow_error("idle", f"is {show(idle)}, not an object",
-              'Write idle as { prompt: "..." }, or "silent" for no idle replies.')
+                    'Write idle as { prompt: "..." }, or "silent" for no idle replies.')
     idle = strip_nones(idle)
     if "instructions" in idle:
         _scope_instructions_check(idle["instructions"], "idle", names)
@@ -1747,9 +1766,9 @@ _COMPACTION_RULES = (
      "Set it to how many tokens the history may take, such as 8000"),
     ("compactionThreshold", False, lambda v: 0.5 <= v <= 0.95, "between 0.5 and 0.95",
      "Use 0.8 unless you measured otherwise"),
-    ("preserveRecentCount", False, lambda v: float(v).is_integer() and v >= 2, "a whole number of 2 or more",
+    ("preserveRecentCount", False, lambda v: is_whole(v) and v >= 2, "a whole number of 2 or more",
      "Keep at least the last question and its answer; the default is 4"),
-    ("maxToolResultChars", False, lambda v: float(v).is_integer() and v >= 1, "a whole number of 1 or more",
+    ("maxToolResultChars", False, lambda v: is_whole(v) and v >= 1, "a whole number of 1 or more",
      "Use 5000, the default, or the longest tool result the model should read"),
 )
 
@@ -1767,7 +1786,8 @@ def check_compaction(config: Any) -> None:
         value = config.get(key)
         if value is None and not required:
             continue
-        number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        number = isinstance(value, (int, float)) and not isinstance(value, bool) and (
+            isinstance(value, int) or math.isfinite(value))
         if not number or not rule(value):
             shown = "missing" if value is None else show(value)
             raise ValueError(f"[CompactionEngine] {key} is {shown}: it must be {rule_text}. {fix}.")
@@ -2084,10 +2104,11 @@ def _step_to_spec(step: dict, flow_where: str) -> dict:
     where = f'{flow_where}, step "{step.get("id")}"'
     kind = spec_kind(step)
     if kind is None:
-        _flow_error(where, "has neither prompt nor collect", "A talk step needs a guideline, fields to collect, or both.")
+        _flow_error(where, "has neither prompt nor collect",
+                    "A talk step needs a guideline, fields to collect, or both.")
     if kind == "prompt" and step.get("question") is not None:
         _flow_error(where, "has a question but collects nothing",
-              "A fixed question asks for fields: add collect, or send the text with a say step.")
+                    "A fixed question asks for fields: add collect, or send the text with a say step.")
     out = {key: strip_nones(step[key]) for key in SPEC_STEP_BASE_KEYS if step.get(key) is not None}
     out["kind"] = kind
     for key in SPEC_KIND_KEYS[kind]:
@@ -2130,23 +2151,21 @@ def to_spec(flow: dict) -> dict:
             _storable(value, f"{where}, while")
         elif key == "instructions":
             _instruction_ifs_storable(value, f"{where}, ")
-        if key == "steps":
-            spec[key] = [_step_to_spec(step, where) for step in value]
-        else:
-            spec[key] = strip_nones(value)
+        spec[key] = [_step_to_spec(step, where) for step in value] if key == "steps" else strip_nones(value)
     return spec
 
 
-# flow_spec_schema: the building blocks of persistence.md §1.12 --------------------
+# flow_spec_schema: the building blocks of persistence.md §1.12, under the
+# names the spec gives them inside flow_spec_schema.
 
 def schema_closed(*properties: tuple[str, dict]) -> dict:
-    """An object schema with every property required and nothing else allowed."""
+    """closed(p1: s1, ...): every property required, nothing else allowed."""
     return {"type": "object", "properties": dict(properties), "required": [name for name, _ in properties],
             "additionalProperties": False}
 
 
 def schema_or_null(schema: dict) -> dict:
-    """The schema, or null: a type list (null appended to an enum) or an anyOf branch."""
+    """or_null(s): a type list (null appended to an enum) when s has one type, else an anyOf branch."""
     if isinstance(schema.get("type"), str):
         nullable = {**schema, "type": [schema["type"], "null"]}
         if "enum" in schema:
@@ -2155,37 +2174,24 @@ def schema_or_null(schema: dict) -> dict:
     return {"anyOf": [schema, {"type": "null"}]}
 
 
+def _schema_with(schema: dict, description: str | None) -> dict:
+    return schema if description is None else {**schema, "description": description}
+
+
 def schema_union(*branches: dict, nullable: bool = False, description: str | None = None) -> dict:
-    schema: dict = {"anyOf": [*branches, *([{"type": "null"}] if nullable else [])]}
-    if description is not None:
-        schema["description"] = description
-    return schema
+    return _schema_with({"anyOf": [*branches, *([{"type": "null"}] if nullable else [])]}, description)
 
 
 def schema_enum(values: list, description: str | None = None) -> dict:
-    schema: dict = {"type": "string", "enum": list(values)}
-    if description is not None:
-        schema["description"] = description
-    return schema
+    return _schema_with({"type": "string", "enum": list(values)}, description)
 
 
 def schema_list(items: dict, description: str | None = None) -> dict:
-    schema: dict = {"type": "array", "items": items}
-    if description is not None:
-        schema["description"] = description
-    return schema
-
-
-def schema_described(schema: dict, description: str) -> dict:
-    return {**schema, "description": description}
-
-
-SCHEMA_STRING, SCHEMA_NUMBER, SCHEMA_BOOLEAN = {"type": "string"}, {"type": "number"}, {"type": "boolean"}
-SCHEMA_DURATION = {"type": "string", "description": "A number and a unit: 30s, 5m, 24h, 3d"}
+    return _schema_with({"type": "array", "items": items}, description)
 
 
 def _field_property(definition: dict) -> dict:
-    """A field inside `equals`: its type, description and enum, all nullable (persistence.md §1.12)."""
+    """A field inside `equals`: type, description and enum, nullable; nothing else (persistence.md §1.12)."""
     prop: dict = {"type": [definition.get("type") or "string", "null"]}
     if definition.get("description"):
         prop["description"] = definition["description"]
@@ -2205,9 +2211,8 @@ def _parameter_property(definition: dict) -> dict:
         return prop
 
     if definition.get("type") == "array":
-        prop: dict = {"type": "array", "items": scalar(_as_definition(definition.get("items")))}
-        if definition.get("description"):
-            prop["description"] = definition["description"]
+        prop = _schema_with({"type": "array", "items": scalar(_as_definition(definition.get("items")))},
+                            definition.get("description") or None)
     else:
         prop = scalar(definition)
     return schema_or_null(prop) if definition.get("optional") else prop
@@ -2221,110 +2226,112 @@ def flow_spec_schema(registries: dict | None = None) -> dict:
     `events` and `conditions`. Pass it as a response schema, then run
     validate_flow and from_spec on the answer.
     """
+    closed, or_null, union, enum_of, list_of = schema_closed, schema_or_null, schema_union, schema_enum, schema_list
+    STRING, NUMBER, BOOLEAN = {"type": "string"}, {"type": "number"}, {"type": "boolean"}
+    DURATION = {"type": "string", "description": "A number and a unit: 30s, 5m, 24h, 3d"}
+
+    def text(description: str) -> dict:
+        return {"type": "string", "description": description}
+
+    def described(schema: dict, description: str) -> dict:
+        return {**schema, "description": description}
+
     registries = registries or {}
     fields = registries.get("fields") or {}
     actions = registries.get("actions") or {}
     events = list(registries.get("events") or {})
     conditions = [name for name in registries.get("conditions") or {} if name not in RESERVED_CONDITIONS]
-    slugs = schema_list(schema_enum(list(fields))) if fields else None
+    slugs = list_of(enum_of(list(fields))) if fields else None
 
     condition_props: list = []
     if fields:
-        condition_props.append(("equals", schema_or_null(
-            {"type": "object",
-             "properties": {slug: _field_property(_as_definition(d)) for slug, d in fields.items()},
-             "required": list(fields), "additionalProperties": False,
-             "description": "Fields that must hold these values"})))
-        condition_props.append(("known", schema_or_null(schema_described(slugs, "Fields that must be known"))))
-    condition_props.append(("silenced", schema_or_null(schema_described(SCHEMA_BOOLEAN, "Whether the host gate is closed"))))
+        equals = {"type": "object",
+                  "properties": {slug: _field_property(_as_definition(d)) for slug, d in fields.items()},
+                  "required": list(fields), "additionalProperties": False,
+                  "description": "Fields that must hold these values"}
+        condition_props += [("equals", or_null(equals)),
+                            ("known", or_null(described(slugs, "Fields that must be known")))]
+    condition_props.append(("silenced", or_null(described(BOOLEAN, "Whether the host gate is closed"))))
     for name in conditions:
-        condition_props.append((name, schema_union(SCHEMA_STRING, SCHEMA_NUMBER, SCHEMA_BOOLEAN, schema_list(SCHEMA_STRING), nullable=True,
-                                             description=f'Argument for condition "{name}"')))
-    condition = schema_closed(*condition_props)
+        condition_props.append((name, union(STRING, NUMBER, BOOLEAN, list_of(STRING), nullable=True,
+                                            description=f'Argument for condition "{name}"')))
+    condition = closed(*condition_props)
 
-    step_target = [("step", SCHEMA_STRING)]
+    step_target = [("step", STRING)]
     if fields:
-        step_target.append(("clear", schema_or_null(schema_described(slugs, "Fields to forget before jumping"))))
-    next_variants = [{"type": "string", "description": 'A step id, or "end"'},
-                     schema_closed(*step_target),
-                     schema_closed(("flow", {"type": "string", "description": "Another flow to start; this run ends"}))]
-    next_ = schema_union(*next_variants)
-    next_or_null = schema_union(*next_variants, nullable=True)
+        step_target.append(("clear", or_null(described(slugs, "Fields to forget before jumping"))))
+    next_variants = [text('A step id, or "end"'), closed(*step_target),
+                     closed(("flow", text("Another flow to start; this run ends")))]
+    next_, next_or_null = union(*next_variants), union(*next_variants, nullable=True)
 
-    repeat = schema_union(schema_enum(["once", "always"]), schema_closed(("cooldown", SCHEMA_DURATION)), nullable=True,
-                    description="How often a run may start: once per session or anchor, always, or after a cooldown")
-    gates = [("if", schema_or_null(condition)), ("repeat", repeat)]
+    repeat = union(enum_of(["once", "always"]), closed(("cooldown", DURATION)), nullable=True,
+                   description="How often a run may start: once per session or anchor, always, or after a cooldown")
+    gates = [("if", or_null(condition)), ("repeat", repeat)]
     triggers = [
-        schema_closed(("message", schema_list(SCHEMA_STRING, "What the lead asks for, one phrase each; [] = catch-all")), *gates),
-        schema_closed(("mention", schema_list(SCHEMA_STRING, "What the lead mentions, one phrase each")), *gates),
-        schema_closed(("silence", schema_described(SCHEMA_DURATION, "How long the lead has been quiet")),
-                ("businessHours", schema_or_null(SCHEMA_BOOLEAN)), *gates)]
+        closed(("message", list_of(STRING, "What the lead asks for, one phrase each; [] = catch-all")), *gates),
+        closed(("mention", list_of(STRING, "What the lead mentions, one phrase each")), *gates),
+        closed(("silence", described(DURATION, "How long the lead has been quiet")),
+               ("businessHours", or_null(BOOLEAN)), *gates)]
     if events:
-        triggers.append(schema_closed(("event", schema_enum(events)), ("after", schema_or_null(SCHEMA_DURATION)),
-                                ("businessHours", schema_or_null(SCHEMA_BOOLEAN)), *gates))
+        triggers.append(closed(("event", enum_of(events)), ("after", or_null(DURATION)),
+                               ("businessHours", or_null(BOOLEAN)), *gates))
 
-    branches = schema_or_null(schema_list(schema_union(schema_closed(("when", SCHEMA_STRING), ("then", next_)),
-                                        schema_closed(("if", condition), ("then", next_))),
-                                 "Exits judged while the step asks"))
-    wait_branches = schema_or_null(schema_list(schema_closed(("if", condition), ("then", next_)),
-                                      "Exits checked by code when the lead replies before the wait ends"))
-    base = [("id", SCHEMA_STRING), ("label", schema_or_null(SCHEMA_STRING)), ("then", next_or_null)]
+    branches = or_null(list_of(union(closed(("when", STRING), ("then", next_)),
+                                     closed(("if", condition), ("then", next_))),
+                               "Exits judged while the step asks"))
+    wait_branches = or_null(list_of(closed(("if", condition), ("then", next_)),
+                                    "Exits checked by code when the lead replies before the wait ends"))
+    base = [("id", STRING), ("label", or_null(STRING)), ("then", next_or_null)]
 
-    def variant(kind: str, *properties: tuple[str, dict]) -> dict:
-        return schema_closed(*base, ("kind", schema_enum([kind])), *properties)
+    def step(kind: str, *properties: tuple[str, dict]) -> dict:
+        return closed(*base, ("kind", enum_of([kind])), *properties)
 
-    steps = [variant("prompt", ("prompt", {"type": "string", "description": "Guideline for the AI's next message"}),
-                     ("branches", branches))]
+    steps = [step("prompt", ("prompt", text("Guideline for the AI's next message")), ("branches", branches))]
     if fields:
-        steps.append(variant(
-            "collect", ("collect", schema_described(slugs, "Fields the AI asks for until they are known")),
-            ("prompt", schema_or_null(SCHEMA_STRING)),
-            ("question", schema_or_null({"type": "string", "description":
-                                   "A fixed first question, sent word for word; later asks are the AI's"})),
-            ("maxAsks", schema_or_null({"type": "integer", "description":
-                                  "Times a field may be asked before it is skipped; default 3"})),
+        steps.append(step(
+            "collect", ("collect", described(slugs, "Fields the AI asks for until they are known")),
+            ("prompt", or_null(STRING)),
+            ("question", or_null(text("A fixed first question, sent word for word; later asks are the AI's"))),
+            ("maxAsks", or_null({"type": "integer",
+                                 "description": "Times a field may be asked before it is skipped; default 3"})),
             ("branches", branches)))
-    steps.append(variant("say", ("say", {"type": "string", "description": "Sent verbatim"}),
-                         ("media", schema_or_null(schema_closed(("slug", SCHEMA_STRING)))), ("once", schema_or_null(SCHEMA_BOOLEAN))))
+    steps.append(step("say", ("say", text("Sent verbatim")), ("media", or_null(closed(("slug", STRING)))),
+                      ("once", or_null(BOOLEAN))))
     for name, action in actions.items():
         parameters = action_parameters(action)
-        do = [("do", schema_enum([name]))]
-        if parameters:
-            do.append(("with", {"type": "object",
-                                "properties": {p: _parameter_property(_as_definition(d)) for p, d in parameters.items()},
-                                "required": list(parameters), "additionalProperties": False}))
-        steps.append(variant("do", *do, ("onFail", next_or_null)))
-    steps.append(variant("wait", ("wait", {"type": "string", "description":
-                                           "Park this long; then = time passed, else = the lead replied"}),
-                         ("businessHours", schema_or_null(SCHEMA_BOOLEAN)), ("else", next_or_null), ("branches", wait_branches)))
+        with_ = []
+        if parameters:   # not nullable: required parameters cannot be skipped
+            with_ = [("with", {"type": "object",
+                               "properties": {p: _parameter_property(_as_definition(d))
+                                              for p, d in parameters.items()},
+                               "required": list(parameters), "additionalProperties": False})]
+        steps.append(step("do", ("do", enum_of([name])), *with_, ("onFail", next_or_null)))
+    steps.append(step("wait", ("wait", text("Park this long; then = time passed, else = the lead replied")),
+                      ("businessHours", or_null(BOOLEAN)), ("else", next_or_null), ("branches", wait_branches)))
     if events:
-        steps.append(variant("waitEvent",
-                             ("wait", schema_closed(("event", schema_enum(events)),
-                                              ("upTo", schema_or_null(schema_described(SCHEMA_DURATION,
-                                                                           "Give up after this long; default 30d"))))),
-                             ("else", next_or_null)))
-    steps.append(variant("if", ("if", condition), ("else", next_or_null)))
+        up_to = or_null(described(DURATION, "Give up after this long; default 30d"))
+        steps.append(step("waitEvent", ("wait", closed(("event", enum_of(events)), ("upTo", up_to))),
+                          ("else", next_or_null)))
+    steps.append(step("if", ("if", condition), ("else", next_or_null)))
 
-    instruction = schema_closed(("kind", schema_or_null(schema_enum(list(INSTRUCTION_KINDS)))),
-                          ("when", schema_or_null(schema_list(SCHEMA_STRING, "When the rule applies, judged by the AI"))),
-                          ("if", schema_or_null(condition)), ("prompt", SCHEMA_STRING))
-    flow = [("id", {"type": "string", "description": "Short slug, unique in the workspace"}),
-            ("name", SCHEMA_STRING),
-            ("description", schema_or_null({"type": "string", "description":
-                                      "When this flow should be used; the AI reads it when routing"})),
-            ("on", schema_or_null(schema_list(schema_union(*triggers), "What starts a run; null = started by hand"))),
-            ("anchor", schema_or_null({"type": "string", "description":
-                                 "'session' (default) or a host anchor such as 'lead'"})),
-            ("while", schema_or_null(schema_described(condition, "The run ends when this stops holding")))]
+    instruction = closed(("kind", or_null(enum_of(list(INSTRUCTION_KINDS)))),
+                         ("when", or_null(list_of(STRING, "When the rule applies, judged by the AI"))),
+                         ("if", or_null(condition)), ("prompt", STRING))
+    flow = [("id", text("Short slug, unique in the workspace")),
+            ("name", STRING),
+            ("description", or_null(text("When this flow should be used; the AI reads it when routing"))),
+            ("on", or_null(list_of(union(*triggers), "What starts a run; null = started by hand"))),
+            ("anchor", or_null(text("'session' (default) or a host anchor such as 'lead'"))),
+            ("while", or_null(described(condition, "The run ends when this stops holding")))]
     if fields:
-        flow.append(("collect", schema_or_null(schema_described(slugs, "The data this flow needs; its steps ask for it in "
-                                                           "order, and any of it the lead gives is noted"))))
-        flow.append(("clearOnStart", schema_or_null(schema_described(slugs, "Fields to forget when a run starts"))))
-    flow += [("steps", schema_list(schema_union(*steps), "In order; a run moves to the next step unless `then` says otherwise")),
-             ("onEnd", schema_or_null(schema_enum(["end", "stay", "reset"], "After the last step: end the run, stay on the "
-                                         "last talk step it took answering every message, or reset to the first"))),
-             ("instructions", schema_or_null(schema_list(instruction, "Rules that apply only inside this flow")))]
-    return copy.deepcopy(schema_closed(*flow))
+        data = "The data this flow needs; its steps ask for it in order, and any of it the lead gives is noted"
+        flow += [("collect", or_null(described(slugs, data))),
+                 ("clearOnStart", or_null(described(slugs, "Fields to forget when a run starts")))]
+    flow += [("steps", list_of(union(*steps), "In order; a run moves to the next step unless `then` says otherwise")),
+             ("onEnd", or_null(enum_of(["end", "stay", "reset"], "After the last step: end the run, stay on the last "
+                                       "talk step it took answering every message, or reset to the first"))),
+             ("instructions", or_null(list_of(instruction, "Rules that apply only inside this flow")))]
+    return copy.deepcopy(closed(*flow))
 
 # <<< flow spec JSON <<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<
 

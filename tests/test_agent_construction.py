@@ -351,3 +351,8 @@ def test_check_agent_is_the_module_function_the_agent_calls(monkeypatch):
     monkeypatch.setattr(F, "check_agent", lambda agent: seen.append(agent) or [])
     agent = build(flows=[{"id": 1}])
     assert seen == [agent]
+
+
+def test_compaction_accepts_huge_whole_numbers():
+    """Inferred: an int too large for a float is still a whole number above the minimum."""
+    build(compaction={"maxTokens": 10 ** 400, "preserveRecentCount": 10 ** 400, "maxToolResultChars": 10 ** 400})

@@ -776,3 +776,34 @@ def test_registered_and_built_in_condition_keys_pass():
 def test_every_predicate_position_is_checked_with_its_label(spec, label):
     """flows.md §14.3: <where> names the position: while, if, instructions[i].if, branches[i].if."""
     assert error_of(spec).startswith(f"[FlowConfigurationError] {label}")
+
+
+# Edge cases the spec leaves open (inferred) -----------------------------------------------------
+
+def test_huge_integers_are_whole_numbers_not_overflows():
+    """Inferred: an int too large for a float is still an int (maxAsks, number and integer parameters)."""
+    huge = 10 ** 400
+    assert ok(flow({"id": "a", "collect": ["nome"], "maxAsks": huge},
+                   {"id": "b", "do": "add_tags", "with": {"tags": [], "priority": huge}},
+                   {"id": "c", "do": "send_webhook", "with": {"method": "GET", "score": huge}})) == []
+
+
+def test_registered_flows_without_a_string_id_are_not_listed():
+    """Inferred: `Use one of ...` lists the ids a target could name."""
+    registries = {**REGISTRIES, "flows": [{"id": "fx"}, {"name": "sem id"}, "x", {"id": "fx"}]}
+    assert step_error({"id": "a", "say": "Oi", "then": {"flow": "y"}}, registries=registries).endswith(
+        'then names flow "y", which this agent does not have. Use one of "fx", or add the flow.')
+
+
+def test_a_parameter_definition_of_an_unknown_type_puts_no_type_rule():
+    """Inferred: parameter definitions are host code; an unknown type is not second-guessed."""
+    registries = {**REGISTRIES, "actions": {"n": Action(parameters={"extra": {"type": "object"}}, run=_run)}}
+    assert ok(flow({"id": "a", "do": "n", "with": {"extra": {"a": 1}}}), registries) == []
+
+
+def test_enum_members_are_written_as_javascript_prints_them():
+    """persistence.md §1.10: a list of values is each value's JSON literal joined with ", "."""
+    registries = {**REGISTRIES, "actions": {"n": Action(parameters={"p": {"type": "number", "enum": [1.5, 2.0]}},
+                                                        run=_run)}}
+    assert step_error({"id": "a", "do": "n", "with": {"p": 3}}, registries=registries).endswith(
+        'parameter "p" of action "n" must be one of 1.5, 2, got 3. Use one of the listed values.')
