@@ -1137,15 +1137,695 @@ class Agent:
 
 
 # >>> validation (helper region: validate_flow, check_agent) >>>>>>>>>>>>>>>>>>
+#
+# validate_flow reads a flow in three phases (persistence.md §1.10): strip the
+# Nones, check the JSON's shape, then check every name and the step graph.
+# The first problem raises FlowConfigurationError with the message
+# "<where>: <what>. <fix>"; what runs but probably not as meant is a warning.
+
+RESERVED_CONDITIONS = ("equals", "known", "silenced")
+TRIGGER_KINDS = ("message", "mention", "silence", "event")
+INSTRUCTION_KINDS = ("must", "never", "should")
+_KEY_ABSENT = object()   # "the key is not there", which show() prints as "missing"
+
+
+def _flow_error(where: str, what: str, fix: str) -> None:
+    raise FlowConfigurationError(f"{where}: {what}. {fix}")
+
+
+def strip_nones(value: Any) -> Any:
+    """A copy with every None-valued dict key dropped, at any depth (persistence.md §1.7 step 1).
+
+    Lists keep their length (a None inside one stays, so the shape check can
+    report it); callables and other leaves are kept as they are.
+    """
+    if isinstance(value, dict):
+        return {key: strip_nones(item) for key, item in value.items() if item is not None}
+    if isinstance(value, list):
+        return [strip_nones(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(strip_nones(item) for item in value)
+    return value
+
+
+def json_literal(value: Any) -> str:
+    """A value as JavaScript's JSON.stringify writes it: 429.0 -> 429, non-ASCII kept."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return js_number_text(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(json_literal(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{json.dumps(str(k), ensure_ascii=False)}:{json_literal(v)}"
+                              for k, v in value.items()) + "}"
+    return json.dumps(str(value), ensure_ascii=False)
+
+
+def show(value: Any) -> str:
+    """How a message names a value (persistence.md §1.10, *show*).
+
+    A string is its JSON literal, cut to 37 characters plus "..." past 40
+    (characters are code points; JavaScript counts UTF-16 units).
+    """
+    if value is _KEY_ABSENT:
+        return "missing"
+    if value is None or isinstance(value, (bool, int, float)):
+        return json_literal(value)
+    if isinstance(value, str):
+        text = json_literal(value)
+        return text if len(text) <= 40 else text[:37] + "..."
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return "a function" if callable(value) else "an object"
+
+
+def type_name(value: Any) -> str:
+    """The JSON type a message names (persistence.md §1.10, *type name*)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (list, tuple)):
+        return "list"
+    return "function" if callable(value) else "object"
+
+
+def is_whole(value: Any) -> bool:
+    """An int, or a float with no fraction (3.0); never a bool."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value) and value.is_integer())
+
+
+def article(word: str) -> str:
+    return "an" if word[:1] in ("a", "e", "i", "o", "u") else "a"
+
+
+def expected_text(definition: dict) -> str:
+    """What a definition asks for: "a string", "an integer", "a list of strings" (*expected*)."""
+    if definition.get("type") == "array":
+        items = _as_definition(definition.get("items"))
+        return f"a list of {items.get('type') or 'value'}s"
+    kind = str(definition.get("type") or "value")
+    return f"{article(kind)} {kind}"
+
+
+def _quoted_kinds(kinds: list[str]) -> str:
+    """"a", "a" and "b", "a", "b" and "c"."""
+    quoted = [f'"{kind}"' for kind in kinds]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
+
+
+def _listed_values(values: Any) -> str:
+    return ", ".join(json_literal(value) for value in values)
+
+
+def _as_definition(value: Any) -> dict:
+    """A field or parameter definition, {} when the host gave something else."""
+    return value if isinstance(value, dict) else {}
+
+
+def _has_key(mapping: Any, key: Any) -> bool:
+    """``key in mapping`` that is False for an unhashable key instead of raising."""
+    try:
+        return key in mapping
+    except TypeError:
+        return False
+
+
+# Matching (persistence.md §1.10, "Matching"): values are never coerced. A
+# definition whose type is none of the five known ones puts no type rule on the
+# value (inferred: parameter definitions are host code and otherwise unchecked).
+
+def _type_fits(definition: dict, value: Any) -> bool:
+    kind = definition.get("type")
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind == "number":
+        return number and (isinstance(value, int) or math.isfinite(value))
+    if kind == "integer":
+        return number and is_whole(value)
+    return True
+
+
+def _in_enum(definition: dict, value: Any) -> bool:
+    members = definition.get("enum")
+    if members is None:
+        return True
+    if isinstance(value, str) and "{{" in value:
+        return True   # a template's value is only known at run time
+    if isinstance(value, bool):
+        return False
+    return any(json_equal(member, value) for member in members)
+
+
+def _matches_scalar(definition: dict, value: Any) -> bool:
+    return _type_fits(definition, value) and _in_enum(definition, value)
+
+
+def matches_definition(definition: dict, value: Any) -> bool:
+    """Whether a value fits a field or parameter definition as written."""
+    if definition.get("type") == "array":
+        items = _as_definition(definition.get("items"))
+        return isinstance(value, (list, tuple)) and all(_matches_scalar(items, item) for item in value)
+    return _matches_scalar(definition, value)
+
+
+def _off_list(definition: dict, value: Any) -> tuple[str, str] | None:
+    """The mismatch rule: (listed values, the offending item's literal) when an item of the right
+    type is not listed, None when the type itself is wrong."""
+    is_array = definition.get("type") == "array"
+    scalar = _as_definition(definition.get("items")) if is_array else definition
+    if scalar.get("enum") is not None:
+        candidates = value if is_array and isinstance(value, (list, tuple)) else [value]
+        for item in candidates:
+            if _type_fits(scalar, item) and not _in_enum(scalar, item):
+                return _listed_values(scalar["enum"]), json_literal(item)
+    return None
+
+
+# Phase 1: shape --------------------------------------------------------------
+
+def _list_check(value: Any, label: str, where: str, objects: bool = False) -> None:
+    """A list (or tuple) whose entries are all strings, or all dicts; absent passes."""
+    if value is _KEY_ABSENT:
+        return
+    if not isinstance(value, (list, tuple)):
+        fix = (f"Write {label}: {json_literal([value])}." if isinstance(value, str) and not objects
+               else f"Write {label} as a list.")
+        _flow_error(where, f"{label} is {show(value)}, not a list", fix)
+    for i, item in enumerate(value):
+        if objects and not isinstance(item, dict):
+            _flow_error(where, f"{label}[{i}] is {show(item)}, not an object",
+                        f"Write each entry of {label} as an object.")
+        if not objects and not isinstance(item, str):
+            _flow_error(where, f"{label}[{i}] is {show(item)}, not text", f"Write each entry of {label} as a string.")
+
+
+def _condition_check(value: Any, label: str, where: str) -> None:
+    if value is _KEY_ABSENT or callable(value) or isinstance(value, dict):
+        return
+    _flow_error(where, f"{label} is {show(value)}, not a condition",
+                'Write it as an object, e.g. { known: ["nome"] }.')
+
+
+def _target_check(value: Any, label: str, where: str) -> None:
+    if value is _KEY_ABSENT or isinstance(value, str):
+        return
+    if isinstance(value, dict) and (isinstance(value.get("step"), str) or isinstance(value.get("flow"), str)):
+        _list_check(value.get("clear", _KEY_ABSENT), f"{label}.clear", where)
+        return
+    _flow_error(where, f"{label} is {show(value)}, not a step id or a target",
+                'Write a step id, "end", { step: "id" } or { flow: "id" }.')
+
+
+def _instructions_check(owner: dict, where: str) -> None:
+    instructions = owner.get("instructions", _KEY_ABSENT)
+    _list_check(instructions, "instructions", where, objects=True)
+    if instructions is _KEY_ABSENT:
+        return
+    for i, instruction in enumerate(instructions):
+        label = f"instructions[{i}]"
+        if "kind" in instruction and instruction["kind"] not in INSTRUCTION_KINDS:
+            what = f'{label}.kind is {show(instruction["kind"])}, which is not one of "must", "never", "should"'
+            _flow_error(where, what, "Use one of them.")
+        if not isinstance(instruction.get("prompt"), str):
+            _flow_error(where, f"{label}.prompt is {show(instruction.get('prompt', _KEY_ABSENT))}, not text",
+                        "Write the rule as a sentence.")
+        when = instruction.get("when", _KEY_ABSENT)
+        if not isinstance(when, str):
+            _list_check(when, f"{label}.when", where)
+        _condition_check(instruction.get("if", _KEY_ABSENT), f"{label}.if", where)
+
+
+def body_kinds(step: dict) -> list[str]:
+    """The kinds a step's body carries, in the order of persistence.md §1.6."""
+    kinds = []
+    if step.get("collect") is not None:
+        kinds.append("collect")
+    elif step.get("prompt") is not None:
+        kinds.append("prompt")
+    for key in ("say", "do"):
+        if step.get(key) is not None:
+            kinds.append(key)
+    if step.get("wait") is not None:
+        kinds.append("wait" if isinstance(step["wait"], str) else "waitEvent")
+    if step.get("if") is not None:
+        kinds.append("if")
+    return kinds
+
+
+def _step_shape(step: dict, where: str) -> None:
+    """T1-T13 of persistence.md §1.10, in order."""
+    kinds = body_kinds(step)
+    if not kinds:
+        _flow_error(where, "does nothing",
+                    "A step talks (`prompt` / `collect`), says (`say`), acts (`do`), waits (`wait`) or forks (`if`).")
+    if len(kinds) > 1:
+        _flow_error(where, f"mixes {_quoted_kinds(kinds)}", "A step does one thing. Split it into one step per kind.")
+    if "kind" in step and step["kind"] != kinds[0]:
+        _flow_error(where, f'has kind {show(step["kind"])}, but its body is a "{kinds[0]}" step',
+                    f'Set kind to "{kinds[0]}", or change the body to match.')
+    for key in ("say", "prompt", "question"):
+        if key in step and not isinstance(step[key], str):
+            _flow_error(where, f"{key} is {show(step[key])}, not text", f"Write {key} as a string.")
+    _list_check(step.get("collect", _KEY_ABSENT), "collect", where)
+    _list_check(step.get("tools", _KEY_ABSENT), "tools", where)
+    if "ask" in step and not isinstance(step["ask"], dict):
+        _flow_error(where, f"ask is {show(step['ask'])}, not an object", 'Write ask as { field: "how to ask" }.')
+    if "with" in step and not isinstance(step["with"], dict):
+        _flow_error(where, f"with is {show(step['with'])}, not an object", "Write with as { parameter: value }.")
+    if "maxAsks" in step:
+        asks = step["maxAsks"]
+        if not is_whole(asks) or asks < 1:
+            _flow_error(where, f"maxAsks is {show(asks)}, not a whole number of 1 or more", "Write a number like 3.")
+    wait = step.get("wait", _KEY_ABSENT)
+    if wait is not _KEY_ABSENT and not isinstance(wait, str) and not (
+            isinstance(wait, dict) and isinstance(wait.get("event"), str)):
+        _flow_error(where, "wait has no event",
+                    'Write wait: { event: "name" } to wait for an event, or a duration like "1h".')
+    _condition_check(step.get("if", _KEY_ABSENT), "if", where)
+    for key in ("then", "else", "onFail"):
+        _target_check(step.get(key, _KEY_ABSENT), key, where)
+    _instructions_check(step, where)
+    branches = step.get("branches", _KEY_ABSENT)
+    _list_check(branches, "branches", where, objects=True)
+    for j, branch in enumerate([] if branches is _KEY_ABSENT else branches):
+        if "when" in branch and not isinstance(branch["when"], str):
+            _flow_error(where, f"branches[{j}].when is {show(branch['when'])}, not text",
+                        "Write the condition as one sentence.")
+        _condition_check(branch.get("if", _KEY_ABSENT), f"branches[{j}].if", where)
+        _target_check(branch.get("then", _KEY_ABSENT), f"branches[{j}].then", where)
+
+
+def check_flow_shape(flow: Any) -> None:
+    """Phase 1 (persistence.md §1.10, S1-S9): every value is the right kind of JSON.
+
+    Reads a stripped flow; ``from_spec`` runs this too.
+    """
+    if not isinstance(flow, dict):
+        _flow_error("flow", f"is {show(flow)}, not an object", "Pass the flow itself: { id, name, steps }.")
+    where = f'flow "{flow["id"]}"' if isinstance(flow.get("id"), str) else "flow"
+    if not isinstance(flow.get("steps"), (list, tuple)):
+        _flow_error(where, "has no steps list", "Write steps as a list, even an empty one.")
+    for key in ("description", "anchor"):
+        if key in flow and not isinstance(flow[key], str):
+            _flow_error(where, f"{key} is {show(flow[key])}, not text", f"Write {key} as a string.")
+    for key in ("collect", "clearOnStart", "tools"):
+        _list_check(flow.get(key, _KEY_ABSENT), key, where)
+    if "onEnd" in flow and flow["onEnd"] not in ("end", "stay", "reset"):
+        _flow_error(where, f'onEnd is {show(flow["onEnd"])}, which is not one of "end", "stay", "reset"',
+                    "Use one of them.")
+    _condition_check(flow.get("while", _KEY_ABSENT), "while", where)
+    _instructions_check(flow, where)
+    _list_check(flow.get("on", _KEY_ABSENT), "on", where, objects=True)
+    for n, trigger in enumerate(flow.get("on", ()), 1):
+        trigger_where = f"{where}, trigger #{n}"
+        _list_check(trigger.get("message", _KEY_ABSENT), "message", trigger_where)
+        _list_check(trigger.get("mention", _KEY_ABSENT), "mention", trigger_where)
+        _condition_check(trigger.get("if", _KEY_ABSENT), "if", trigger_where)
+        repeat = trigger.get("repeat", _KEY_ABSENT)
+        if repeat is not _KEY_ABSENT and repeat not in ("once", "always") and not (
+                isinstance(repeat, dict) and isinstance(repeat.get("cooldown"), str)):
+            _flow_error(trigger_where, f"repeat is {show(repeat)}", 'Use "once", "always" or { cooldown: "24h" }.')
+    _list_check(flow["steps"], "steps", where, objects=True)
+    for n, step in enumerate(flow["steps"], 1):
+        step_id = step.get("id")
+        _step_shape(step, f'{where}, step "{step_id}"' if isinstance(step_id, str) else f"{where}, step #{n}")
+
+
+# Phase 2: names and the step graph ---------------------------------------------
+
+@dataclass
+class _FlowNames:
+    """What a flow's names are checked against: the registries of persistence.md §1.10."""
+    fields: dict
+    actions: dict
+    events: dict
+    conditions: dict
+    tool_ids: list
+    flow_ids: list | None     # None: targets naming a flow are not checked
+
+    @classmethod
+    def of(cls, registries: dict | None) -> "_FlowNames":
+        registries = registries or {}
+        tools = registries.get("tools") or []
+        tool_ids = [tool if isinstance(tool, str) else tool.get("id") if isinstance(tool, dict)
+                    else getattr(tool, "id", None) for tool in tools]
+        flows = registries.get("flows")
+        flow_ids = None
+        if flows is not None:
+            flow_ids = []
+            for flow in flows:
+                if isinstance(flow, dict) and isinstance(flow.get("id"), str) and flow["id"] not in flow_ids:
+                    flow_ids.append(flow.get("id"))
+        return cls(fields=registries.get("fields") or {}, actions=registries.get("actions") or {},
+                   events=registries.get("events") or {}, conditions=registries.get("conditions") or {},
+                   tool_ids=tool_ids, flow_ids=flow_ids)
+
+
+def _field_check(slug: Any, names: _FlowNames, where: str, label: str) -> None:
+    if not _has_key(names.fields, slug):
+        _flow_error(where, f'unknown field "{slug}" in {label}', "Add it to the agent's fields or fix the slug.")
+
+
+def _tool_check(tools: Any, names: _FlowNames, where: str) -> None:
+    for tool in tools:
+        if tool not in names.tool_ids:
+            _flow_error(where, f'unknown tool "{tool}"', "Register it in the agent's tools or fix the name.")
+
+
+def _duration_check(value: Any, label: str, where: str) -> None:
+    if value is not _KEY_ABSENT and not is_duration(value):
+        _flow_error(where, f'{label} has duration "{value}", which does not parse',
+                    'Write a number and a unit: "30s", "5m", "24h" or "3d".')
+
+
+def condition_names_check(condition: Any, label: str, where: str, names: _FlowNames) -> None:
+    """The names inside one JSON predicate (persistence.md §1.10; flows.md §14.3).
+
+    Absent and callables pass. Anything else that is not a dict fails as in the
+    shape check (inferred: agent and idle instructions reach this without one).
+    """
+    if condition is _KEY_ABSENT or callable(condition):
+        return
+    _condition_check(condition, label, where)
+    for key, arg in condition.items():
+        if key == "equals":
+            if not isinstance(arg, dict):
+                _flow_error(where, f"{label}.equals is not an object", "Write equals as { field: value }.")
+            for slug, value in arg.items():
+                _field_check(slug, names, where, f"{label}.equals")
+                definition = _as_definition(names.fields[slug])
+                if matches_definition(definition, value):
+                    continue
+                off_list = _off_list(definition, value)
+                if off_list:
+                    listed, got = off_list
+                    _flow_error(where, f'{label}.equals gives "{slug}" {got}, which is not one of {listed}',
+                                "Use one of the listed values.")
+                kind, expected = type_name(value), expected_text(definition)
+                what = f'{label}.equals gives "{slug}" {article(kind)} {kind}, but the field is {expected}'
+                _flow_error(where, what, f"Write {expected}; values are not coerced.")
+        elif key == "known":
+            if not isinstance(arg, (list, tuple)):
+                _flow_error(where, f"{label}.known is not a list", "Write known as [field, ...].")
+            for slug in arg:
+                _field_check(str(slug), names, where, f"{label}.known")
+        elif key == "silenced":
+            if not isinstance(arg, bool):
+                _flow_error(where, f"{label}.silenced is not a boolean", "Write true or false.")
+        elif not _has_key(names.conditions, key):
+            _flow_error(where, f'unknown condition "{key}" in {label}',
+                        "Register it in conditions or use equals, known, silenced.")
+
+
+def action_parameters(action: Any) -> dict:
+    """An action's parameter definitions: its ``parameters`` attribute, or key of a dict."""
+    parameters = action.get("parameters") if isinstance(action, dict) else getattr(action, "parameters", None)
+    return parameters if isinstance(parameters, dict) else {}
+
+
+def _with_check(name: str, parameters: dict, given: dict, where: str) -> None:
+    """The `with` check of persistence.md §1.10 (flows.md §9.2)."""
+    for parameter, raw in parameters.items():
+        definition = _as_definition(raw)
+        if parameter not in given:
+            if not definition.get("optional"):
+                _flow_error(where, f'action "{name}" needs parameter "{parameter}"', "Add it to `with`.")
+            continue
+        value = given[parameter]
+        if matches_definition(definition, value):
+            continue
+        off_list = _off_list(definition, value)
+        if off_list:
+            expected, got, fix = f"one of {off_list[0]}", off_list[1], "Use one of the listed values."
+        else:
+            expected, got = expected_text(definition), type_name(value)
+            fix = "Values are not coerced; write the right type."
+        _flow_error(where, f'parameter "{parameter}" of action "{name}" must be {expected}, got {got}', fix)
+    for key in given:
+        if key not in parameters:
+            _flow_error(where, f'action "{name}" has no parameter "{key}"', "Remove it or fix the name.")
+
+
+def check_flow_names(flow: dict, names: _FlowNames) -> list[str]:
+    """Phase 2 (persistence.md §1.10, N1-N8): names and the step graph; returns the warnings."""
+    if not (isinstance(flow.get("id"), str) and flow["id"]):
+        _flow_error("flow", "has no id", "Give the flow a short unique id.")
+    where = f'flow "{flow["id"]}"'
+    steps = flow["steps"]
+    position: dict[str, int] = {}
+    for n, step in enumerate(steps, 1):
+        step_id = step.get("id")
+        if not (isinstance(step_id, str) and step_id):
+            _flow_error(f"{where}, step #{n}", "has no id", "Give every step a unique id.")
+        if step_id == "end":
+            _flow_error(f'{where}, step "end"', 'uses the reserved id "end"', '"end" ends the run; pick another id.')
+        if step_id in position:
+            _flow_error(f'{where}, step "{step_id}"', "duplicates an earlier step id", "Give each step its own id.")
+        position[step_id] = n - 1
+    if flow.get("on") and not steps:
+        _flow_error(where, "has triggers but no steps", "Add at least one step or remove `on`.")
+    for key in ("collect", "clearOnStart"):
+        for slug in flow.get(key, ()):
+            _field_check(slug, names, where, key)
+
+    warnings: list[str] = []
+    step_collects = {slug for step in steps for slug in step.get("collect", ())}
+    for slug in flow.get("collect", ()):
+        if extract_mode(_as_definition(names.fields[slug])) == "asked" and slug not in step_collects:
+            warnings.append(f'{where}: collect lists "{slug}", which is only taken from the answer to a step '
+                            "that asks it, and no step does. Add it to a step's collect, or set extract: "
+                            "'anywhere' on the field.")
+
+    condition_names_check(flow.get("while", _KEY_ABSENT), "while", where, names)
+    _tool_check(flow.get("tools", ()), names, where)
+    for i, instruction in enumerate(flow.get("instructions", ())):
+        condition_names_check(instruction.get("if", _KEY_ABSENT), f"instructions[{i}].if", where, names)
+
+    for n, trigger in enumerate(flow.get("on", ()), 1):
+        trigger_where = f"{where}, trigger #{n}"
+        if not any(kind in trigger for kind in TRIGGER_KINDS):
+            _flow_error(trigger_where, "names no trigger kind", "A trigger is one of `message`, `mention`, "
+                        "`silence`, `event`. A flow the host starts itself has no `on` at all.")
+        if "event" in trigger and not _has_key(names.events, trigger["event"]):
+            _flow_error(trigger_where, f'unknown event "{trigger["event"]}"',
+                        "Register it in events or fix the name.")
+        _duration_check(trigger.get("silence", _KEY_ABSENT), "silence", trigger_where)
+        _duration_check(trigger.get("after", _KEY_ABSENT), "after", trigger_where)
+        if isinstance(trigger.get("repeat"), dict):
+            _duration_check(trigger["repeat"]["cooldown"], "repeat.cooldown", trigger_where)
+        condition_names_check(trigger.get("if", _KEY_ABSENT), "if", trigger_where, names)
+        for kind in ("message", "mention"):
+            phrases = trigger.get(kind) or []
+            if phrases and not split_phrases(phrases)[0]:
+                fix = 'A "!" phrase rules the trigger out. Add at least one plain phrase saying when it should fire'
+                fix += ", or use an empty list for a catch-all." if kind == "message" else "."
+                _flow_error(trigger_where, f'every {kind} phrase starts with "!", so nothing can ever match it', fix)
+
+    for i, step in enumerate(steps):
+        _step_names(step, i, where, position, names, warnings)
+    return warnings
+
+
+def _step_names(step: dict, i: int, flow_where: str, position: dict, names: _FlowNames, warnings: list) -> None:
+    """The step rules of persistence.md §1.10 for the step at index i."""
+    where = f'{flow_where}, step "{step["id"]}"'
+
+    def edge(target: Any, label: str) -> int | None:
+        """Check one Next; the index it lands on, or None (persistence.md §1.10, edge check)."""
+        if target is _KEY_ABSENT or target == "end":
+            return None
+        if isinstance(target, dict) and "flow" in target:
+            flow_id = target["flow"]
+            templated = isinstance(flow_id, str) and "{{" in flow_id
+            if names.flow_ids is not None and not templated and flow_id not in names.flow_ids:
+                fix = (f"Use one of {_listed_values(names.flow_ids)}, or add the flow." if names.flow_ids
+                       else "Add the flow to the agent.")
+                _flow_error(where, f'{label} names flow "{flow_id}", which this agent does not have', fix)
+            return None
+        step_id = target["step"] if isinstance(target, dict) else target
+        if step_id not in position:
+            _flow_error(where, f'{label} points at step "{step_id}", which does not exist',
+                        'Use an existing step id or "end".')
+        if isinstance(target, dict):
+            for slug in target.get("clear", ()):
+                _field_check(slug, names, where, f"{label}.clear")
+        lands = position[step_id]
+        if lands <= i and not (isinstance(target, dict) and target.get("clear")):
+            warnings.append(f'{where}: {label} jumps back to "{step_id}" without clear; the fields collected '
+                            "since stay known and those steps skip. Add clear: [...] to re-ask them.")
+        return lands
+
+    then_lands = edge(step.get("then", _KEY_ABSENT), "then")
+    edge(step.get("else", _KEY_ABSENT), "else")
+    if "collect" in step or "prompt" in step:
+        collect = step.get("collect", [])
+        for slug in collect:
+            _field_check(slug, names, where, "collect")
+        for slug in step.get("ask", {}):
+            _field_check(slug, names, where, "ask")
+        if "question" in step and not collect:
+            _flow_error(where, "has a question but collects nothing",
+                        "A fixed question asks for fields: add collect, or send the text with a say step.")
+        asks = step.get("ask", {})
+        if (collect and "prompt" not in step and "question" not in step
+                and not any(is_known(asks.get(slug)) or is_known(_as_definition(names.fields[slug]).get("ask"))
+                            for slug in collect)):
+            quoted = ", ".join(f'"{slug}"' for slug in collect)
+            warnings.append(f"{where}: collects {quoted} with no prompt and no ask; the AI has nothing to go on. "
+                            "Add a prompt or an ask per field.")
+    for j, branch in enumerate(step.get("branches", ())):
+        if "when" not in branch and "if" not in branch:
+            _flow_error(where, f"branches[{j}] has neither when nor if",
+                        "Give the branch an AI condition (when) or a code one (if).")
+        if "when" in branch and "wait" in step:
+            _flow_error(where, f'branches[{j}] is a "when" branch, but a wait step is judged by code only',
+                        'Use "if", or move the branch to a talk step.')
+        condition_names_check(branch.get("if", _KEY_ABSENT), f"branches[{j}].if", where, names)
+        edge(branch.get("then", _KEY_ABSENT), f"branches[{j}].then")
+    for j, instruction in enumerate(step.get("instructions", ())):
+        condition_names_check(instruction.get("if", _KEY_ABSENT), f"instructions[{j}].if", where, names)
+    _tool_check(step.get("tools", ()), names, where)
+    if "do" in step:
+        name = step["do"]
+        if not _has_key(names.actions, name):
+            _flow_error(where, f'unknown action "{name}"', "Register it in actions or fix the name.")
+        _with_check(name, action_parameters(names.actions[name]), step.get("with", {}), where)
+        edge(step.get("onFail", _KEY_ABSENT), "onFail")
+    wait = step.get("wait", _KEY_ABSENT)
+    if isinstance(wait, str):
+        _duration_check(wait, "wait", where)
+    elif isinstance(wait, dict):
+        if not _has_key(names.events, wait["event"]):
+            _flow_error(where, f'unknown event "{wait["event"]}" in wait', "Register it in events or fix the name.")
+        _duration_check(wait.get("upTo", _KEY_ABSENT), "wait.upTo", where)
+    if "if" in step:
+        condition_names_check(step["if"], "if", where, names)
+        if then_lands is not None and then_lands <= i and "else" not in step:
+            back_to = step["then"]["step"] if isinstance(step["then"], dict) else step["then"]
+            _flow_error(where, f'"if" jumps back to "{back_to}" with no else',
+                        "Add else so the false branch has somewhere to go.")
+
 
 def validate_flow(spec: Any, registries: dict | None = None) -> FlowValidation:
-    """Check a flow or FlowSpec against the agent's registries (persistence.md §1.10)."""
-    raise NotImplementedError("validate_flow lands with the Foundation issue (validation)")
+    """Check a flow or FlowSpec against the agent's registries (persistence.md §1.10).
+
+    Raises FlowConfigurationError on the first problem that would break at run
+    time; otherwise returns the warnings. Never mutates ``spec``.
+
+    ``validate_flow(spec, {"fields": f.fields, "actions": {"notify": notify}}).warnings``
+    """
+    flow = strip_nones(spec)
+    check_flow_shape(flow)
+    return FlowValidation(warnings=check_flow_names(flow, _FlowNames.of(registries)))
+
+
+# Agent construction (persistence.md §1.11, model-calls.md §6.9 and §9.1) -------
+
+def _scope_instructions_check(instructions: Any, where: str, names: _FlowNames) -> None:
+    """Agent or idle instructions: their shape (inferred: nothing else checks it), then their names."""
+    owner = strip_nones({"instructions": instructions})
+    _instructions_check(owner, where)
+    for i, instruction in enumerate(owner["instructions"]):
+        condition_names_check(instruction.get("if", _KEY_ABSENT), f"instructions[{i}].if", where, names)
+
+
+def _check_idle(idle: Any, names: _FlowNames) -> None:
+    if idle == "silent":
+        return
+    if not isinstance(idle, dict):
+        _flow_error("idle", f"is {show(idle)}, not an object",
+                    'Write idle as { prompt: "..." }, or "silent" for no idle replies.')
+    idle = strip_nones(idle)
+    if "instructions" in idle:
+        _scope_instructions_check(idle["instructions"], "idle", names)
+    tools = idle.get("tools", _KEY_ABSENT)
+    _list_check(tools, "tools", "idle")
+    if tools is not _KEY_ABSENT:
+        _tool_check(tools, names, "idle")
+
+
+# model-calls.md §9.1: (key, required, rule, rule text, fix). The rule
+# texts of the two counts say "whole number" because the engine slices by them.
+_COMPACTION_RULES = (
+    ("maxTokens", True, lambda v: v > 0, "more than 0",
+     "Set it to how many tokens the history may take, such as 8000"),
+    ("compactionThreshold", False, lambda v: 0.5 <= v <= 0.95, "between 0.5 and 0.95",
+     "Use 0.8 unless you measured otherwise"),
+    ("preserveRecentCount", False, lambda v: is_whole(v) and v >= 2, "a whole number of 2 or more",
+     "Keep at least the last question and its answer; the default is 4"),
+    ("maxToolResultChars", False, lambda v: is_whole(v) and v >= 1, "a whole number of 1 or more",
+     "Use 5000, the default, or the longest tool result the model should read"),
+)
+
+
+def check_compaction(config: Any) -> None:
+    """The compaction settings (model-calls.md §9.1); a plain ValueError names the first bad one."""
+    if config is None:
+        return
+    if not isinstance(config, dict):
+        raise ValueError(f"[CompactionEngine] compaction is {show(config)}: it must be an object such as "
+                         "{ maxTokens: 8000 }. Pass a dict, or leave compaction out to turn it off.")
+    if config.get("enabled") is False:
+        return
+    for key, required, rule, rule_text, fix in _COMPACTION_RULES:
+        value = config.get(key)
+        if value is None and not required:
+            continue
+        number = isinstance(value, (int, float)) and not isinstance(value, bool) and (
+            isinstance(value, int) or math.isfinite(value))
+        if not number or not rule(value):
+            shown = "missing" if value is None else show(value)
+            raise ValueError(f"[CompactionEngine] {key} is {shown}: it must be {rule_text}. {fix}.")
 
 
 def check_agent(agent: Agent) -> list[str]:
-    """The construction checks of persistence.md §1.11 and model-calls.md §9.1; returns warnings."""
-    return []
+    """The construction checks of persistence.md §1.11 and model-calls.md §9.1; returns warnings.
+
+    Raises FlowConfigurationError (ValueError for compaction) on the first
+    problem, in this order: reserved condition names, agent instructions, each
+    flow (a repeated id, then validate_flow), tool parameters, idle, compaction.
+    """
+    for name in agent.conditions:
+        if name in RESERVED_CONDITIONS:
+            raise FlowConfigurationError(f'condition "{name}" shadows a built-in: equals, known, silenced are '
+                                         "reserved. Rename it.")
+    registries = {"fields": agent.fields, "actions": agent.actions, "events": agent.events,
+                  "conditions": agent.conditions, "tools": agent.tools, "flows": agent.flows}
+    names = _FlowNames.of(registries)
+    _scope_instructions_check(agent.instructions, "agent", names)
+    warnings: list[str] = []
+    seen: set[str] = set()
+    for flow in agent.flows:
+        flow_id = flow.get("id") if isinstance(flow, dict) else None
+        if isinstance(flow_id, str) and flow_id in seen:
+            raise FlowConfigurationError(f'flow "{flow_id}" is declared twice: flow ids must be unique. '
+                                         "Rename one of them.")
+        if isinstance(flow_id, str):
+            seen.add(flow_id)
+        warnings.extend(validate_flow(flow, registries).warnings)
+    for tool in agent.tools:
+        parameters = getattr(tool, "parameters", None)
+        if parameters is not None and not (isinstance(parameters, dict) and parameters.get("type") == "object"):
+            raise FlowConfigurationError(f'tool "{getattr(tool, "id", tool)}": parameters must be a JSON Schema '
+                                         'object. Write { type: "object", properties: { ... }, required: [...] }.')
+    _check_idle(agent.idle, names)
+    check_compaction(agent.compaction)
+    return warnings
 
 # <<< validation <<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<
 
@@ -4133,20 +4813,296 @@ class StreamDecoder:
 # 12. JSON and migration ######################################################
 
 # >>> flow spec JSON (helper region: from_spec, to_spec, flow_spec_schema) >>>>
+#
+# A FlowSpec is a flow as plain JSON: every step carries its `kind`, every
+# predicate is a condition object, and None means "not set" (persistence.md
+# Part 1). The strip, the shape check and the messages live with validate_flow
+# (section 6).
 
 def from_spec(spec: Any) -> dict:
-    """A stored FlowSpec as a flow dict: Nones and kinds stripped, shape checked (persistence.md §1.7)."""
-    raise NotImplementedError("from_spec lands with the Foundation issue (validation)")
+    """A stored FlowSpec as a flow dict: Nones and kinds stripped, shape checked (persistence.md §1.7).
+
+    Names are not checked here; the agent checks them when it is built.
+
+    ``from_spec({"id": "g", "name": "G", "steps": [{"id": "a", "kind": "say", "say": "Oi!", "then": None}]})``
+    returns ``{"id": "g", "name": "G", "steps": [{"id": "a", "say": "Oi!"}]}``.
+    """
+    flow = strip_nones(spec)
+    check_flow_shape(flow)
+    flow["steps"] = [{key: value for key, value in step.items() if key != "kind"} for step in flow["steps"]]
+    return flow
+
+
+SPEC_FLOW_KEYS = ("id", "name", "description", "on", "anchor", "while", "collect", "clearOnStart", "steps",
+                  "onEnd", "instructions", "tools")
+SPEC_STEP_BASE_KEYS = ("id", "label", "then", "ui")
+SPEC_KIND_KEYS = {
+    "say": ("say", "media", "once"),
+    "do": ("do", "with", "onFail"),
+    "wait": ("wait", "businessHours", "else", "branches"),
+    "waitEvent": ("wait", "else"),
+    "if": ("if", "else"),
+    "collect": ("collect", "prompt", "question", "ask", "maxAsks", "branches", "tools", "instructions"),
+    "prompt": ("prompt", "ask", "maxAsks", "branches", "tools", "instructions"),
+}
+
+
+def _storable(predicate: Any, label: str) -> None:
+    """A predicate in a spec must be JSON (persistence.md §1.8)."""
+    if callable(predicate):
+        raise FlowConfigurationError(
+            f"{label}: is a function, which cannot be stored as JSON. Write it as a condition ({{ equals }}, "
+            "{ known }, { silenced } or a named condition) to store this flow.")
+
+
+def _instruction_ifs_storable(instructions: Any, label: str) -> None:
+    for i, instruction in enumerate(instructions):
+        if isinstance(instruction, dict):
+            _storable(instruction.get("if"), f"{label}instructions[{i}].if")
+
+
+def spec_kind(step: dict) -> str | None:
+    """The kind to_spec writes for a step (persistence.md §1.8), None when it has no body."""
+    present = [key for key in ("say", "do", "wait", "if", "collect", "prompt") if step.get(key) is not None]
+    if not present:
+        return None
+    if present[0] == "wait":
+        return "wait" if isinstance(step["wait"], str) else "waitEvent"
+    return present[0]
+
+
+def _step_to_spec(step: dict, flow_where: str) -> dict:
+    where = f'{flow_where}, step "{step.get("id")}"'
+    kind = spec_kind(step)
+    if kind is None:
+        _flow_error(where, "has neither prompt nor collect",
+                    "A talk step needs a guideline, fields to collect, or both.")
+    if kind == "prompt" and step.get("question") is not None:
+        _flow_error(where, "has a question but collects nothing",
+                    "A fixed question asks for fields: add collect, or send the text with a say step.")
+    out = {key: strip_nones(step[key]) for key in SPEC_STEP_BASE_KEYS if step.get(key) is not None}
+    out["kind"] = kind
+    for key in SPEC_KIND_KEYS[kind]:
+        value = step.get(key)
+        if value is None:
+            continue
+        if key == "if":
+            _storable(value, f"{where} if")
+        elif key == "branches":
+            for j, branch in enumerate(value):
+                if isinstance(branch, dict):
+                    _storable(branch.get("if"), f"{where} branches[{j}].if")
+        elif key == "instructions":
+            _instruction_ifs_storable(value, f"{where} ")
+        out[key] = strip_nones(value)
+    return out
 
 
 def to_spec(flow: dict) -> dict:
-    """A flow as a FlowSpec: every step with its kind (persistence.md §1.8)."""
-    raise NotImplementedError("to_spec lands with the Foundation issue (validation)")
+    """A flow as a FlowSpec: every step with its kind, no None anywhere (persistence.md §1.8).
+
+    Keys outside the FlowSpec are dropped; a callable predicate raises
+    FlowConfigurationError, since it cannot be stored as JSON. Give it a flow
+    that validate_flow accepts.
+
+    ``to_spec({"id": "k", "name": "K", "steps": [{"id": "b", "prompt": "Agradeça."}]})["steps"]``
+    is ``[{"id": "b", "kind": "prompt", "prompt": "Agradeça."}]``.
+    """
+    where = f'flow "{flow.get("id")}"'
+    spec = {}
+    for key in SPEC_FLOW_KEYS:
+        value = flow.get(key)
+        if value is None:
+            continue
+        if key == "on":
+            for n, trigger in enumerate(value, 1):
+                if isinstance(trigger, dict):
+                    _storable(trigger.get("if"), f"{where}, trigger #{n} if")
+        elif key == "while":
+            _storable(value, f"{where}, while")
+        elif key == "instructions":
+            _instruction_ifs_storable(value, f"{where}, ")
+        spec[key] = [_step_to_spec(step, where) for step in value] if key == "steps" else strip_nones(value)
+    return spec
+
+
+# flow_spec_schema: the building blocks of persistence.md §1.12, under the
+# names the spec gives them inside flow_spec_schema.
+
+def schema_closed(*properties: tuple[str, dict]) -> dict:
+    """closed(p1: s1, ...): every property required, nothing else allowed."""
+    return {"type": "object", "properties": dict(properties), "required": [name for name, _ in properties],
+            "additionalProperties": False}
+
+
+def schema_or_null(schema: dict) -> dict:
+    """or_null(s): a type list (null appended to an enum) when s has one type, else an anyOf branch."""
+    if isinstance(schema.get("type"), str):
+        nullable = {**schema, "type": [schema["type"], "null"]}
+        if "enum" in schema:
+            nullable["enum"] = [*schema["enum"], None]
+        return nullable
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def _schema_with(schema: dict, description: str | None) -> dict:
+    return schema if description is None else {**schema, "description": description}
+
+
+def schema_union(*branches: dict, nullable: bool = False, description: str | None = None) -> dict:
+    return _schema_with({"anyOf": [*branches, *([{"type": "null"}] if nullable else [])]}, description)
+
+
+def schema_enum(values: list, description: str | None = None) -> dict:
+    return _schema_with({"type": "string", "enum": list(values)}, description)
+
+
+def schema_list(items: dict, description: str | None = None) -> dict:
+    return _schema_with({"type": "array", "items": items}, description)
+
+
+def _field_property(definition: dict) -> dict:
+    """A field inside `equals`: type, description and enum, nullable; nothing else (persistence.md §1.12)."""
+    prop: dict = {"type": [definition.get("type") or "string", "null"]}
+    if definition.get("description"):
+        prop["description"] = definition["description"]
+    if definition.get("enum") is not None:
+        prop["enum"] = [*definition["enum"], None]
+    return prop
+
+
+def _parameter_property(definition: dict) -> dict:
+    """A parameter inside `with`; an optional one may be null (persistence.md §1.12)."""
+    def scalar(d: dict) -> dict:
+        prop: dict = {"type": d.get("type") or "string"}
+        if d.get("description"):
+            prop["description"] = d["description"]
+        if d.get("enum") is not None:
+            prop["enum"] = list(d["enum"])
+        return prop
+
+    if definition.get("type") == "array":
+        prop = _schema_with({"type": "array", "items": scalar(_as_definition(definition.get("items")))},
+                            definition.get("description") or None)
+    else:
+        prop = scalar(definition)
+    return schema_or_null(prop) if definition.get("optional") else prop
 
 
 def flow_spec_schema(registries: dict | None = None) -> dict:
-    """A JSON Schema of a FlowSpec for this agent's names (persistence.md §1.12)."""
-    raise NotImplementedError("flow_spec_schema lands with the Foundation issue (validation)")
+    """A JSON Schema of a FlowSpec for this agent's names (persistence.md §1.12).
+
+    Closed and fully required (a model writes null for what it leaves out),
+    unions as anyOf, one `do` variant per action; it reads `fields`, `actions`,
+    `events` and `conditions`. Pass it as a response schema, then run
+    validate_flow and from_spec on the answer.
+    """
+    closed, or_null, union, enum_of, list_of = schema_closed, schema_or_null, schema_union, schema_enum, schema_list
+    STRING, NUMBER, BOOLEAN = {"type": "string"}, {"type": "number"}, {"type": "boolean"}
+    DURATION = {"type": "string", "description": "A number and a unit: 30s, 5m, 24h, 3d"}
+
+    def text(description: str) -> dict:
+        return {"type": "string", "description": description}
+
+    def described(schema: dict, description: str) -> dict:
+        return {**schema, "description": description}
+
+    registries = registries or {}
+    fields = registries.get("fields") or {}
+    actions = registries.get("actions") or {}
+    events = list(registries.get("events") or {})
+    conditions = [name for name in registries.get("conditions") or {} if name not in RESERVED_CONDITIONS]
+    slugs = list_of(enum_of(list(fields))) if fields else None
+
+    condition_props: list = []
+    if fields:
+        equals = {"type": "object",
+                  "properties": {slug: _field_property(_as_definition(d)) for slug, d in fields.items()},
+                  "required": list(fields), "additionalProperties": False,
+                  "description": "Fields that must hold these values"}
+        condition_props += [("equals", or_null(equals)),
+                            ("known", or_null(described(slugs, "Fields that must be known")))]
+    condition_props.append(("silenced", or_null(described(BOOLEAN, "Whether the host gate is closed"))))
+    for name in conditions:
+        condition_props.append((name, union(STRING, NUMBER, BOOLEAN, list_of(STRING), nullable=True,
+                                            description=f'Argument for condition "{name}"')))
+    condition = closed(*condition_props)
+
+    step_target = [("step", STRING)]
+    if fields:
+        step_target.append(("clear", or_null(described(slugs, "Fields to forget before jumping"))))
+    next_variants = [text('A step id, or "end"'), closed(*step_target),
+                     closed(("flow", text("Another flow to start; this run ends")))]
+    next_, next_or_null = union(*next_variants), union(*next_variants, nullable=True)
+
+    repeat = union(enum_of(["once", "always"]), closed(("cooldown", DURATION)), nullable=True,
+                   description="How often a run may start: once per session or anchor, always, or after a cooldown")
+    gates = [("if", or_null(condition)), ("repeat", repeat)]
+    triggers = [
+        closed(("message", list_of(STRING, "What the lead asks for, one phrase each; [] = catch-all")), *gates),
+        closed(("mention", list_of(STRING, "What the lead mentions, one phrase each")), *gates),
+        closed(("silence", described(DURATION, "How long the lead has been quiet")),
+               ("businessHours", or_null(BOOLEAN)), *gates)]
+    if events:
+        triggers.append(closed(("event", enum_of(events)), ("after", or_null(DURATION)),
+                               ("businessHours", or_null(BOOLEAN)), *gates))
+
+    branches = or_null(list_of(union(closed(("when", STRING), ("then", next_)),
+                                     closed(("if", condition), ("then", next_))),
+                               "Exits judged while the step asks"))
+    wait_branches = or_null(list_of(closed(("if", condition), ("then", next_)),
+                                    "Exits checked by code when the lead replies before the wait ends"))
+    base = [("id", STRING), ("label", or_null(STRING)), ("then", next_or_null)]
+
+    def step(kind: str, *properties: tuple[str, dict]) -> dict:
+        return closed(*base, ("kind", enum_of([kind])), *properties)
+
+    steps = [step("prompt", ("prompt", text("Guideline for the AI's next message")), ("branches", branches))]
+    if fields:
+        steps.append(step(
+            "collect", ("collect", described(slugs, "Fields the AI asks for until they are known")),
+            ("prompt", or_null(STRING)),
+            ("question", or_null(text("A fixed first question, sent word for word; later asks are the AI's"))),
+            ("maxAsks", or_null({"type": "integer",
+                                 "description": "Times a field may be asked before it is skipped; default 3"})),
+            ("branches", branches)))
+    steps.append(step("say", ("say", text("Sent verbatim")), ("media", or_null(closed(("slug", STRING)))),
+                      ("once", or_null(BOOLEAN))))
+    for name, action in actions.items():
+        parameters = action_parameters(action)
+        with_ = []
+        if parameters:   # not nullable: required parameters cannot be skipped
+            with_ = [("with", {"type": "object",
+                               "properties": {p: _parameter_property(_as_definition(d))
+                                              for p, d in parameters.items()},
+                               "required": list(parameters), "additionalProperties": False})]
+        steps.append(step("do", ("do", enum_of([name])), *with_, ("onFail", next_or_null)))
+    steps.append(step("wait", ("wait", text("Park this long; then = time passed, else = the lead replied")),
+                      ("businessHours", or_null(BOOLEAN)), ("else", next_or_null), ("branches", wait_branches)))
+    if events:
+        up_to = or_null(described(DURATION, "Give up after this long; default 30d"))
+        steps.append(step("waitEvent", ("wait", closed(("event", enum_of(events)), ("upTo", up_to))),
+                          ("else", next_or_null)))
+    steps.append(step("if", ("if", condition), ("else", next_or_null)))
+
+    instruction = closed(("kind", or_null(enum_of(list(INSTRUCTION_KINDS)))),
+                         ("when", or_null(list_of(STRING, "When the rule applies, judged by the AI"))),
+                         ("if", or_null(condition)), ("prompt", STRING))
+    flow = [("id", text("Short slug, unique in the workspace")),
+            ("name", STRING),
+            ("description", or_null(text("When this flow should be used; the AI reads it when routing"))),
+            ("on", or_null(list_of(union(*triggers), "What starts a run; null = started by hand"))),
+            ("anchor", or_null(text("'session' (default) or a host anchor such as 'lead'"))),
+            ("while", or_null(described(condition, "The run ends when this stops holding")))]
+    if fields:
+        data = "The data this flow needs; its steps ask for it in order, and any of it the lead gives is noted"
+        flow += [("collect", or_null(described(slugs, data))),
+                 ("clearOnStart", or_null(described(slugs, "Fields to forget when a run starts")))]
+    flow += [("steps", list_of(union(*steps), "In order; a run moves to the next step unless `then` says otherwise")),
+             ("onEnd", or_null(enum_of(["end", "stay", "reset"], "After the last step: end the run, stay on the last "
+                                       "talk step it took answering every message, or reset to the first"))),
+             ("instructions", or_null(list_of(instruction, "Rules that apply only inside this flow")))]
+    return copy.deepcopy(closed(*flow))
 
 # <<< flow spec JSON <<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<
 
