@@ -171,7 +171,12 @@ def test_the_spec_example_spends_one_summary_call():
 
 
 def test_a_malformed_config_never_raises(caplog):
-    """The interface: compact_history never raises; a config construction would have refused is skipped."""
+    """The interface: compact_history never raises; a config construction would have refused
+    (here swapped in after construction) is skipped."""
     history = [user("x" * 100)] * 3
+    with pytest.raises(ValueError, match=r"\[CompactionEngine\] maxTokens is \"lots\""):
+        make_agent({"maxTokens": "lots"})
+    agent = make_agent({"maxTokens": 1000})
+    agent.compaction = {"maxTokens": "lots"}
     with caplog.at_level(logging.WARNING, logger="falai"):
-        assert F.compact_history(make_agent({"maxTokens": "lots"}), history) == (history, 0, None)
+        assert F.compact_history(agent, history) == (history, 0, None)
