@@ -1083,7 +1083,8 @@ class GeminiProvider(_HttpProvider):
         strip = (lambda m: m.strip()[len("models/"):] if isinstance(m, str) and m.strip().startswith("models/")
                  else m)
         super().__init__(owner=owner, name="gemini", api_key=api_key, key_required=True, model=strip(model),
-                         backup_models=None if backup_models is None else [strip(m) for m in backup_models],
+                         backup_models=[strip(m) for m in backup_models] if isinstance(backup_models, list)
+                         else backup_models,
                          base_url=base_url, config=config, retry_config=retry_config, headers=headers,
                          session=session, sleep=sleep, example_model="gemini-2.5-flash",
                          key_variable="GEMINI_API_KEY")

@@ -112,9 +112,7 @@ class FakeModelServer:
                     split = reply.get("split")
                     pieces = [data[k:k + split] for k in range(0, len(data), split)] if split else [data]
                     for piece in pieces:
-                        self._chunk(piece)
-                        if split:
-                            time.sleep(0.002)             # separate reads on the client
+                        self._chunk(piece)             # one HTTP chunk = one read on the client
                 if reply.get("drop_after") is not None and reply["drop_after"] >= len(frames):
                     self.close_connection = True
                     return
@@ -130,7 +128,8 @@ class FakeModelServer:
 
         self.httpd = Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.01},
+                                        daemon=True)
         self._thread.start()
 
     # -- scripting ------------------------------------------------------------
@@ -216,3 +215,23 @@ def anthropic_events(text, input_tokens=5, output_tokens=3, cache_read=0, cache_
         {"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {"output_tokens": output_tokens}},
         {"type": "message_stop"},
     )]
+
+
+def anthropic_tool_events(name, fragments, tool_id="toolu_1", text=None, input_tokens=5, output_tokens=3):
+    """A streamed Anthropic reply with (optional) text then one tool_use block whose JSON arrives in fragments."""
+    events = [{"type": "message_start", "message": {"usage": {"input_tokens": input_tokens, "output_tokens": 1}}}]
+    index = 0
+    if text:
+        events += [{"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                   {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}},
+                   {"type": "content_block_stop", "index": 0}]
+        index = 1
+    events.append({"type": "content_block_start", "index": index,
+                   "content_block": {"type": "tool_use", "id": tool_id, "name": name, "input": {}}})
+    events += [{"type": "content_block_delta", "index": index,
+                "delta": {"type": "input_json_delta", "partial_json": f}} for f in fragments]
+    events += [{"type": "content_block_stop", "index": index},
+               {"type": "message_delta", "delta": {"stop_reason": "tool_use"},
+                "usage": {"output_tokens": output_tokens}},
+               {"type": "message_stop"}]
+    return [json.dumps(e) for e in events]
