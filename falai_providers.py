@@ -1032,6 +1032,10 @@ _GEMINI_LEVELS = {"none": "MINIMAL", "low": "LOW", "medium": "MEDIUM", "high": "
 _GEMINI_BUDGETS = {"none": 0, "low": 1024, "medium": 8192, "high": 24576, "max": 24576}
 _GEMINI_FILTERED = ("SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION", "IMAGE_SAFETY")
 SKIP_SIGNATURE = "skip_thought_signature_validator"
+# Gemini's own "prompt over the window" wording, which the generic context patterns of
+# providers.md §8.3 miss ("The input token count (N) exceeds the maximum number of tokens
+# allowed (M)."); §4.10 classifies it as `context` (inferred pattern).
+_GEMINI_CONTEXT = re.compile(r"input token count.{0,40}exceeds the maximum number of tokens", re.I)
 
 
 def _gemini_version(model: str) -> tuple[int, int] | None:
@@ -1283,6 +1287,8 @@ class GeminiProvider(_HttpProvider):
         if status == 429:
             kind, retry_ms = _gemini_429(error)
             return kind, code, retry_ms
+        if (status is None or status < 500) and _GEMINI_CONTEXT.search(text):
+            return "context", code, None
         return classify_error(status=status, body=text), code, None
 
 
