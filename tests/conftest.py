@@ -56,6 +56,6 @@ def _block_non_loopback_sockets(request, monkeypatch):
     monkeypatch.setattr(_socket.socket, "connect", connect)
     monkeypatch.setattr(_socket.socket, "connect_ex", connect_ex)
     monkeypatch.setattr(_socket, "create_connection", create_connection)
-    yield
+    yield blocked              # a test of the guard itself may inspect and clear this list
     if blocked:
         _pytest.fail(f"non-loopback connection attempted: {', '.join(blocked)}", pytrace=False)

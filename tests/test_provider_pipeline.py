@@ -738,3 +738,24 @@ def test_generation_is_the_falai_dataclass(fake):
     """providers.md §1.1: the seam's types are falai's own, not redefined."""
     fake.sse(gemini_frame(text="ok", finish="STOP"))
     assert type(make_gemini(fake).generate(req())) is Generation
+
+
+# The socket guard (providers.md §9.1 rule 3) #################################
+
+def test_the_socket_guard_stops_a_provider_that_is_not_on_a_local_url(_block_non_loopback_sockets):
+    """providers.md §9.1 rule 3: a connection to a non-loopback address fails at once (an IP literal
+    from TEST-NET, so not even a DNS lookup happens)."""
+    provider = GeminiProvider(api_key="k", model="gemini-2.5-flash", base_url="http://192.0.2.1",
+                              sleep=lambda s: None)
+    with pytest.raises(ProviderError) as caught:
+        provider.generate(req())
+    assert "not loopback" in str(caught.value)
+    assert _block_non_loopback_sockets == ["192.0.2.1:80"]
+    _block_non_loopback_sockets.clear()
+
+
+def test_the_socket_guard_lets_loopback_through(fake, _block_non_loopback_sockets):
+    """providers.md §9.1 rule 3: 127.0.0.1 and localhost stay reachable."""
+    fake.sse(gemini_frame(text="ok", finish="STOP"))
+    provider = GeminiProvider(api_key="k", model="gemini-2.5-flash", base_url=fake.url.replace("127.0.0.1", "localhost"))
+    assert provider.generate(req()).message == "ok" and _block_non_loopback_sockets == []
