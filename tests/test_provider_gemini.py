@@ -77,7 +77,8 @@ def test_full_speak_round_body_matches_the_spec_example(fake):
         {"role": "tool", "tool_call_id": "call-0-0", "name": "preco", "content": "{\"precoNoite\":420}"},
     ]
     gemini(fake, model="gemini-3-flash-preview", config={"maxTokens": 1024}).generate(req(
-        system="Você é Ana, atendente da Pousada Sol. ...", prompt="## Flow\nHospedagem\n## Guideline for your reply ...",
+        system="Você é Ana, atendente da Pousada Sol. ...",
+        prompt="## Flow\nHospedagem\n## Guideline for your reply ...",
         history=history, schema=SPEAK, schema_name="speak", tools=[PRECO]))
     assert fake.requests[0].json == {
         "systemInstruction": {"parts": [{"text": "Você é Ana, atendente da Pousada Sol. ..."}]},

@@ -488,6 +488,10 @@ def test_a_stall_longer_than_the_idle_deadline_is_a_timeout_and_is_retried(fake)
     provider = make_gemini(fake, retry_config={"timeout": 200, "retries": 1})
     assert provider.generate(req()).message == "ok"
     assert len(fake.requests) == 2
+    fake.sse(gemini_frame(text="late", finish="STOP"), stall=0.6)
+    with pytest.raises(ProviderError) as caught:
+        make_gemini(fake, retry_config={"timeout": 200, "retries": 0}).generate(req())
+    assert caught.value.kind == "timeout" and str(caught.value) == "gemini: stream went 0.2s without a byte"
 
 
 def test_silence_mid_stream_is_a_timeout(fake):
@@ -518,6 +522,28 @@ def test_a_cut_stream_propagates_in_generate_stream_after_the_first_chunk(fake):
     with pytest.raises(ProviderError) as caught:
         next(stream)
     assert caught.value.kind == "network" and len(fake.requests) == 1
+
+
+def test_generate_stream_still_retries_failures_before_the_first_chunk(fake):
+    """providers.md §1.6 rule 4 / §3.8: only a delivered chunk stops retries; an error before it is
+    retried and walks to backup models in generate_stream too."""
+    fake.error(503, {"error": {"message": "overloaded"}})
+    fake.sse(gemini_frame(usage=(1, 0, 0)))
+    fake.sse(gemini_frame(text="ok", finish="STOP"))
+    chunks = list(make_gemini(fake, backup_models=["gemini-2.5-flash-lite"]).generate_stream(req()))
+    assert [c.delta for c in chunks] == ["ok", ""] and chunks[-1].metadata["model"] == "gemini-2.5-flash-lite"
+
+
+def test_each_failed_attempt_and_each_backup_walk_logs_one_warning(fake, caplog):
+    """providers.md §3.8: one warning per failed attempt and per fallback to a backup model."""
+    fake.error(503, {"error": {"message": "overloaded"}})
+    fake.error(503, {"error": {"message": "overloaded"}})
+    fake.sse(gemini_frame(text="ok", finish="STOP"))
+    with caplog.at_level(logging.WARNING, logger="falai"):
+        make_gemini(fake, backup_models=["gemini-2.5-flash-lite"]).generate(req())
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 3
+    assert sum("attempt" in m for m in messages) == 2 and sum("backup model" in m for m in messages) == 1
 
 
 def test_a_cut_stream_is_retried_inside_generate(fake):
@@ -757,5 +783,6 @@ def test_the_socket_guard_stops_a_provider_that_is_not_on_a_local_url(_block_non
 def test_the_socket_guard_lets_loopback_through(fake, _block_non_loopback_sockets):
     """providers.md §9.1 rule 3: 127.0.0.1 and localhost stay reachable."""
     fake.sse(gemini_frame(text="ok", finish="STOP"))
-    provider = GeminiProvider(api_key="k", model="gemini-2.5-flash", base_url=fake.url.replace("127.0.0.1", "localhost"))
+    provider = GeminiProvider(api_key="k", model="gemini-2.5-flash",
+                              base_url=fake.url.replace("127.0.0.1", "localhost"))
     assert provider.generate(req()).message == "ok" and _block_non_loopback_sockets == []
