@@ -680,7 +680,7 @@ class _HttpProvider:
     name: str
     capabilities: ProviderCapabilities
 
-    def __init__(self, *, owner: str, name: str, api_key: str | None, key_required: bool, model: str,
+    def __init__(self, *, owner: str, name: str, api_key: str | None, key_required: bool, model: str | None,
                  backup_models: list[str] | None, base_url: str | None, config: dict | None,
                  retry_config: dict | None, headers: dict | None, session: requests.Session | None,
                  sleep: Callable[[float], Any], example_model: str, key_variable: str):
@@ -806,7 +806,13 @@ class _HttpProvider:
                                 provider=self.name, kind="invalid")
         schema = request.schema
         json_request = {"name": request.schema_name or "structured_output", "schema": schema} if schema else None
-        return _Plan(request, _normalize_messages(request), _tool_definitions(request.tools), json_request, options)
+        try:
+            return _Plan(request, _normalize_messages(request), _tool_definitions(request.tools), json_request,
+                         options)
+        except Exception as exc:
+            # §1.6 rule 3: a malformed history or tool list fails the call as a ProviderError.
+            raise ProviderError(f"{self.name}: cannot build the request: {type(exc).__name__}: {exc}",
+                                provider=self.name, kind="invalid") from exc
 
     def _retryable(self, error: ProviderError) -> bool:
         if error.kind == "aborted":
@@ -863,8 +869,12 @@ class _HttpProvider:
 
     def _attempt(self, model: str, plan: _Plan, state: dict) -> Iterator[dict]:
         request = plan.request
-        url, headers, body = self._wire(model, plan)
-        data = compact_json(body).encode("utf-8")
+        try:
+            url, headers, body = self._wire(model, plan)
+            data = compact_json(body).encode("utf-8")
+        except Exception as exc:
+            raise ProviderError(f"{self.name}: cannot build the request: {type(exc).__name__}: {exc}",
+                                provider=self.name, kind="invalid") from exc
         try:
             response = self.session.post(url, headers=headers, data=data, stream=True,
                                          timeout=(self._idle_s, self._idle_s))
@@ -1078,7 +1088,8 @@ class GeminiProvider(_HttpProvider):
 
     DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
 
-    def __init__(self, *, api_key: str, model: str, backup_models: list[str] | None = None,
+    def __init__(self, *, api_key: str | None = None, model: str | None = None,
+                 backup_models: list[str] | None = None,
                  base_url: str = DEFAULT_BASE_URL, config: dict | None = None,
                  retry_config: dict | None = None, headers: dict | None = None,
                  session: requests.Session | None = None, sleep: Callable[[float], Any] = time.sleep,
@@ -1326,7 +1337,7 @@ class OpenAICompatibleProvider(_HttpProvider):
     ('ollama', False)
     """
 
-    def __init__(self, *, model: str, api_key: str | None = None, name: str = "openai",
+    def __init__(self, *, model: str | None = None, api_key: str | None = None, name: str = "openai",
                  base_url: str | None = None, backup_models: list[str] | None = None,
                  config: dict | None = None, retry_config: dict | None = None, headers: dict | None = None,
                  session: requests.Session | None = None, sleep: Callable[[float], Any] = time.sleep,
@@ -1528,7 +1539,8 @@ class AnthropicProvider(_HttpProvider):
     API_VERSION = "2023-06-01"
     DEFAULT_MAX_TOKENS = 8192
 
-    def __init__(self, *, api_key: str, model: str, backup_models: list[str] | None = None,
+    def __init__(self, *, api_key: str | None = None, model: str | None = None,
+                 backup_models: list[str] | None = None,
                  base_url: str = DEFAULT_BASE_URL, config: dict | None = None,
                  retry_config: dict | None = None, headers: dict | None = None,
                  session: requests.Session | None = None, sleep: Callable[[float], Any] = time.sleep):

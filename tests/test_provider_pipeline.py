@@ -617,6 +617,11 @@ def test_network_failure_is_kind_network_and_retried(fake):
 
 @pytest.mark.parametrize("build, pattern", [
     (lambda: GeminiProvider(api_key="k", model=""), r"\[GeminiProvider\] model is empty: there is no default"),
+    (lambda: GeminiProvider(api_key="k"),
+     r'model is empty: there is no default. Pass one, e.g. model="gemini-2.5-flash"'),
+    (lambda: GeminiProvider(model="gemini-2.5-flash"), r"\[GeminiProvider\] api_key is empty"),
+    (lambda: AnthropicProvider(api_key="k"), r"\[AnthropicProvider\] model is empty"),
+    (lambda: OpenAICompatibleProvider(api_key="k"), r"\[OpenAICompatibleProvider\] model is empty"),
     (lambda: GeminiProvider(api_key="", model="gemini-2.5-flash"),
      r'\[GeminiProvider\] api_key is empty.*GEMINI_API_KEY'),
     (lambda: GeminiProvider(api_key=None, model="gemini-2.5-flash"), r"api_key is empty"),
@@ -656,6 +661,20 @@ def test_retry_timeout_zero_means_the_default_sixty_seconds():
     provider = GeminiProvider(api_key="k", model="g", retry_config={"timeout": 0, "retries": 0})
     assert provider.retry_config == {"timeout": 60000, "retries": 0}
     assert provider._progress_s == 300
+
+
+@pytest.mark.parametrize("bad", [
+    {"history": [{"role": "assistant", "content": None, "tool_calls": [None]}]},
+    {"tools": ["preco"]},
+    {"schema": {"type": "object", "default": object()}},
+])
+def test_malformed_input_fails_as_an_invalid_provider_error(fake, vendor, bad):
+    """providers.md §1.6 rule 3 (inferred): a history, tool list or schema that cannot be sent fails as
+    ProviderError(kind="invalid") before any request, never as another exception."""
+    with pytest.raises(ProviderError) as caught:
+        vendor["make"](fake).generate(req(**bad))
+    assert caught.value.kind == "invalid" and "cannot build the request" in str(caught.value)
+    assert fake.requests == []
 
 
 def test_an_unknown_effort_on_the_request_is_an_invalid_provider_error(fake):
