@@ -7,11 +7,12 @@ import time
 
 import pytest
 import requests
+from hypothesis import given, settings, strategies as st
 
 import falai
 from falai import GenerateRequest, Generation, ProviderError
-from falai_providers import (AnthropicProvider, GeminiProvider, OpenAICompatibleProvider, is_strict_schema,
-                             parse_tool_args, schema_prompt, to_gemini_openapi_schema)
+from falai_providers import (AnthropicProvider, GeminiProvider, OpenAICompatibleProvider, _SseReader,
+                             is_strict_schema, parse_tool_args, schema_prompt, to_gemini_openapi_schema)
 from fake_model_server import (FakeModelServer, anthropic_events, anthropic_tool_events, gemini_frame,
                                openai_frame)
 
@@ -805,3 +806,47 @@ def test_the_socket_guard_lets_loopback_through(fake, _block_non_loopback_socket
     provider = GeminiProvider(api_key="k", model="gemini-2.5-flash",
                               base_url=fake.url.replace("127.0.0.1", "localhost"))
     assert provider.generate(req()).message == "ok" and _block_non_loopback_sockets == []
+
+
+# Properties ###################################################################
+
+_TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30)
+
+
+@settings(max_examples=200, deadline=None)
+@given(texts=st.lists(_TEXT, min_size=1, max_size=5), crlf=st.booleans(), cuts=st.lists(st.integers(0, 400)))
+def test_sse_framing_is_independent_of_how_bytes_are_cut(texts, crlf, cuts):
+    """providers.md §3.7 rules 1-3, 6: whatever the read boundaries (inside a UTF-8 character or a
+    \\r\\n pair), the same payloads come out, in order."""
+    end = "\r\n" if crlf else "\n"
+    payloads = [json.dumps({"t": t}, ensure_ascii=False) for t in texts]
+    data = "".join(f"data: {p}{end}{end}" for p in payloads).encode()
+    reader = _SseReader()
+    out = []
+    start = 0
+    for cut in sorted(set(c for c in cuts if c < len(data))) + [len(data)]:
+        out += reader.feed(data[start:cut])
+        start = cut
+    out += reader.finish()
+    assert out == payloads
+
+
+@settings(max_examples=300, deadline=None)
+@given(raw=st.one_of(st.text(max_size=60), st.text(alphabet='{}[]":,\\u0123456789abc ', max_size=60)))
+def test_parse_tool_args_never_raises_and_always_returns_a_dict(raw):
+    """providers.md §3.4: the rules never raise."""
+    assert isinstance(parse_tool_args(raw, "t"), dict)
+
+
+@settings(max_examples=200, deadline=None)
+@given(args=st.dictionaries(st.text(alphabet="abcdefg", min_size=1, max_size=5),
+                            st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\\"),
+                                    max_size=12), max_size=4),
+       cut=st.integers(0, 200))
+def test_truncated_arguments_keep_only_true_string_prefixes(args, cut):
+    """providers.md §3.4 rule 4: salvaged fields are the object's own keys, each value a prefix of the
+    real value (whole when the pair was complete)."""
+    text = json.dumps(args, ensure_ascii=False)[:cut]
+    salvaged = parse_tool_args(text, "t")
+    for key, value in salvaged.items():
+        assert key in args and args[key].startswith(value)
