@@ -674,7 +674,17 @@ def _check_options(owner: str, config: Any) -> dict:
 class _HttpProvider:
     """The common HTTP pipeline of the vendor providers (the original's ``ProviderAdapter``, providers.md §3).
 
-    ``generate`` drains ``generate_stream`` (one code path, §1.6 rule 1).
+    Options every HTTP provider takes (§3.9): ``api_key``, ``model`` (no default),
+    ``backup_models`` (tried in order on overload, rate and model errors),
+    ``base_url`` (any endpoint of the same dialect; trailing slashes ignored),
+    ``config`` (``temperature``, ``topP``, ``maxTokens``, ``stopSequences``,
+    ``effort``), ``retry_config`` (``{"timeout": idle ms, "retries": n}``, default
+    ``{"timeout": 60000, "retries": 3}``), ``headers`` (merged last), ``session``
+    (a ``requests.Session``, one per provider) and ``sleep`` (backoff; tests pass
+    a no-op).
+
+    ``generate`` drains ``generate_stream`` (one code path, §1.6 rule 1). A call
+    raises only ``ProviderError``, after its retries and backup models.
     """
 
     name: str
@@ -1078,6 +1088,12 @@ class GeminiProvider(_HttpProvider):
     >>> gemini.name
     'gemini'
 
+    Beyond the common options: ``json_with_tools`` (``"response_format"`` or
+    ``"prompt"``, how a schema travels on a call that also carries tools, §4.5),
+    ``schema_dialect`` (``"json_schema"``, or ``"openapi"`` for endpoints that
+    only know ``responseSchema``) and ``understand_effort`` (below). A leading
+    ``models/`` on a model id is stripped.
+
     The key travels only in the ``x-goog-api-key`` header. ``understand_effort``
     (default ``"none"``) is the thinking effort of an ``"understand"`` call when
     no effort is configured, on ids whose version is known to think (2.5 and
@@ -1331,6 +1347,14 @@ _OPENAI_FINISH = {"stop": "stop", "length": "length", "tool_calls": "tool_calls"
 class OpenAICompatibleProvider(_HttpProvider):
     """Any endpoint speaking OpenAI's chat-completions dialect (providers.md §5).
 
+    ``name`` (default ``"openai"``) picks the presets: ``openai``, ``openrouter``
+    and ``deepseek`` have a default ``base_url`` and need a key; any other name
+    needs ``base_url`` and may pass ``api_key=None`` (a local server). Beyond the
+    common options: ``structured_output`` (``"json_schema"``, or ``"json_object"``
+    with the schema in the prompt; DeepSeek's default), ``json_with_tools``,
+    ``effort_dialect``, ``organization``, ``site_url`` / ``site_name`` and
+    ``provider_order`` (OpenRouter), ``include_usage`` and ``capabilities``.
+
     >>> ollama = OpenAICompatibleProvider(name="ollama", base_url="http://localhost:11434/v1",
     ...                                   api_key=None, model="llama3.3")
     >>> ollama.name, ollama.capabilities.supports_prompt_caching
@@ -1529,6 +1553,10 @@ _ANTHROPIC_ERROR_STATUS = {"invalid_request_error": 400, "authentication_error":
 
 class AnthropicProvider(_HttpProvider):
     """Anthropic's Messages API with streaming (providers.md §6).
+
+    The common options only. Anthropic has no native schema mode: the schema
+    rides as a second system block after the cached one. ``max_tokens`` is
+    required by the API and defaults to 8192.
 
     >>> claude = AnthropicProvider(api_key="k", model="claude-sonnet-4-5", config={"maxTokens": 8192})
     >>> claude.name

@@ -850,3 +850,12 @@ def test_truncated_arguments_keep_only_true_string_prefixes(args, cut):
     salvaged = parse_tool_args(text, "t")
     for key, value in salvaged.items():
         assert key in args and args[key].startswith(value)
+
+
+def test_the_module_examples_run():
+    """style.md: each public function documented with a short example; the examples must stay true."""
+    import doctest
+
+    import falai_providers
+    result = doctest.testmod(falai_providers)
+    assert result.attempted >= 8 and result.failed == 0
