@@ -3,3 +3,59 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
+
+
+# providers.md §9.1 rule 3: no test reaches the internet. Every connection to a
+# non-loopback address fails at once (and fails the test), so a provider left on
+# its default base_url cannot call a real vendor. Tests marked `live` (the
+# opt-in smoke tests of tests/test_live_providers.py) are let through.
+import socket as _socket
+
+import pytest as _pytest
+
+_LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "live: talks to a real vendor API; runs only when its key is set")
+
+
+class NonLoopbackConnectionBlocked(RuntimeError):
+    """Raised on a connection attempt to anything but the loopback (not an OSError, so nobody retries it)."""
+
+
+@_pytest.fixture(autouse=True)
+def _block_non_loopback_sockets(request, monkeypatch):
+    if request.node.get_closest_marker("live"):
+        yield
+        return
+    blocked: list[str] = []
+
+    def check(address):
+        host = address[0] if isinstance(address, tuple) else None
+        if host is not None and host not in _LOOPBACK:
+            blocked.append(f"{host}:{address[1]}")
+            raise NonLoopbackConnectionBlocked(f"test tried to connect to {host}:{address[1]} (not loopback)")
+
+    real_connect = _socket.socket.connect
+    real_connect_ex = _socket.socket.connect_ex
+    real_create_connection = _socket.create_connection
+
+    def connect(self, address):
+        check(address)
+        return real_connect(self, address)
+
+    def connect_ex(self, address):
+        check(address)
+        return real_connect_ex(self, address)
+
+    def create_connection(address, *args, **kwargs):
+        check(address)
+        return real_create_connection(address, *args, **kwargs)
+
+    monkeypatch.setattr(_socket.socket, "connect", connect)
+    monkeypatch.setattr(_socket.socket, "connect_ex", connect_ex)
+    monkeypatch.setattr(_socket, "create_connection", create_connection)
+    yield blocked              # a test of the guard itself may inspect and clear this list
+    if blocked:
+        _pytest.fail(f"non-loopback connection attempted: {', '.join(blocked)}", pytrace=False)

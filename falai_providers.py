@@ -1,0 +1,1901 @@
+"""falai_providers: the model providers over HTTP, with ``requests`` and no vendor SDK.
+
+Four providers implement the seam of ``falai.py`` (providers.md §1):
+``GeminiProvider`` (the first and best-tested), ``OpenAICompatibleProvider``
+(OpenAI, OpenRouter, DeepSeek, Ollama, vLLM, llama.cpp, gateways),
+``AnthropicProvider`` and ``FallbackProvider`` (an ordered pool of the others).
+
+    from falai_providers import GeminiProvider
+    gemini = GeminiProvider(api_key=os.environ["GEMINI_API_KEY"], model="gemini-2.5-flash")
+
+Sections, in the order a call flows through them:
+   1. Helpers ................ schema_prompt, is_strict_schema, parse_tool_args,
+                               to_gemini_openapi_schema, the lenient envelope parse
+   2. Messages ............... the normalized message list (providers.md §2.3)
+   3. Reading ................ SSE framing, deadlines, cancellation (§3.7)
+   4. HTTP errors ............ server waits and ProviderError from a response (§8.1)
+   5. The pipeline ........... one call: retries, backup models, folding, assembly (§3)
+   6. GeminiProvider ......... §4
+   7. OpenAICompatibleProvider §5
+   8. AnthropicProvider ...... §6
+   9. FallbackProvider ....... §7
+
+The spec lives in ``shared/spec``; comments cite it as "providers.md §3.8".
+"""
+
+from __future__ import annotations
+
+import codecs
+import email.utils
+import json
+import logging
+import math
+import random
+import re
+import threading
+import time
+import urllib.parse
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterator
+
+import requests
+
+import falai
+from falai import (GenerateRequest, Generation, GenerationChunk, ProviderCapabilities, ProviderError,
+                   TokenUsage, ToolCallRequest, classify_error, compact_json)
+
+__all__ = [
+    "GeminiProvider", "OpenAICompatibleProvider", "AnthropicProvider", "FallbackProvider",
+    "NoAvailableProviderError", "schema_prompt", "is_strict_schema", "parse_tool_args",
+    "to_gemini_openapi_schema",
+]
+
+log = logging.getLogger("falai")
+
+USER_AGENT = f"falai-python/{falai.__version__} requests/{requests.__version__}"
+EFFORTS = ("none", "low", "medium", "high", "max")
+TRANSIENT_KINDS = ("timeout", "network", "overload", "rate")
+BACKUP_KINDS = ("overload", "rate", "model")       # providers.md §3.8: kinds that walk to a backup model
+MAX_SERVER_WAIT_MS = 30_000                         # a longer server wait ends the in-provider retries
+
+
+# 1. Helpers ##################################################################
+
+def schema_prompt(schema: dict) -> str:
+    """The text that carries a schema in the prompt when it cannot be enforced (providers.md §4.5)."""
+    return (
+        "Reply with one JSON object that matches the JSON Schema below, and nothing else: "
+        "no text around it and no code fence.\n"
+        "Inside a string value, write a line break as \\n; a raw line break there is invalid JSON.\n"
+        + json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
+    )
+
+
+def is_strict_schema(schema: Any) -> bool:
+    """Whether OpenAI's strict structured-output mode accepts ``schema`` as written (providers.md §5.4).
+
+    >>> is_strict_schema({"type": "object", "properties": {"a": {"type": "string"}},
+    ...                   "required": ["a"], "additionalProperties": False})
+    True
+    """
+    return not _mentions_key(schema, ("$ref", "allOf")) and _strict(schema)
+
+
+def _mentions_key(value: Any, keys: tuple[str, ...]) -> bool:
+    if isinstance(value, dict):
+        return any(k in value for k in keys) or any(_mentions_key(v, keys) for v in value.values())
+    if isinstance(value, list):
+        return any(_mentions_key(v, keys) for v in value)
+    return False
+
+
+def _strict(schema: Any) -> bool:
+    if not isinstance(schema, dict):
+        return False
+    for union in ("anyOf", "oneOf"):
+        if union in schema and not all(_strict(branch) for branch in schema[union] or []):
+            return False
+    if "items" in schema and not _strict(schema["items"]):
+        return False
+    properties = schema.get("properties")
+    if not properties:
+        return True
+    if schema.get("additionalProperties") is not False:
+        return False
+    required = set(schema.get("required") or [])
+    return all(name in required and _strict(sub) for name, sub in properties.items())
+
+
+_UNICODE_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")
+_DANGLING_ESCAPE = re.compile(r"(\\+)(u[0-9a-fA-F]{0,3})?$")
+
+
+def parse_tool_args(raw: Any, tool_name: str | None = None) -> dict:
+    """Turn a model's tool-call argument string into a dict; never raises (providers.md §3.4).
+
+    Blank → ``{}``; JSON → the dict (any other JSON value → ``{}``); concatenated
+    objects → the last suffix that parses; truncated text → its complete string
+    fields. Literal ``\\uXXXX`` sequences left in strings are decoded.
+
+    >>> parse_tool_args('{}{"q":"x"}')
+    {'q': 'x'}
+    >>> parse_tool_args('{"cidade": "Curitiba", "noites": 2, "obs": "vista pa')
+    {'cidade': 'Curitiba', 'obs': 'vista pa'}
+    """
+    if isinstance(raw, dict):
+        return _decode_unicode_escapes(raw)
+    if raw is None:
+        return {}
+    text = raw if isinstance(raw, str) else str(raw)
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text, strict=False)
+    except ValueError:
+        pass
+    else:
+        return _decode_unicode_escapes(value) if isinstance(value, dict) else {}
+    result = _last_object_suffix(text)
+    if result is None:
+        result = _salvage_string_fields(text)
+    result = _decode_unicode_escapes(result)
+    log.warning('[falai_providers] tool "%s": arguments are not valid JSON; kept %d field(s)',
+                tool_name or "?", len(result))
+    return result
+
+
+def _last_object_suffix(text: str) -> dict | None:
+    """Rule 3 of §3.4: every ``{`` from the last one backwards; the first suffix that parses to a dict."""
+    position = len(text)
+    while True:
+        position = text.rfind("{", 0, position)
+        if position < 0:
+            return None
+        try:
+            value = json.loads(text[position:], strict=False)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+
+
+def _salvage_string_fields(text: str) -> dict:
+    """Rule 4 of §3.4: keep the top-level ``"key": "value"`` pairs of a truncated object.
+
+    A pair counts when its value string closed and is followed by ``,`` or ``}``,
+    or when the text ends right after it (the value is whole; inferred). A value
+    cut inside its string is kept up to the cut. Other values are skipped.
+    """
+    match = _DANGLING_ESCAPE.search(text)
+    if match and len(match.group(1)) % 2 == 1:
+        text = text[:match.start(1) + len(match.group(1)) - 1]
+    result: dict = {}
+    i = text.find("{")
+    if i < 0:
+        return result
+    i += 1
+    n = len(text)
+    while i < n:
+        while i < n and text[i] in " \t\r\n,":
+            i += 1
+        if i >= n or text[i] != '"':
+            break
+        key, i, closed = _read_json_string(text, i)
+        if not closed:
+            break
+        while i < n and text[i] in " \t\r\n":
+            i += 1
+        if i >= n or text[i] != ":":
+            break
+        i += 1
+        while i < n and text[i] in " \t\r\n":
+            i += 1
+        if i >= n:
+            break
+        if text[i] == '"':
+            value, i, closed = _read_json_string(text, i)
+            if not closed:
+                result[key] = value
+                break
+            j = i
+            while j < n and text[j] in " \t\r\n":
+                j += 1
+            if j >= n or text[j] in ",}":
+                result[key] = value
+            if j < n and text[j] == "}":
+                break
+            i = j
+        else:
+            i = _skip_json_value(text, i)
+    return result
+
+
+def _read_json_string(text: str, i: int) -> tuple[str, int, bool]:
+    """Read the JSON string starting at ``text[i] == '"'``: (value, index after it, closed)."""
+    j = i + 1
+    n = len(text)
+    while j < n:
+        c = text[j]
+        if c == "\\":
+            j += 2
+            continue
+        if c == '"':
+            return _decode_json_string(text[i + 1:j]), j + 1, True
+        j += 1
+    return _decode_json_string(text[i + 1:]), n, False
+
+
+def _decode_json_string(body: str) -> str:
+    try:
+        return json.loads(f'"{body}"', strict=False)
+    except ValueError:
+        return body
+
+
+def _skip_json_value(text: str, i: int) -> int:
+    """Skip a non-string value (number, literal, nested object or array) up to the next top-level , or }."""
+    depth = 0
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if c == '"':
+            _, i, closed = _read_json_string(text, i)
+            if not closed:
+                return n
+            continue
+        if c in "[{":
+            depth += 1
+        elif c in "]}":
+            if depth == 0:
+                return i
+            depth -= 1
+        elif c == "," and depth == 0:
+            return i
+        i += 1
+    return n
+
+
+def _decode_unicode_escapes(value: Any) -> Any:
+    """Rule 5 of §3.4: a literal ``\\uXXXX`` (a double escape some models emit) becomes the character."""
+    if isinstance(value, str):
+        return _UNICODE_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), value) if "\\u" in value else value
+    if isinstance(value, dict):
+        return {_decode_unicode_escapes(k): _decode_unicode_escapes(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode_unicode_escapes(v) for v in value]
+    return value
+
+
+_OPENAPI_TYPES = {"string": "STRING", "number": "NUMBER", "integer": "INTEGER", "boolean": "BOOLEAN",
+                  "array": "ARRAY", "object": "OBJECT"}
+_OPENAPI_KEPT = ("description", "format", "minItems", "maxItems", "minimum", "maximum")
+
+
+def to_gemini_openapi_schema(schema: Any) -> dict:
+    """Convert a JSON Schema to Gemini's OpenAPI 3.0 subset (providers.md §4.5, the ``openapi`` dialect).
+
+    >>> to_gemini_openapi_schema({"type": ["string", "null"], "enum": ["a", None]})
+    {'type': 'STRING', 'nullable': True, 'enum': ['a']}
+    """
+    if not isinstance(schema, dict):
+        return {"type": "STRING"}
+    for union in ("anyOf", "oneOf"):
+        branches = schema.get(union)
+        if isinstance(branches, list) and branches:
+            members = [b for b in branches if not (isinstance(b, dict) and b.get("type") == "null")]
+            if not members:
+                out = {"type": "STRING", "nullable": True}
+            else:
+                out = to_gemini_openapi_schema(members[0])
+                if len(members) == 1 and len(branches) == 2:
+                    out["nullable"] = True
+            if "description" in schema and "description" not in out:
+                out["description"] = schema["description"]
+            return out
+    name = schema.get("type")
+    nullable = schema.get("nullable") is True
+    if isinstance(name, list):
+        nullable = nullable or "null" in name
+        members = [t for t in name if t != "null"]
+        name = members[0] if members else "string"
+    if name is None:
+        # No type: infer it from the keywords present (inferred; Gemini requires a type).
+        name = "object" if "properties" in schema else "array" if "items" in schema else "string"
+    kind = _OPENAPI_TYPES.get(name) if isinstance(name, str) else None
+    if kind is None:
+        log.warning("[falai_providers] schema type %r has no OpenAPI equivalent; sent as STRING", name)
+        kind = "STRING"
+    out: dict = {"type": kind}
+    if nullable:
+        out["nullable"] = True
+    for key in _OPENAPI_KEPT:
+        if key in schema:
+            out[key] = schema[key]
+    if isinstance(schema.get("enum"), list):
+        out["enum"] = [v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+                       for v in schema["enum"] if v is not None]
+    if kind == "OBJECT":
+        properties = schema.get("properties")
+        if isinstance(properties, dict) and properties:
+            out["properties"] = {k: to_gemini_openapi_schema(v) for k, v in properties.items()}
+            if schema.get("required"):
+                out["required"] = list(schema["required"])
+        else:
+            out["type"] = "STRING"
+    elif kind == "ARRAY" and "items" in schema:
+        out["items"] = to_gemini_openapi_schema(schema["items"])
+    return out
+
+
+_FENCED = re.compile(r"^```(?:json)?[ \t]*\n?(.*?)\n?[ \t]*```$", re.S | re.I)
+_ENVELOPE_SHAPED = re.compile(r"^\s*(```|\{)")
+
+
+def _parse_envelope(text: str) -> Any:
+    """Lenient parse of a structured reply (providers.md §3.6); ``None`` when it does not parse."""
+    body = text.strip()
+    fenced = _FENCED.match(body)
+    if fenced:
+        body = fenced.group(1).strip()
+    try:
+        return json.loads(body)
+    except ValueError:
+        pass
+    try:
+        # strict=False reads raw control characters inside strings as if escaped (§3.6 rule 3).
+        return json.loads(body, strict=False)
+    except ValueError:
+        return None
+
+
+# 2. Messages #################################################################
+#
+# Every provider first turns the request into one list of normalized messages
+# (providers.md §2.3), then maps that list to its own wire (§2.4).
+
+def _normalize_messages(request: GenerateRequest) -> list[dict]:
+    messages: list[dict] = []
+    if isinstance(request.system, str) and request.system.strip():
+        messages.append({"role": "system", "content": request.system})
+    for item in request.history or []:
+        role = item.get("role") if isinstance(item, dict) else None
+        if role == "system":
+            text = _as_text(item.get("content"))
+            if text.strip():
+                messages.append({"role": "system", "content": text})
+        elif role == "user":
+            messages.append({"role": "user", "content": _as_text(item.get("content"))})
+        elif role == "assistant":
+            message = {"role": "assistant", "content": _as_text(item.get("content")), "toolCalls": []}
+            for i, call in enumerate(item.get("tool_calls") or []):
+                arguments = call.get("arguments")
+                normalized = {"id": str(call.get("id") or f"call_{i}"), "name": call.get("name") or "",
+                              "arguments": arguments if isinstance(arguments, str)
+                              else compact_json(arguments if arguments is not None else {})}
+                if call.get("thoughtSignature"):
+                    normalized["thoughtSignature"] = call["thoughtSignature"]
+                message["toolCalls"].append(normalized)
+            if item.get("reasoning"):
+                message["reasoning"] = item["reasoning"]
+            if item.get("reasoningDetails") is not None:
+                message["reasoningDetails"] = item["reasoningDetails"]
+            messages.append(message)
+        elif role == "tool":
+            messages.append({"role": "tool", "toolCallId": str(item.get("tool_call_id") or ""),
+                             "name": item.get("name") or "", "content": _as_text(item.get("content"))})
+        # Any other role is skipped (providers.md §2.1, inferred).
+    messages.append({"role": "user", "content": request.prompt or ""})
+    return messages
+
+
+def _as_text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else compact_json(value)
+
+
+def _tool_definitions(tools: list[dict] | None) -> list[dict]:
+    """providers.md §3.1: the wire name is ``name`` or ``id``; nameless tools are dropped."""
+    definitions = []
+    for tool in tools or []:
+        name = tool.get("name") or tool.get("id")
+        if name:
+            definitions.append({"name": name, "description": tool.get("description") or "",
+                                "parameters": tool.get("parameters") or {"type": "object"}})
+    return definitions
+
+
+# 3. Reading ##################################################################
+
+class _SseReader:
+    """Incremental SSE framing shared by every vendor (providers.md §3.7, rules 1-7).
+
+    ``feed(bytes)`` returns the payload texts completed so far; ``finish()`` the rest.
+    """
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._buffer = ""
+
+    def feed(self, data: bytes) -> list[str]:
+        return self._take(self._decoder.decode(data), final=False)
+
+    def finish(self) -> list[str]:
+        payloads = self._take(self._decoder.decode(b"", final=True), final=True)
+        rest, self._buffer = self._buffer, ""
+        return payloads + self._frame(rest)        # rule 6: a stream may end without its blank line
+
+    def _take(self, text: str, final: bool) -> list[str]:
+        buffer = self._buffer + text
+        held = ""
+        if not final and buffer.endswith("\r"):
+            buffer, held = buffer[:-1], "\r"       # rule 2: maybe half of a \r\n
+        buffer = buffer.replace("\r\n", "\n").replace("\r", "\n")
+        frames = buffer.split("\n\n")
+        self._buffer = frames.pop() + held
+        payloads: list[str] = []
+        for frame in frames:
+            payloads.extend(self._frame(frame))
+        return payloads
+
+    @staticmethod
+    def _frame(frame: str) -> list[str]:
+        data = [line[5:][1:] if line[5:].startswith(" ") else line[5:]
+                for line in frame.split("\n") if line.startswith("data:")]
+        if data:
+            payload = "\n".join(data)
+        else:
+            stripped = frame.strip()
+            payload = stripped if stripped.startswith("{") else ""   # rule 4: a bare in-band JSON object
+        if not payload.strip() or payload.strip() == "[DONE]":
+            return []
+        return [payload]
+
+
+def _json_payload(text: str) -> dict | None:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        log.debug("[falai_providers] skipped a payload that is not JSON (%d chars)", len(text))
+        return None           # §3.7 rule 7
+    return value if isinstance(value, dict) else None
+
+
+def _read_timeout_in(exc: BaseException) -> bool:
+    """A read timeout surfaces mid-stream as requests.ConnectionError(urllib3.ReadTimeoutError)."""
+    seen: list[BaseException] = []
+    pending: list[Any] = [exc]
+    while pending and len(seen) < 10:
+        e = pending.pop()
+        if not isinstance(e, BaseException) or e in seen:
+            continue
+        seen.append(e)
+        if isinstance(e, requests.exceptions.Timeout) or type(e).__name__ in ("ReadTimeoutError", "timeout"):
+            return True
+        if isinstance(e, TimeoutError):
+            return True
+        pending.extend([e.__cause__, e.__context__, *e.args])
+    return False
+
+
+# 4. HTTP errors ##############################################################
+
+_RESET_HEADERS = ("anthropic-ratelimit-unified-reset", "anthropic-ratelimit-requests-reset",
+                  "anthropic-ratelimit-tokens-reset", "x-ratelimit-reset-requests",
+                  "x-ratelimit-reset-tokens", "x-ratelimit-reset")
+_RETRY_DELAY = re.compile(r'"retryDelay"\s*:\s*"([0-9]+(?:\.[0-9]+)?)s"')
+_GO_DURATION = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?(?:ms|h|m|s))+")
+_GO_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|h|m|s)")
+_GO_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _date_ms(text: str) -> int | None:
+    """An HTTP date or an ISO-8601 date as epoch milliseconds."""
+    try:
+        at = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        at = None
+    if at is None:
+        try:
+            at = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            return None
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=timezone.utc)
+    return int(at.timestamp() * 1000)
+
+
+def _retry_after_header_ms(value: str, now_ms: int) -> int | None:
+    """``retry-after``: seconds (decimals allowed) or an HTTP date, floored at 0 (providers.md §8.1)."""
+    value = value.strip()
+    if re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", value):
+        return round(float(value) * 1000)
+    at = _date_ms(value)
+    return None if at is None else max(0, at - now_ms)
+
+
+def _reset_header_ms(value: str, now_ms: int) -> int | None:
+    """A vendor reset header as an absolute epoch ms (providers.md §8.1).
+
+    An integer above 10^9 is epoch seconds, a smaller number seconds from now, an
+    OpenAI-style duration (``6m0s``, ``20ms``) a span from now (inferred: OpenAI
+    documents that format), anything else an HTTP or ISO date.
+    """
+    value = value.strip()
+    if re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", value):
+        number = float(value)
+        return round(number * 1000) if number > 1e9 else now_ms + round(number * 1000)
+    if _GO_DURATION.fullmatch(value):
+        return now_ms + round(sum(float(n) * _GO_UNIT_MS[u] for n, u in _GO_PART.findall(value)))
+    return _date_ms(value)
+
+
+def _server_wait(headers: Any, body: str, now_ms: int) -> tuple[int | None, int | None]:
+    """(retry_after_ms, reset_at_ms) named by a failed response (providers.md §8.1).
+
+    ``reset_at_ms`` is filled only from a vendor reset header, which states when
+    the binding limit resets (inferred; ``retry-after`` and ``retryDelay`` are waits).
+    """
+    lowered = {str(k).lower(): str(v) for k, v in (headers or {}).items()}
+    if lowered.get("retry-after"):
+        wait = _retry_after_header_ms(lowered["retry-after"], now_ms)
+        if wait is not None:
+            return wait, None
+    for name in _RESET_HEADERS:
+        if lowered.get(name):
+            at = _reset_header_ms(lowered[name], now_ms)
+            if at is not None and at > now_ms:
+                return at - now_ms, at
+    delay = _RETRY_DELAY.search(body or "")
+    if delay:
+        return round(float(delay.group(1)) * 1000), None
+    return None, None
+
+
+def _should_retry_header(headers: Any) -> bool | None:
+    value = {str(k).lower(): str(v) for k, v in (headers or {}).items()}.get("x-should-retry")
+    if value is None:
+        return None
+    value = value.strip().lower()
+    return True if value == "true" else False if value == "false" else None
+
+
+def _loads_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, TypeError):
+        return None
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g}"
+
+
+# 5. The pipeline #############################################################
+#
+# providers.md §3: a vendor adapter builds the HTTP request (_wire) and turns
+# each payload into normalized events (_parse); everything else is common.
+
+class _Plan:
+    """What one call sends, worked out once before the first attempt (providers.md §3.1)."""
+
+    def __init__(self, request: GenerateRequest, messages: list[dict], tools: list[dict],
+                 json_request: dict | None, options: dict):
+        self.request = request
+        self.messages = messages
+        self.tools = tools
+        self.json = json_request
+        self.options = options
+
+
+class _Accumulator:
+    """The fold of one attempt's events (providers.md §3.3)."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.reasoning = ""
+        self.reasoning_details: Any = None
+        self.calls: dict[Any, dict] = {}
+        self.usage: TokenUsage | None = None
+        self.cache_write_tokens: int | None = None
+        self.finish: str | None = None
+        self.vendor_finish: str | None = None
+
+    def fold(self, event: dict) -> str:
+        """Apply one event; return the content delta it carried ("" when none)."""
+        kind = event["type"]
+        if kind == "usage":
+            self.usage = TokenUsage(prompt_tokens=int(event["prompt_tokens"]),
+                                    completion_tokens=int(event["completion_tokens"]),
+                                    cached_input_tokens=int(event["cached_input_tokens"]))
+            self.cache_write_tokens = event.get("cache_write_tokens")
+            return ""
+        if kind == "finish":
+            self.finish, self.vendor_finish = event["finish_reason"], event.get("vendor_finish_reason")
+            return ""
+        if event.get("reasoning"):
+            self.reasoning += event["reasoning"]
+        if event.get("reasoning_details") is not None:
+            self.reasoning_details = event["reasoning_details"]
+        for call in event.get("tool_calls") or []:
+            slot = self.calls.setdefault(call["index"], {"id": None, "name": None, "arguments": "",
+                                                         "thoughtSignature": None})
+            if call.get("id") and not slot["id"]:
+                slot["id"] = call["id"]
+            if call.get("name"):
+                slot["name"] = call["name"]
+            if call.get("arguments"):
+                slot["arguments"] += call["arguments"]
+            if call.get("thoughtSignature"):
+                slot["thoughtSignature"] = call["thoughtSignature"]
+        content = event.get("content") or ""
+        self.text += content
+        return content
+
+    def has_named_call(self) -> bool:
+        return any(slot["name"] for slot in self.calls.values())
+
+    def is_empty(self) -> bool:
+        return not self.text and not self.reasoning and not self.has_named_call()
+
+    def tool_calls(self) -> list[ToolCallRequest]:
+        def order(index: Any) -> tuple:
+            return (0, index, "") if isinstance(index, int) else (1, 0, str(index))
+        calls = []
+        for index in sorted(self.calls, key=order):
+            slot = self.calls[index]
+            if slot["name"]:
+                calls.append(ToolCallRequest(id=slot["id"] or f"call_{index}", name=slot["name"],
+                                             arguments=parse_tool_args(slot["arguments"], slot["name"]),
+                                             thought_signature=slot["thoughtSignature"]))
+        return calls
+
+
+def _check_options(owner: str, config: Any) -> dict:
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        raise ValueError(f"[{owner}] config must be a dict of request defaults "
+                         '(temperature, topP, maxTokens, stopSequences, effort), e.g. config={"temperature": 0.3}.')
+    effort = config.get("effort")
+    if effort is not None and effort not in EFFORTS:
+        raise ValueError(f'[{owner}] config["effort"] is {effort!r}: use one of {", ".join(EFFORTS)}, '
+                         "or leave it out for the model's default.")
+    tokens = config.get("maxTokens")
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0):
+        raise ValueError(f'[{owner}] config["maxTokens"] is {tokens!r}: pass a positive integer.')
+    return dict(config)
+
+
+class _HttpProvider:
+    """The common HTTP pipeline of the vendor providers (the original's ``ProviderAdapter``, providers.md §3).
+
+    Options every HTTP provider takes (§3.9): ``api_key``, ``model`` (no default),
+    ``backup_models`` (tried in order on overload, rate and model errors),
+    ``base_url`` (any endpoint of the same dialect; trailing slashes ignored),
+    ``config`` (``temperature``, ``topP``, ``maxTokens``, ``stopSequences``,
+    ``effort``), ``retry_config`` (``{"timeout": idle ms, "retries": n}``, default
+    ``{"timeout": 60000, "retries": 3}``), ``headers`` (merged last), ``session``
+    (a ``requests.Session``, one per provider) and ``sleep`` (backoff; tests pass
+    a no-op).
+
+    ``generate`` drains ``generate_stream`` (one code path, §1.6 rule 1). A call
+    raises only ``ProviderError``, after its retries and backup models.
+    """
+
+    name: str
+    capabilities: ProviderCapabilities
+
+    def __init__(self, *, owner: str, name: str, api_key: str | None, key_required: bool, model: str | None,
+                 backup_models: list[str] | None, base_url: str | None, config: dict | None,
+                 retry_config: dict | None, headers: dict | None, session: requests.Session | None,
+                 sleep: Callable[[float], Any], example_model: str, key_variable: str):
+        if not isinstance(model, str) or not model.strip():
+            raise ValueError(f'[{owner}] model is empty: there is no default. Pass one, e.g. model="{example_model}".')
+        if api_key is not None and not isinstance(api_key, str):
+            raise ValueError(f"[{owner}] api_key must be a string.")
+        if api_key == "" or (api_key is None and key_required) or (api_key is not None and not api_key.strip()):
+            raise ValueError(f"[{owner}] api_key is empty: the provider cannot authenticate. Pass "
+                             f'api_key=os.environ["{key_variable}"] and check the variable is set.')
+        if backup_models is None:
+            backup_models = []
+        if isinstance(backup_models, str) or not all(isinstance(m, str) and m.strip() for m in backup_models):
+            raise ValueError(f'[{owner}] backup_models must be a list of model ids, e.g. ["{example_model}"].')
+        if not isinstance(base_url, str) or not base_url.strip():
+            raise ValueError(f"[{owner}] base_url is empty: pass the endpoint URL.")
+        if not callable(sleep):
+            raise ValueError(f"[{owner}] sleep must be a callable taking seconds, like time.sleep.")
+        retry = dict(retry_config or {})
+        timeout = retry.get("timeout") or 60_000
+        retries = retry.get("retries", 3)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
+                or timeout < 0:
+            raise ValueError(f'[{owner}] retry_config["timeout"] is {timeout!r}: pass milliseconds of '
+                             "silence allowed, e.g. 60000.")
+        if retries is None:
+            retries = 3
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ValueError(f'[{owner}] retry_config["retries"] is {retries!r}: pass a whole number, 0 or more.')
+        self.name = name
+        self._owner = owner
+        self._api_key = api_key
+        self.model = model.strip()
+        self.backup_models = [m.strip() for m in backup_models]
+        self.base_url = base_url.strip().rstrip("/")
+        self.config = _check_options(owner, config)
+        self.retry_config = {"timeout": timeout, "retries": retries}
+        self.headers = dict(headers or {})
+        self.session = session if session is not None else requests.Session()
+        self._sleep = sleep
+        self._retries = retries
+        self._idle_s = timeout / 1000
+        self._progress_s = max(300_000, timeout) / 1000      # §3.7: silence of events, not of bytes
+
+    def __repr__(self) -> str:
+        # providers.md §1.6 rule 5: the key never appears here.
+        return f"{type(self).__name__}(name={self.name!r}, model={self.model!r}, base_url={self.base_url!r})"
+
+    # -- the seam --------------------------------------------------------------
+
+    def generate(self, request: GenerateRequest) -> Generation:
+        """One model call; what draining ``generate_stream`` would end with (providers.md §1.6)."""
+        final = None
+        for chunk in self._run(request, streaming=False):
+            final = chunk
+        assert final is not None and final.done
+        return Generation(message=final.accumulated, structured=final.structured, tool_calls=final.tool_calls,
+                          usage=final.usage, reasoning=final.reasoning,
+                          reasoning_details=final.reasoning_details, metadata=final.metadata)
+
+    def generate_stream(self, request: GenerateRequest) -> Iterator[GenerationChunk]:
+        """Yield the model's raw text deltas, then one ``done=True`` chunk with the final fields."""
+        return self._run(request, streaming=True)
+
+    # -- one call (providers.md §3.1, §3.8) ------------------------------------
+
+    def _run(self, request: GenerateRequest, streaming: bool) -> Iterator[GenerationChunk]:
+        plan = self._plan(request)
+        models = [self.model, *self.backup_models]
+        delivered = False
+        for position, model in enumerate(models):
+            attempt = 0
+            while True:
+                attempt += 1
+                self._check_cancel(request)
+                accumulator = _Accumulator()
+                state = self._new_state()
+                events = self._attempt(model, plan, state)
+                try:
+                    for event in events:
+                        delta = accumulator.fold(event)
+                        if delta and streaming:
+                            delivered = True
+                            yield GenerationChunk(delta=delta, accumulated=accumulator.text, done=False)
+                    if accumulator.is_empty():
+                        raise self._empty_error(state, accumulator)      # §3.5 rule 1, per attempt
+                except Exception as exc:
+                    error = self._wrap(exc)
+                else:
+                    # After the stream: the empty-reply rule (§3.5 rule 6) is raised from here and is
+                    # deliberately outside the retry loop.
+                    yield self._final_chunk(plan, model, accumulator)
+                    return
+                finally:
+                    events.close()
+                if request.cancel is not None and request.cancel.is_set() and error.kind != "aborted":
+                    raise self._aborted() from error
+                if error.kind == "aborted" or delivered:
+                    raise error          # §1.6 rule 4: text already reached the caller
+                log.warning("[%s] attempt %d on model %s failed (%s): %s", self.name, attempt, model,
+                            error.kind, error)
+                if attempt <= self._retries and self._retryable(error):
+                    delay_ms = self._delay_ms(error, attempt)
+                    if delay_ms is not None:
+                        self._pause(delay_ms, request)
+                        continue
+                break
+            if error.kind in BACKUP_KINDS and position + 1 < len(models):
+                log.warning("[%s] model %s failed (%s); falling back to backup model %s", self.name, model,
+                            error.kind, models[position + 1])
+                continue
+            raise error
+
+    def _plan(self, request: GenerateRequest) -> _Plan:
+        self._check_cancel(request)
+        options = dict(self.config)
+        if request.max_output_tokens is not None:
+            options["maxTokens"] = request.max_output_tokens
+        if request.effort is not None:
+            options["effort"] = request.effort
+        if options.get("effort") is not None and options["effort"] not in EFFORTS:
+            raise ProviderError(f'{self.name}: effort {options["effort"]!r} is not one of {", ".join(EFFORTS)}',
+                                provider=self.name, kind="invalid")
+        schema = request.schema
+        json_request = {"name": request.schema_name or "structured_output", "schema": schema} if schema else None
+        try:
+            return _Plan(request, _normalize_messages(request), _tool_definitions(request.tools), json_request,
+                         options)
+        except Exception as exc:
+            # §1.6 rule 3: a malformed history or tool list fails the call as a ProviderError.
+            raise ProviderError(f"{self.name}: cannot build the request: {type(exc).__name__}: {exc}",
+                                provider=self.name, kind="invalid") from exc
+
+    def _retryable(self, error: ProviderError) -> bool:
+        if error.kind == "aborted":
+            return False
+        if error.should_retry is not None:
+            return error.should_retry
+        return error.kind in TRANSIENT_KINDS
+
+    @staticmethod
+    def _delay_ms(error: ProviderError, attempt: int) -> float | None:
+        """§3.8 delay_for: a server's wait as given (None past 30 s), else full-jitter backoff."""
+        waits = []
+        if error.retry_after_ms is not None:
+            waits.append(error.retry_after_ms)
+        if error.reset_at_ms is not None:
+            waits.append(error.reset_at_ms - _now_ms())
+        if waits:
+            wait = max(waits)
+            return None if wait > MAX_SERVER_WAIT_MS else max(0, wait)
+        return random.random() * min(MAX_SERVER_WAIT_MS, 1000 * 2 ** (attempt - 1))
+
+    def _pause(self, delay_ms: float, request: GenerateRequest) -> None:
+        """Sleep between attempts; a cancel cuts it short (§3.8 "sleeping")."""
+        self._check_cancel(request)
+        if self._sleep is time.sleep and request.cancel is not None:
+            request.cancel.wait(delay_ms / 1000)
+        else:
+            self._sleep(delay_ms / 1000)
+        self._check_cancel(request)
+
+    def _check_cancel(self, request: GenerateRequest) -> None:
+        if request.cancel is not None and request.cancel.is_set():
+            raise self._aborted()
+
+    def _aborted(self) -> ProviderError:
+        return ProviderError(f"{self.name}: cancelled", provider=self.name, kind="aborted")
+
+    def _wrap(self, exc: BaseException) -> ProviderError:
+        """§1.6 rule 3: nothing but ProviderError escapes a call."""
+        if isinstance(exc, ProviderError):
+            return exc
+        error = ProviderError(self._scrub(f"{self.name}: {type(exc).__name__}: {exc}"), provider=self.name,
+                              kind=classify_error(exc))
+        error.__cause__ = exc
+        return error
+
+    def _scrub(self, text: str) -> str:
+        # Real keys are long; a very short one (a test's "k") would mangle every message.
+        if self._api_key and len(self._api_key) >= 8 and text:
+            text = text.replace(self._api_key, "[redacted]")
+        return text
+
+    # -- one attempt (§3.7) -----------------------------------------------------
+
+    def _attempt(self, model: str, plan: _Plan, state: dict) -> Iterator[dict]:
+        request = plan.request
+        try:
+            url, headers, body = self._wire(model, plan)
+            data = compact_json(body).encode("utf-8")
+        except Exception as exc:
+            raise ProviderError(f"{self.name}: cannot build the request: {type(exc).__name__}: {exc}",
+                                provider=self.name, kind="invalid") from exc
+        try:
+            response = self.session.post(url, headers=headers, data=data, stream=True,
+                                         timeout=(self._idle_s, self._idle_s))
+        except Exception as exc:
+            raise self._transport_error(exc) from exc
+        try:
+            self._check_cancel(request)
+            if not 200 <= response.status_code < 300:
+                raise self._response_error(response)
+            for payload in self._payloads(response, request):
+                yield from self._parse(payload, state)
+        finally:
+            response.close()
+
+    def _payloads(self, response: requests.Response, request: GenerateRequest) -> Iterator[dict]:
+        content_type = (response.headers.get("Content-Type") or "").lower()
+        whole = "application/json" in content_type              # §3.7 rule 8
+        reader = _SseReader()
+        body = bytearray()
+        received = 0
+        last_payload = time.monotonic()
+        chunks = response.iter_content(chunk_size=None)
+        while True:
+            try:
+                data = next(chunks, None)
+            except Exception as exc:
+                raise self._transport_error(exc) from exc
+            if data is None:
+                break
+            self._check_cancel(request)
+            received += len(data)
+            if whole:
+                body.extend(data)
+                continue
+            for text in reader.feed(data):
+                payload = _json_payload(text)
+                if payload is not None:
+                    last_payload = time.monotonic()
+                    yield payload
+            if time.monotonic() - last_payload > self._progress_s:
+                raise ProviderError(f"{self.name}: stream went {_seconds(self._progress_s)}s without a chunk",
+                                    provider=self.name, kind="timeout")
+        if received == 0 and "text/event-stream" not in content_type:
+            raise ProviderError(f"{self.name}: empty response body", provider=self.name, kind="overload")
+        if whole:
+            value = _loads_or_none(body.decode("utf-8", "replace"))
+            for payload in value if isinstance(value, list) else [value]:
+                if isinstance(payload, dict):
+                    yield payload
+        else:
+            for text in reader.finish():
+                payload = _json_payload(text)
+                if payload is not None:
+                    yield payload
+
+    def _transport_error(self, exc: BaseException) -> ProviderError:
+        if _read_timeout_in(exc):
+            return ProviderError(f"{self.name}: stream went {_seconds(self._idle_s)}s without a byte",
+                                 provider=self.name, kind="timeout")
+        return ProviderError(self._scrub(f"{self.name}: {type(exc).__name__}: {exc}"), provider=self.name,
+                             kind=classify_error(exc))
+
+    def _response_error(self, response: requests.Response) -> ProviderError:
+        """A non-2xx answer as a classified ProviderError (providers.md §8.1, §8.3)."""
+        try:
+            text = response.content.decode("utf-8", "replace")
+        except Exception:
+            text = ""
+        text = self._scrub(text)
+        status = response.status_code
+        data = _loads_or_none(text)
+        retry_after_ms, reset_at_ms = _server_wait(response.headers, text, _now_ms())
+        kind, code, vendor_retry_ms = self._classify(status, text, data)
+        if vendor_retry_ms is not None:
+            retry_after_ms = vendor_retry_ms
+        message = f"{self.name} {status}: {text[:500]}" if text.strip() else \
+            f"{self.name} {status} {response.reason or ''}".rstrip()
+        return ProviderError(message, provider=self.name, kind=kind, status=status, code=code,
+                             retry_after_ms=retry_after_ms, reset_at_ms=reset_at_ms,
+                             should_retry=_should_retry_header(response.headers), body=text)
+
+    def _inband_error(self, error: Any, payload: dict, status: Any = None, code: Any = None) -> ProviderError:
+        """An error that arrived in the body of a 200 stream (providers.md §4.9)."""
+        text = self._scrub(compact_json(payload))
+        status = status if isinstance(status, int) and not isinstance(status, bool) else None
+        message = None
+        if isinstance(error, dict):
+            message = error.get("message") or error.get("status")
+        kind, vendor_code, retry_ms = self._classify(status, text, payload)
+        if kind == "unknown":
+            kind = "overload"        # a stream that dies after its headers is an upstream fault
+        if retry_ms is None:
+            retry_ms, _ = _server_wait({}, text, _now_ms())
+        return ProviderError(self._scrub(f"{self.name} stream error: {message or 'no reason given'}"),
+                             provider=self.name, kind=kind, status=status,
+                             code=code if isinstance(code, str) else vendor_code,
+                             retry_after_ms=retry_ms, body=text)
+
+    # -- final assembly (§3.5) --------------------------------------------------
+
+    def _empty_error(self, state: dict, accumulator: _Accumulator) -> ProviderError:
+        return ProviderError(f"{self.name}: completed with no content", provider=self.name, kind="overload")
+
+    def _final_chunk(self, plan: _Plan, model: str, acc: _Accumulator) -> GenerationChunk:
+        tool_calls = acc.tool_calls()
+        structured = None
+        message = acc.text
+        if plan.json is not None and acc.text.strip():
+            parsed = _parse_envelope(acc.text)
+            if isinstance(parsed, dict):
+                structured = parsed
+            else:
+                log.warning("[%s] the structured reply did not parse as a JSON object (%d chars)",
+                            self.name, len(acc.text))
+                if _ENVELOPE_SHAPED.match(acc.text):
+                    message = ""          # §1.4: a broken envelope never reaches a customer
+        reply = structured["message"] if structured and isinstance(structured.get("message"), str) else message
+        if not tool_calls and not reply.strip():
+            raise ProviderError(f"No response from {self.name}", provider=self.name, kind="overload")
+        metadata: dict = {"provider": self.name, "model": model}
+        if acc.finish is not None:
+            metadata["finishReason"] = acc.finish
+        if acc.vendor_finish is not None:
+            metadata["vendorFinishReason"] = acc.vendor_finish
+        if acc.usage is not None:
+            metadata["tokensUsed"] = acc.usage.prompt_tokens + acc.usage.completion_tokens
+        if acc.cache_write_tokens is not None:
+            metadata["cacheWriteTokens"] = acc.cache_write_tokens
+        return GenerationChunk(delta="", accumulated=message, done=True, structured=structured,
+                               tool_calls=tool_calls, usage=acc.usage, reasoning=acc.reasoning or None,
+                               reasoning_details=acc.reasoning_details, metadata=metadata)
+
+    # -- vendor hooks -------------------------------------------------------------
+
+    def _new_state(self) -> dict:
+        return {}
+
+    def _wire(self, model: str, plan: _Plan) -> tuple[str, dict, dict]:
+        raise NotImplementedError
+
+    def _parse(self, payload: dict, state: dict) -> Iterator[dict]:
+        raise NotImplementedError
+
+    def _classify(self, status: int | None, text: str, data: Any) -> tuple[str, str | None, int | None]:
+        """(kind, vendor code, vendor retry wait) of a failure; generic rules of §8.3."""
+        return classify_error(status=status, body=text), None, None
+
+    def _base_headers(self) -> dict:
+        return {"User-Agent": USER_AGENT, "Content-Type": "application/json"}
+
+
+def _generation_config_common(options: dict, into: dict, names: dict) -> None:
+    """Copy temperature / topP / stopSequences under a vendor's own names."""
+    if options.get("temperature") is not None:
+        into[names["temperature"]] = options["temperature"]
+    if options.get("topP") is not None:
+        into[names["topP"]] = options["topP"]
+    if options.get("stopSequences"):
+        into[names["stopSequences"]] = list(options["stopSequences"])
+
+
+# 6. GeminiProvider ###########################################################
+
+_GEMINI_VERSION = re.compile(r"gemini-([0-9]+)(?:\.([0-9]+))?")
+_GEMINI_LEVELS = {"none": "MINIMAL", "low": "LOW", "medium": "MEDIUM", "high": "HIGH", "max": "HIGH"}
+_GEMINI_BUDGETS = {"none": 0, "low": 1024, "medium": 8192, "high": 24576, "max": 24576}
+_GEMINI_FILTERED = ("SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION", "IMAGE_SAFETY")
+SKIP_SIGNATURE = "skip_thought_signature_validator"
+# Gemini's own "prompt over the window" wording, which the generic context patterns of
+# providers.md §8.3 miss ("The input token count (N) exceeds the maximum number of tokens
+# allowed (M)."); §4.10 classifies it as `context` (inferred pattern).
+_GEMINI_CONTEXT = re.compile(r"input token count.{0,40}exceeds the maximum number of tokens", re.I)
+
+
+def _gemini_version(model: str) -> tuple[int, int] | None:
+    match = _GEMINI_VERSION.match(model)
+    return (int(match.group(1)), int(match.group(2) or 0)) if match else None
+
+
+def _gemini_is_legacy(model: str) -> bool:
+    """Gemini 1.x and 2.x (providers.md §4.5, §4.6); other ids count as Gemini 3 and later."""
+    version = _gemini_version(model)
+    return version is not None and version[0] <= 2
+
+
+def _gemini_object(text: str, wrap: str, name: str) -> dict:
+    """A JSON object for ``args`` / ``response`` (providers.md §4.4 rules 3 and 4)."""
+    if wrap == "value" and not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return parse_tool_args(text, name) if wrap == "value" else {"output": text}
+    return value if isinstance(value, dict) else {wrap: value}
+
+
+class GeminiProvider(_HttpProvider):
+    """Google Gemini over REST ``streamGenerateContent?alt=sse`` (providers.md §4).
+
+    >>> gemini = GeminiProvider(api_key="k", model="gemini-2.5-flash", backup_models=["gemini-2.5-flash-lite"])
+    >>> gemini.name
+    'gemini'
+
+    Beyond the common options: ``json_with_tools`` (``"response_format"`` or
+    ``"prompt"``, how a schema travels on a call that also carries tools, §4.5),
+    ``schema_dialect`` (``"json_schema"``, or ``"openapi"`` for endpoints that
+    only know ``responseSchema``) and ``understand_effort`` (below). A leading
+    ``models/`` on a model id is stripped.
+
+    The key travels only in the ``x-goog-api-key`` header. ``understand_effort``
+    (default ``"none"``) is the thinking effort of an ``"understand"`` call when
+    no effort is configured, on ids whose version is known to think (2.5 and
+    later): the issue asks for thinking off there unless configured, so a
+    routing call does not spend its token budget thinking (inferred option;
+    ``None`` sends nothing, as providers.md §4.6 does for every other call).
+    """
+
+    DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
+
+    def __init__(self, *, api_key: str | None = None, model: str | None = None,
+                 backup_models: list[str] | None = None,
+                 base_url: str = DEFAULT_BASE_URL, config: dict | None = None,
+                 retry_config: dict | None = None, headers: dict | None = None,
+                 session: requests.Session | None = None, sleep: Callable[[float], Any] = time.sleep,
+                 json_with_tools: str = "response_format", schema_dialect: str = "json_schema",
+                 understand_effort: str | None = "none"):
+        owner = "GeminiProvider"
+        strip = (lambda m: m.strip()[len("models/"):] if isinstance(m, str) and m.strip().startswith("models/")
+                 else m)
+        super().__init__(owner=owner, name="gemini", api_key=api_key, key_required=True, model=strip(model),
+                         backup_models=[strip(m) for m in backup_models] if isinstance(backup_models, list)
+                         else backup_models,
+                         base_url=base_url, config=config, retry_config=retry_config, headers=headers,
+                         session=session, sleep=sleep, example_model="gemini-2.5-flash",
+                         key_variable="GEMINI_API_KEY")
+        if json_with_tools not in ("response_format", "prompt"):
+            raise ValueError(f'[{owner}] json_with_tools is {json_with_tools!r}: use "response_format" or "prompt".')
+        if schema_dialect not in ("json_schema", "openapi"):
+            raise ValueError(f'[{owner}] schema_dialect is {schema_dialect!r}: use "json_schema" or "openapi".')
+        if understand_effort is not None and understand_effort not in EFFORTS:
+            raise ValueError(f'[{owner}] understand_effort is {understand_effort!r}: use one of '
+                             f'{", ".join(EFFORTS)}, or None to send nothing.')
+        self.json_with_tools = json_with_tools
+        self.schema_dialect = schema_dialect
+        self.understand_effort = understand_effort
+        self.capabilities = ProviderCapabilities(supports_tools=True, supports_native_json_schema=True,
+                                                 supports_streaming=True, supports_streaming_tool_calls=True,
+                                                 supports_prompt_caching=True)
+
+    # -- request (§4.2-§4.7) ----------------------------------------------------
+
+    def _wire(self, model: str, plan: _Plan) -> tuple[str, dict, dict]:
+        url = (f"{self.base_url}/v1beta/models/{urllib.parse.quote(model, safe='/.-_~')}"
+               ":streamGenerateContent?alt=sse")
+        headers = {**self._base_headers(), "x-goog-api-key": self._api_key, **self.headers}
+        system = [m["content"] for m in plan.messages if m["role"] == "system"]
+        contents = self._contents([m for m in plan.messages if m["role"] != "system"], model)
+        options = plan.options
+        config: dict = {}
+        if options.get("maxTokens") is not None:
+            config["maxOutputTokens"] = options["maxTokens"]
+        _generation_config_common(options, config, {"temperature": "temperature", "topP": "topP",
+                                                    "stopSequences": "stopSequences"})
+        effort = options.get("effort")
+        if effort is None and plan.request.schema_name == "understand" and self.understand_effort is not None:
+            version = _gemini_version(model)
+            if version is not None and version >= (2, 5):
+                effort = self.understand_effort
+        if effort is not None:
+            config["thinkingConfig"] = self._thinking(model, effort)
+        if plan.json is not None:
+            schema = plan.json["schema"]
+            if plan.tools and (self.json_with_tools == "prompt" or _gemini_is_legacy(model)):
+                system.append(schema_prompt(schema))      # after the stable text, so it stays cacheable
+            else:
+                config["responseMimeType"] = "application/json"
+                if self.schema_dialect == "openapi":
+                    config["responseSchema"] = to_gemini_openapi_schema(schema)
+                else:
+                    config["responseJsonSchema"] = schema
+        body: dict = {"contents": contents}
+        if system:
+            body["systemInstruction"] = {"parts": [{"text": "\n\n".join(system)}]}
+        if plan.tools:
+            body["tools"] = [{"functionDeclarations": [self._declaration(t) for t in plan.tools]}]
+        body["generationConfig"] = config
+        return url, headers, body
+
+    def _declaration(self, tool: dict) -> dict:
+        declaration = {"name": tool["name"], "description": tool["description"]}
+        if self.schema_dialect == "openapi":
+            converted = to_gemini_openapi_schema(tool["parameters"])
+            if converted.get("type") == "OBJECT" and converted.get("properties"):
+                declaration["parameters"] = converted
+        else:
+            declaration["parametersJsonSchema"] = tool["parameters"]
+        return declaration
+
+    @staticmethod
+    def _thinking(model: str, effort: str) -> dict:
+        if not _gemini_is_legacy(model):
+            return {"thinkingLevel": _GEMINI_LEVELS[effort]}
+        if effort == "none" and model.startswith("gemini-2.5-pro"):
+            return {"thinkingBudget": 128}        # 2.5 Pro cannot turn thinking off
+        return {"thinkingBudget": _GEMINI_BUDGETS[effort]}
+
+    @staticmethod
+    def _contents(messages: list[dict], model: str) -> list[dict]:
+        """providers.md §4.4."""
+        contents: list[dict] = []
+        answering = False         # the last content holds functionResponse parts
+        for message in messages:
+            role = message["role"]
+            if role == "user":
+                answering = False
+                if message["content"]:
+                    # An empty text part is a 400 on Gemini, so a blank user message is left out (inferred).
+                    contents.append({"role": "user", "parts": [{"text": message["content"]}]})
+            elif role == "assistant":
+                answering = False
+                parts: list[dict] = []
+                if message["content"]:
+                    parts.append({"text": message["content"]})
+                for call in message["toolCalls"]:
+                    part: dict = {"functionCall": {"id": call["id"], "name": call["name"],
+                                                   "args": _gemini_object(call["arguments"], "value", call["name"])}}
+                    if call.get("thoughtSignature"):
+                        part["thoughtSignature"] = call["thoughtSignature"]
+                    parts.append(part)
+                if parts:
+                    contents.append({"role": "model", "parts": parts})
+            elif role == "tool":
+                part = {"functionResponse": {"id": message["toolCallId"], "name": message["name"],
+                                             "response": _gemini_object(message["content"], "output",
+                                                                        message["name"])}}
+                if answering:
+                    contents[-1]["parts"].append(part)
+                else:
+                    contents.append({"role": "user", "parts": [part]})
+                    answering = True
+        if not _gemini_is_legacy(model):
+            GeminiProvider._sign_current_turn(contents)
+        return contents
+
+    @staticmethod
+    def _sign_current_turn(contents: list[dict]) -> None:
+        """§4.7 rule 4: unsigned calls after the last plain user text get Google's placeholder."""
+        start = 0
+        for i, content in enumerate(contents):
+            if content["role"] == "user" and any("text" in p for p in content["parts"]):
+                start = i + 1
+        for content in contents[start:]:
+            if content["role"] != "model":
+                continue
+            calls = [p for p in content["parts"] if "functionCall" in p]
+            if calls and not calls[0].get("thoughtSignature"):
+                calls[0]["thoughtSignature"] = SKIP_SIGNATURE
+
+    # -- response (§4.8-§4.10) --------------------------------------------------
+
+    def _new_state(self) -> dict:
+        return {"calls": 0, "blocked": None}
+
+    def _parse(self, payload: dict, state: dict) -> Iterator[dict]:
+        if payload.get("error"):
+            error = payload["error"]
+            raise self._inband_error(error, payload,
+                                     status=error.get("code") if isinstance(error, dict) else None,
+                                     code=error.get("status") if isinstance(error, dict) else None)
+        usage = payload.get("usageMetadata")
+        if isinstance(usage, dict):
+            yield {"type": "usage", "prompt_tokens": usage.get("promptTokenCount") or 0,
+                   "completion_tokens": (usage.get("candidatesTokenCount") or 0)
+                   + (usage.get("thoughtsTokenCount") or 0),
+                   "cached_input_tokens": usage.get("cachedContentTokenCount") or 0}
+        candidates = payload.get("candidates") or []
+        feedback = payload.get("promptFeedback") or {}
+        if feedback.get("blockReason") and not candidates:
+            state["blocked"] = feedback["blockReason"]
+        if not candidates:
+            return
+        candidate = candidates[0] or {}
+        reasoning, content, calls = "", "", []
+        for part in (candidate.get("content") or {}).get("parts") or []:
+            if isinstance(part.get("text"), str):
+                if part.get("thought") is True:
+                    reasoning += part["text"]
+                else:
+                    content += part["text"]
+            elif isinstance(part.get("functionCall"), dict):
+                call = part["functionCall"]
+                index = state["calls"]
+                state["calls"] += 1
+                calls.append({"index": index, "id": call.get("id") or f"call_{index}", "name": call.get("name"),
+                              "arguments": compact_json(call.get("args") or {}),
+                              "thoughtSignature": part.get("thoughtSignature")})
+        if reasoning:
+            yield {"type": "delta", "reasoning": reasoning}
+        if content:
+            yield {"type": "delta", "content": content}
+        if calls:
+            yield {"type": "delta", "tool_calls": calls}
+        vendor = candidate.get("finishReason")
+        if vendor:
+            if state["calls"]:
+                finish = "tool_calls"      # Gemini says STOP after a call; "stop" would drop the tool round
+            elif vendor == "MAX_TOKENS":
+                finish = "length"
+            elif vendor in _GEMINI_FILTERED:
+                finish = "content_filter"
+            else:
+                finish = "stop"
+            yield {"type": "finish", "finish_reason": finish, "vendor_finish_reason": vendor}
+
+    def _empty_error(self, state: dict, accumulator: _Accumulator) -> ProviderError:
+        if state.get("blocked"):
+            return ProviderError(f"gemini: prompt blocked ({state['blocked']})", provider=self.name,
+                                 kind="content", code=str(state["blocked"]))
+        if accumulator.finish == "content_filter":
+            return ProviderError(f"gemini: reply blocked ({accumulator.vendor_finish})", provider=self.name,
+                                 kind="content", code=accumulator.vendor_finish)
+        return super()._empty_error(state, accumulator)
+
+    def _classify(self, status: int | None, text: str, data: Any) -> tuple[str, str | None, int | None]:
+        error = data.get("error") if isinstance(data, dict) else None
+        error = error if isinstance(error, dict) else {}
+        code = error.get("status") if isinstance(error.get("status"), str) else None
+        if status == 429:
+            kind, retry_ms = _gemini_429(error)
+            return kind, code, retry_ms
+        if (status is None or status < 500) and _GEMINI_CONTEXT.search(text):
+            return "context", code, None
+        return classify_error(status=status, body=text), code, None
+
+
+def _gemini_429(error: dict) -> tuple[str, int | None]:
+    """providers.md §4.10: a Gemini 429 is classified from its details, not its wording."""
+    details = [d for d in error.get("details") or [] if isinstance(d, dict)]
+    for detail in details:
+        if str(detail.get("@type", "")).endswith("google.rpc.RetryInfo") and detail.get("retryDelay"):
+            match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)s\s*", str(detail["retryDelay"]))
+            if match:
+                return "rate", round(float(match.group(1)) * 1000)
+    quota_ids = [str(v.get("quotaId", "")) for d in details
+                 if str(d.get("@type", "")).endswith("google.rpc.QuotaFailure")
+                 for v in d.get("violations") or [] if isinstance(v, dict)]
+    if quota_ids and all("PerDay" in q for q in quota_ids):
+        return "quota", None
+    return "rate", None
+
+
+# 7. OpenAICompatibleProvider #################################################
+
+_OPENAI_PRESETS = {"openai": "https://api.openai.com/v1", "openrouter": "https://openrouter.ai/api/v1",
+                   "deepseek": "https://api.deepseek.com"}
+_OPENAI_FINISH = {"stop": "stop", "length": "length", "tool_calls": "tool_calls", "function_call": "tool_calls",
+                  "content_filter": "content_filter"}
+
+
+class OpenAICompatibleProvider(_HttpProvider):
+    """Any endpoint speaking OpenAI's chat-completions dialect (providers.md §5).
+
+    ``name`` (default ``"openai"``) picks the presets: ``openai``, ``openrouter``
+    and ``deepseek`` have a default ``base_url`` and need a key; any other name
+    needs ``base_url`` and may pass ``api_key=None`` (a local server). Beyond the
+    common options: ``structured_output`` (``"json_schema"``, or ``"json_object"``
+    with the schema in the prompt; DeepSeek's default), ``json_with_tools``,
+    ``effort_dialect``, ``organization``, ``site_url`` / ``site_name`` and
+    ``provider_order`` (OpenRouter), ``include_usage`` and ``capabilities``.
+
+    >>> ollama = OpenAICompatibleProvider(name="ollama", base_url="http://localhost:11434/v1",
+    ...                                   api_key=None, model="llama3.3")
+    >>> ollama.name, ollama.capabilities.supports_prompt_caching
+    ('ollama', False)
+    """
+
+    def __init__(self, *, model: str | None = None, api_key: str | None = None, name: str = "openai",
+                 base_url: str | None = None, backup_models: list[str] | None = None,
+                 config: dict | None = None, retry_config: dict | None = None, headers: dict | None = None,
+                 session: requests.Session | None = None, sleep: Callable[[float], Any] = time.sleep,
+                 structured_output: str | None = None, json_with_tools: str = "response_format",
+                 effort_dialect: str | None = None, organization: str | None = None,
+                 site_url: str | None = None, site_name: str | None = None,
+                 provider_order: list[str] | None = None, include_usage: bool = True,
+                 capabilities: dict | None = None):
+        owner = "OpenAICompatibleProvider"
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f'[{owner}] name is empty: pass one, e.g. name="openrouter" or name="ollama".')
+        if base_url is None:
+            base_url = _OPENAI_PRESETS.get(name)
+            if base_url is None:
+                raise ValueError(f'[{owner}] base_url is missing for name="{name}": only openai, openrouter and '
+                                 'deepseek have a preset. Pass one, e.g. base_url="http://localhost:11434/v1".')
+        super().__init__(owner=owner, name=name, api_key=api_key, key_required=name in _OPENAI_PRESETS,
+                         model=model, backup_models=backup_models, base_url=base_url, config=config,
+                         retry_config=retry_config, headers=headers, session=session, sleep=sleep,
+                         example_model="gpt-4.1-mini", key_variable=f"{name.upper()}_API_KEY")
+        if structured_output is None:
+            structured_output = "json_object" if name == "deepseek" else "json_schema"
+        if structured_output not in ("json_schema", "json_object"):
+            raise ValueError(f'[{owner}] structured_output is {structured_output!r}: use "json_schema" or '
+                             '"json_object".')
+        if json_with_tools not in ("response_format", "prompt"):
+            raise ValueError(f'[{owner}] json_with_tools is {json_with_tools!r}: use "response_format" or "prompt".')
+        if effort_dialect is None:
+            effort_dialect = name if name in ("openrouter", "deepseek") else "openai"
+        if effort_dialect not in ("openai", "openrouter", "deepseek", "off"):
+            raise ValueError(f'[{owner}] effort_dialect is {effort_dialect!r}: use "openai", "openrouter", '
+                             '"deepseek" or "off".')
+        if provider_order is not None and (isinstance(provider_order, str)
+                                           or not all(isinstance(p, str) for p in provider_order)):
+            raise ValueError(f'[{owner}] provider_order must be a list of provider names, e.g. ["anthropic"].')
+        self.structured_output = structured_output
+        self.json_with_tools = json_with_tools
+        self.effort_dialect = effort_dialect
+        self.organization = organization
+        self.site_url = site_url
+        self.site_name = site_name
+        self.provider_order = list(provider_order) if provider_order is not None else None
+        self.include_usage = include_usage
+        flags = {"supports_tools": True, "supports_native_json_schema": structured_output == "json_schema",
+                 "supports_streaming": True, "supports_streaming_tool_calls": True,
+                 "supports_prompt_caching": name in _OPENAI_PRESETS}
+        for key, value in (capabilities or {}).items():
+            if key not in flags:
+                raise ValueError(f'[{owner}] capabilities has an unknown flag "{key}": use {", ".join(flags)}.')
+            flags[key] = bool(value)
+        self.capabilities = ProviderCapabilities(**flags)
+
+    def _wire(self, model: str, plan: _Plan) -> tuple[str, dict, dict]:
+        url = f"{self.base_url}/chat/completions"
+        headers = self._base_headers()
+        if self._api_key is not None:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        if self.organization:
+            headers["OpenAI-Organization"] = self.organization
+        if self.site_url:
+            headers["HTTP-Referer"] = self.site_url
+        if self.site_name:
+            headers["X-Title"] = self.site_name
+        headers.update(self.headers)
+        messages = [self._message(m) for m in plan.messages]
+        body: dict = {"model": model, "messages": messages, "stream": True}
+        if self.include_usage:
+            body["stream_options"] = {"include_usage": True}
+        options = plan.options
+        if options.get("maxTokens") is not None:
+            body["max_completion_tokens" if self.name == "openai" else "max_tokens"] = options["maxTokens"]
+        _generation_config_common(options, body, {"temperature": "temperature", "topP": "top_p",
+                                                  "stopSequences": "stop"})
+        body.update(self._effort(options.get("effort")))
+        if plan.tools:
+            body["tools"] = [{"type": "function", "function": dict(t)} for t in plan.tools]
+        if plan.json is not None:
+            schema = plan.json["schema"]
+            if plan.tools and self.json_with_tools == "prompt":
+                messages.append({"role": "system", "content": schema_prompt(schema)})   # §5.4 rule 1
+            elif self.structured_output == "json_schema":
+                body["response_format"] = {"type": "json_schema", "json_schema": {
+                    "name": plan.json["name"], "schema": schema, "strict": is_strict_schema(schema)}}
+            else:
+                body["response_format"] = {"type": "json_object"}
+                messages.append({"role": "system", "content": schema_prompt(schema)})   # last: prefix caches
+        if self.provider_order is not None:
+            body["provider"] = {"order": list(self.provider_order), "allow_fallbacks": True}
+        return url, headers, body
+
+    @staticmethod
+    def _message(message: dict) -> dict:
+        role = message["role"]
+        if role == "tool":
+            return {"role": "tool", "tool_call_id": message["toolCallId"], "content": message["content"]}
+        if role != "assistant":
+            return {"role": role, "content": message["content"]}
+        out: dict = {"role": "assistant", "content": message["content"]}   # "" rather than null: gateways refuse null
+        if message["toolCalls"]:
+            out["tool_calls"] = [{"id": c["id"], "type": "function",
+                                  "function": {"name": c["name"], "arguments": c["arguments"]}}
+                                 for c in message["toolCalls"]]
+        if message.get("reasoning"):
+            out["reasoning_content"] = message["reasoning"]
+        if message.get("reasoningDetails") is not None:
+            out["reasoning_details"] = message["reasoningDetails"]
+        return out
+
+    def _effort(self, effort: str | None) -> dict:
+        """providers.md §5.5."""
+        if effort is None or self.effort_dialect == "off":
+            return {}
+        if self.effort_dialect == "openrouter":
+            return {"reasoning": {"effort": "xhigh" if effort == "max" else effort}}
+        if self.effort_dialect == "deepseek":
+            if effort == "none":
+                return {"thinking": {"type": "disabled"}}
+            if effort in ("low", "medium"):
+                return {"thinking": {"type": "enabled"}, "reasoning_effort": effort}
+            return {"thinking": {"type": "enabled"}}
+        return {"reasoning_effort": "high" if effort == "max" else effort}
+
+    def _parse(self, payload: dict, state: dict) -> Iterator[dict]:
+        """providers.md §5.6 (a whole ``chat.completion`` object is read the same way, §3.7 rule 8)."""
+        if payload.get("error"):
+            error = payload["error"]
+            code = error.get("code") if isinstance(error, dict) else None
+            raise self._inband_error(error, payload, status=code if isinstance(code, int) else None,
+                                     code=code if isinstance(code, str) else None)
+        usage = payload.get("usage")
+        if isinstance(usage, dict):
+            details = usage.get("prompt_tokens_details") or {}
+            cached = details.get("cached_tokens") if isinstance(details, dict) else None
+            if cached is None:
+                cached = usage.get("prompt_cache_hit_tokens")
+            yield {"type": "usage", "prompt_tokens": usage.get("prompt_tokens") or 0,
+                   "completion_tokens": usage.get("completion_tokens") or 0,
+                   "cached_input_tokens": cached or 0}
+        choices = payload.get("choices") or []
+        if not choices or not isinstance(choices[0], dict):
+            return
+        choice = choices[0]
+        delta = choice.get("delta") or choice.get("message") or {}
+        event: dict = {"type": "delta"}
+        if isinstance(delta.get("content"), str) and delta["content"]:
+            event["content"] = delta["content"]
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            event["reasoning"] = reasoning
+        if isinstance(delta.get("reasoning_details"), list):
+            event["reasoning_details"] = delta["reasoning_details"]
+        calls = []
+        for position, call in enumerate(delta.get("tool_calls") or []):
+            function = call.get("function") or {}
+            index = call.get("index")
+            calls.append({"index": index if isinstance(index, int) else position, "id": call.get("id"),
+                          "name": function.get("name"), "arguments": function.get("arguments")})
+        if calls:
+            event["tool_calls"] = calls
+        if len(event) > 1:
+            yield event
+        vendor = choice.get("finish_reason")
+        if vendor in _OPENAI_FINISH:
+            yield {"type": "finish", "finish_reason": _OPENAI_FINISH[vendor], "vendor_finish_reason": vendor}
+
+    def _classify(self, status: int | None, text: str, data: Any) -> tuple[str, str | None, int | None]:
+        error = data.get("error") if isinstance(data, dict) else None
+        code = None
+        if isinstance(error, dict):
+            for key in ("code", "type"):
+                if isinstance(error.get(key), str):
+                    code = error[key]
+                    break
+        return classify_error(status=status, body=text), code, None
+
+
+# 8. AnthropicProvider ########################################################
+
+_ANTHROPIC_BUDGETS = {"low": 2048, "medium": 8192, "high": 16384, "max": 32768}
+_ANTHROPIC_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls",
+                     "max_tokens": "length", "refusal": "content_filter"}
+# The HTTP status each Anthropic error type is documented with, so an in-band
+# `error` event classifies like the same failure over HTTP (providers.md §6.5).
+_ANTHROPIC_ERROR_STATUS = {"invalid_request_error": 400, "authentication_error": 401, "billing_error": 402,
+                           "permission_error": 403, "not_found_error": 404, "request_too_large": 413,
+                           "rate_limit_error": 429, "api_error": 500, "timeout_error": 504,
+                           "overloaded_error": 529}
+
+
+class AnthropicProvider(_HttpProvider):
+    """Anthropic's Messages API with streaming (providers.md §6).
+
+    The common options only. Anthropic has no native schema mode: the schema
+    rides as a second system block after the cached one. ``max_tokens`` is
+    required by the API and defaults to 8192.
+
+    >>> claude = AnthropicProvider(api_key="k", model="claude-sonnet-4-5", config={"maxTokens": 8192})
+    >>> claude.name
+    'anthropic'
+    """
+
+    DEFAULT_BASE_URL = "https://api.anthropic.com"
+    API_VERSION = "2023-06-01"
+    DEFAULT_MAX_TOKENS = 8192
+
+    def __init__(self, *, api_key: str | None = None, model: str | None = None,
+                 backup_models: list[str] | None = None,
+                 base_url: str = DEFAULT_BASE_URL, config: dict | None = None,
+                 retry_config: dict | None = None, headers: dict | None = None,
+                 session: requests.Session | None = None, sleep: Callable[[float], Any] = time.sleep):
+        super().__init__(owner="AnthropicProvider", name="anthropic", api_key=api_key, key_required=True,
+                         model=model, backup_models=backup_models, base_url=base_url, config=config,
+                         retry_config=retry_config, headers=headers, session=session, sleep=sleep,
+                         example_model="claude-sonnet-4-5", key_variable="ANTHROPIC_API_KEY")
+        self.capabilities = ProviderCapabilities(supports_tools=True, supports_native_json_schema=False,
+                                                 supports_streaming=True, supports_streaming_tool_calls=True,
+                                                 supports_prompt_caching=True)
+
+    def _wire(self, model: str, plan: _Plan) -> tuple[str, dict, dict]:
+        url = f"{self.base_url}/v1/messages"
+        headers = {**self._base_headers(), "anthropic-version": self.API_VERSION, "x-api-key": self._api_key,
+                   **self.headers}
+        options = plan.options
+        max_tokens = options.get("maxTokens") or self.DEFAULT_MAX_TOKENS
+        body: dict = {"model": model, "max_tokens": max_tokens,
+                      "messages": self._messages([m for m in plan.messages if m["role"] != "system"]),
+                      "stream": True}
+        system_text = "\n\n".join(m["content"] for m in plan.messages if m["role"] == "system")
+        system: list[dict] = []
+        if system_text:
+            system.append({"type": "text", "text": system_text, "cache_control": {"type": "ephemeral"}})
+        if plan.json is not None:
+            # After the cached block: a per-call schema never invalidates the stable prefix (§6.2).
+            system.append({"type": "text", "text": schema_prompt(plan.json["schema"])})
+        if system:
+            body["system"] = system
+        _generation_config_common(options, body, {"temperature": "temperature", "topP": "top_p",
+                                                  "stopSequences": "stop_sequences"})
+        if plan.tools:
+            body["tools"] = [{"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
+                             for t in plan.tools]
+        effort = options.get("effort")
+        if effort is not None and effort != "none":
+            budget = min(_ANTHROPIC_BUDGETS[effort], math.floor(max_tokens * 0.8))
+            body["thinking"] = {"type": "enabled", "budget_tokens": budget}
+            body.pop("temperature", None)        # cannot be combined with thinking (§6.4)
+            body.pop("top_p", None)
+        return url, headers, body
+
+    @staticmethod
+    def _messages(messages: list[dict]) -> list[dict]:
+        """providers.md §6.3: blocks, with consecutive same-role messages merged."""
+        out: list[dict] = []
+        for message in messages:
+            role = message["role"]
+            blocks: list[dict] = []
+            if role == "user":
+                if message["content"]:
+                    # An empty text block is a 400 on Anthropic, so it is left out (inferred).
+                    blocks.append({"type": "text", "text": message["content"]})
+            elif role == "tool":
+                block: dict = {"type": "tool_result", "tool_use_id": message["toolCallId"]}
+                if message["content"]:
+                    block["content"] = [{"type": "text", "text": message["content"]}]
+                blocks.append(block)
+                role = "user"
+            elif role == "assistant":
+                if message["content"]:
+                    blocks.append({"type": "text", "text": message["content"]})
+                for call in message["toolCalls"]:
+                    blocks.append({"type": "tool_use", "id": call["id"], "name": call["name"],
+                                   "input": parse_tool_args(call["arguments"], call["name"])})
+            if not blocks:
+                continue
+            if out and out[-1]["role"] == role:
+                out[-1]["content"].extend(blocks)
+            else:
+                out.append({"role": role, "content": blocks})
+        return out
+
+    def _new_state(self) -> dict:
+        return {"blocks": 0, "open_tool": None, "fresh": 0, "read": 0, "write": 0, "output": 0}
+
+    def _parse(self, payload: dict, state: dict) -> Iterator[dict]:
+        kind = payload.get("type")
+        if kind == "error" or (payload.get("error") and kind != "message"):
+            error = payload.get("error") or {}
+            error_type = error.get("type") if isinstance(error, dict) else None
+            raise self._inband_error(error, payload, code=error_type)
+        if kind == "message":           # a whole, non-streamed reply (§3.7 rule 8)
+            yield from self._whole_message(payload, state)
+            return
+        if kind == "message_start":
+            self._read_usage((payload.get("message") or {}).get("usage"), state)
+        elif kind == "content_block_start":
+            index = state["blocks"]
+            state["blocks"] += 1
+            block = payload.get("content_block") or {}
+            yield from self._block_start(block, index, state)
+        elif kind == "content_block_delta":
+            delta = payload.get("delta") or {}
+            if delta.get("type") == "text_delta" and delta.get("text"):
+                yield {"type": "delta", "content": delta["text"]}
+            elif delta.get("type") == "thinking_delta" and delta.get("thinking"):
+                yield {"type": "delta", "reasoning": delta["thinking"]}
+            elif delta.get("type") == "input_json_delta" and state["open_tool"] is not None \
+                    and delta.get("partial_json"):
+                yield {"type": "delta", "tool_calls": [{"index": state["open_tool"],
+                                                        "arguments": delta["partial_json"]}]}
+        elif kind == "content_block_stop":
+            state["open_tool"] = None
+        elif kind == "message_delta":
+            self._read_usage(payload.get("usage"), state)
+            stop = (payload.get("delta") or {}).get("stop_reason")
+            if stop in _ANTHROPIC_FINISH:
+                yield {"type": "finish", "finish_reason": _ANTHROPIC_FINISH[stop], "vendor_finish_reason": stop}
+        elif kind == "message_stop":
+            yield self._usage_event(state)
+
+    def _block_start(self, block: dict, index: int, state: dict) -> Iterator[dict]:
+        if block.get("type") == "tool_use":
+            state["open_tool"] = index
+            arguments = compact_json(block["input"]) if block.get("input") else None
+            yield {"type": "delta", "tool_calls": [{"index": index, "id": block.get("id"), "name": block.get("name"),
+                                                    "arguments": arguments}]}
+        elif block.get("type") == "text" and block.get("text"):
+            yield {"type": "delta", "content": block["text"]}
+        elif block.get("type") == "thinking" and block.get("thinking"):
+            yield {"type": "delta", "reasoning": block["thinking"]}
+
+    def _whole_message(self, message: dict, state: dict) -> Iterator[dict]:
+        for block in message.get("content") or []:
+            index = state["blocks"]
+            state["blocks"] += 1
+            yield from self._block_start(block, index, state)
+        state["open_tool"] = None
+        self._read_usage(message.get("usage"), state)
+        stop = message.get("stop_reason")
+        if stop in _ANTHROPIC_FINISH:
+            yield {"type": "finish", "finish_reason": _ANTHROPIC_FINISH[stop], "vendor_finish_reason": stop}
+        yield self._usage_event(state)
+
+    @staticmethod
+    def _read_usage(usage: Any, state: dict) -> None:
+        """Present fields replace the stored ones: Anthropic's counts are cumulative."""
+        if not isinstance(usage, dict):
+            return
+        for key, slot in (("input_tokens", "fresh"), ("cache_read_input_tokens", "read"),
+                          ("cache_creation_input_tokens", "write"), ("output_tokens", "output")):
+            if isinstance(usage.get(key), int):
+                state[slot] = usage[key]
+
+    @staticmethod
+    def _usage_event(state: dict) -> dict:
+        # Anthropic counts cached tokens outside input_tokens; adding them back makes
+        # prompt_tokens mean the same thing as on the other vendors (§6.5).
+        return {"type": "usage", "prompt_tokens": state["fresh"] + state["read"] + state["write"],
+                "completion_tokens": state["output"], "cached_input_tokens": state["read"],
+                "cache_write_tokens": state["write"]}
+
+    def _classify(self, status: int | None, text: str, data: Any) -> tuple[str, str | None, int | None]:
+        error = data.get("error") if isinstance(data, dict) else None
+        error_type = error.get("type") if isinstance(error, dict) and isinstance(error.get("type"), str) else None
+        if status is None and error_type in _ANTHROPIC_ERROR_STATUS:
+            status = _ANTHROPIC_ERROR_STATUS[error_type]
+        return classify_error(status=status, body=text), error_type, None
+
+
+# 9. FallbackProvider #########################################################
+
+DEFAULT_COOLDOWN_MS: dict[str, int | None] = {
+    "rate": 60_000, "quota": 3_600_000, "timeout": 30_000, "network": 30_000, "overload": 30_000,
+    "auth": 3_600_000, "entitlement": 3_600_000, "model": 3_600_000,
+    "context": None, "content": None, "invalid": None, "unknown": None, "aborted": None,
+}
+
+
+class NoAvailableProviderError(ProviderError):
+    """Every member of a ``FallbackProvider`` is cooling down (providers.md §7 rule 4)."""
+
+    def __init__(self, reset_at_ms: int | None, retry_after_ms: int | None):
+        super().__init__("All configured providers are unavailable. Retry after the cooldown.",
+                         provider="fallback", kind="rate", reset_at_ms=reset_at_ms, retry_after_ms=retry_after_ms)
+
+
+class FallbackProvider:
+    """An ordered pool of providers: each call goes to the first member not cooling down (providers.md §7).
+
+    >>> pool = FallbackProvider([GeminiProvider(api_key="k", model="gemini-2.5-flash"),
+    ...                          AnthropicProvider(api_key="k", model="claude-sonnet-4-5")])
+    >>> pool.name
+    'fallback(gemini->anthropic)'
+
+    Cooldowns live for the life of the object; keep one instance per credential set.
+    """
+
+    def __init__(self, providers: list, *, cooldown_ms: dict | None = None,
+                 on_cooldown: Callable[[dict], Any] | None = None, now: Callable[[], int] | None = None):
+        owner = "FallbackProvider"
+        members = list(providers or [])
+        if not members:
+            raise ValueError(f"[{owner}] providers is empty: there is nothing to call. Pass at least one, "
+                             "e.g. FallbackProvider([primary, backup]).")
+        if len({id(p) for p in members}) != len(members):
+            raise ValueError(f"[{owner}] the same provider object is listed twice: each member must be a "
+                             "distinct instance (one cooldown each).")
+        for member in members:
+            if not all(hasattr(member, a) for a in ("name", "capabilities", "generate", "generate_stream")):
+                raise ValueError(f"[{owner}] {member!r} is not an AiProvider: it needs name, capabilities, "
+                                 "generate and generate_stream.")
+        table = dict(DEFAULT_COOLDOWN_MS)
+        for kind, value in (cooldown_ms or {}).items():
+            if kind not in DEFAULT_COOLDOWN_MS:
+                raise ValueError(f'[{owner}] cooldown_ms has an unknown kind "{kind}": use one of the ProviderError '
+                                 "kinds.")
+            if kind == "aborted" and value is not None:
+                raise ValueError(f'[{owner}] cooldown_ms["aborted"] cannot be set: a cancelled call never falls '
+                                 "through.")
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value) or value < 0):
+                raise ValueError(f'[{owner}] cooldown_ms["{kind}"] is {value!r}: pass milliseconds (0 or more), '
+                                 "or None for no fallthrough.")
+            table[kind] = value
+        if on_cooldown is not None and not callable(on_cooldown):
+            raise ValueError(f"[{owner}] on_cooldown must be a callable taking one dict.")
+        self.providers = members
+        self.cooldown_ms = table
+        self.on_cooldown = on_cooldown
+        self._now = now or _now_ms
+        self._lock = threading.Lock()
+        self._state = [{"retry_at_ms": None, "probing": False, "kind": None} for _ in members]
+        self.name = "fallback(" + "->".join(p.name for p in members) + ")"
+
+    @property
+    def capabilities(self) -> ProviderCapabilities:
+        flags = {}
+        for key in ("supports_tools", "supports_native_json_schema", "supports_streaming",
+                    "supports_streaming_tool_calls", "supports_prompt_caching"):
+            flags[key] = all(bool(getattr(p.capabilities, key, False)) for p in self.providers)
+        return ProviderCapabilities(**flags)
+
+    def __repr__(self) -> str:
+        return f"FallbackProvider({self.providers!r})"
+
+    def generate(self, request: GenerateRequest) -> Generation:
+        for result in self._call(request, streaming=False):
+            return result
+        raise AssertionError("unreachable")
+
+    def generate_stream(self, request: GenerateRequest) -> Iterator[GenerationChunk]:
+        return self._call(request, streaming=True)
+
+    def status(self) -> list[dict]:
+        """Per member, in order: ``{"provider": name, "retry_at_ms", "probing", "kind"}``."""
+        with self._lock:
+            return [{"provider": p.name, **dict(s)} for p, s in zip(self.providers, self._state)]
+
+    def reset(self, provider: Any = None) -> None:
+        """Clear one member's cooldown (the member or its name), or every cooldown."""
+        with self._lock:
+            for member, state in zip(self.providers, self._state):
+                if provider is None or member is provider or member.name == provider:
+                    state.update(retry_at_ms=None, probing=False, kind=None)
+
+    def _call(self, request: GenerateRequest, streaming: bool) -> Iterator[Any]:
+        last_error: BaseException | None = None
+        for index, member in enumerate(self.providers):
+            probe = self._claim(index)
+            if probe is None:
+                continue
+            yielded = False
+            try:
+                if streaming:
+                    for chunk in member.generate_stream(request):
+                        yielded = True
+                        yield chunk
+                    self._recovered(index)
+                    return
+                result = member.generate(request)
+            except Exception as exc:
+                kind = exc.kind if isinstance(exc, ProviderError) else classify_error(exc)
+                if kind == "aborted" or self.cooldown_ms.get(kind) is None:
+                    raise
+                self._cool(index, member, exc, kind)
+                if yielded:
+                    raise          # an answer already on screen is never restarted by another provider
+                log.warning("[%s] %s failed (%s); trying the next provider", self.name, member.name, kind)
+                last_error = exc
+                continue
+            finally:
+                if probe:
+                    with self._lock:
+                        self._state[index]["probing"] = False
+            self._recovered(index)
+            yield result
+            return
+        if last_error is not None:
+            raise last_error
+        with self._lock:
+            waits = [s["retry_at_ms"] for s in self._state if s["retry_at_ms"] is not None]
+        now = self._now()
+        earliest = min(waits) if waits else now
+        raise NoAvailableProviderError(reset_at_ms=earliest, retry_after_ms=max(0, earliest - now))
+
+    def _claim(self, index: int) -> bool | None:
+        """None: skip this member; False: call it; True: call it as the one recovery probe."""
+        with self._lock:
+            state = self._state[index]
+            if state["retry_at_ms"] is None:
+                return False
+            if self._now() < state["retry_at_ms"] or state["probing"]:
+                return None
+            state["probing"] = True
+            return True
+
+    def _recovered(self, index: int) -> None:
+        with self._lock:
+            self._state[index].update(retry_at_ms=None, probing=False, kind=None)
+
+    def _cool(self, index: int, member: Any, exc: BaseException, kind: str) -> None:
+        now = self._now()
+        hints = []
+        if getattr(exc, "reset_at_ms", None) is not None:
+            hints.append(exc.reset_at_ms)
+        if getattr(exc, "retry_after_ms", None) is not None:
+            hints.append(now + exc.retry_after_ms)
+        target = max(hints) if hints else now + self.cooldown_ms[kind]   # a server deadline wins
+        with self._lock:
+            state = self._state[index]
+            retry_at = int(max(now, target, state["retry_at_ms"] or 0))
+            state.update(retry_at_ms=retry_at, kind=kind)
+        if self.on_cooldown is not None:
+            try:
+                self.on_cooldown({"provider": member, "error": exc, "kind": kind, "retry_at_ms": retry_at,
+                                  "window": getattr(exc, "window", None)})
+            except Exception:
+                log.exception("[%s] on_cooldown raised; ignored", self.name)
