@@ -1,12 +1,13 @@
 """Live smoke tests against the real vendors: one structured reply and one tool round per provider.
 
-Opt-in (providers.md §9.1 rule 4): each test runs only when its key is set, and is skipped with the
-reason otherwise, so the default suite never reaches the internet. The `live` mark lets these tests
-past the loopback-only socket guard of conftest.py.
+Opt-in (providers.md §9.1 rule 4): the default run deselects them (setup.cfg: -m "not live"), so it
+never reaches the internet even when a key happens to be set; `-m live` selects them, and each runs only
+when its key is set, skipped with the reason otherwise. The `live` mark also lets these tests past the
+loopback-only socket guard of conftest.py.
 
-    GEMINI_API_KEY=...    [FALAI_GEMINI_MODEL=gemini-2.5-flash]     python -m pytest tests/test_live_providers.py
-    OPENAI_API_KEY=...    [OPENAI_BASE_URL=...] [FALAI_MODEL=...]   python -m pytest tests/test_live_providers.py
-    ANTHROPIC_API_KEY=... [FALAI_ANTHROPIC_MODEL=claude-haiku-4-5]  python -m pytest tests/test_live_providers.py
+    GEMINI_API_KEY=...    [FALAI_GEMINI_MODEL=gemini-2.5-flash]     python -m pytest -m live
+    OPENAI_API_KEY=...    [OPENAI_BASE_URL=...] [FALAI_MODEL=...]   python -m pytest -m live
+    ANTHROPIC_API_KEY=... [FALAI_ANTHROPIC_MODEL=claude-haiku-4-5]  python -m pytest -m live
 """
 import os
 
