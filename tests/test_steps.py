@@ -776,3 +776,117 @@ def test_a_start_of_an_unknown_flow_is_a_flow_gone_skip():
     r = agent.turn(session_id="s1", start={"flow": "sumiu", "key": "k1"})
     assert [(s.flow_id, s.anchor, s.trigger_key, s.code) for s in r.skipped] == [("sumiu", "s1", "k1", "flow-gone")]
     assert r.changed is True and r.started == [] and r.outcomes == []
+
+
+# Absent keys written as None -------------------------------------------------------------------------------
+
+@pytest.mark.xfail(reason="engine: an if step's else written as None is followed as an absent then (next step), "
+                          "not as the default \"end\"", strict=True)
+def test_an_if_step_whose_else_is_none_ends_like_a_missing_else():
+    """flows.md Notation and §5.8: a None value means "not set", so a false if step with else None goes to "end"."""
+    agent, _, _ = build([if_flow({"silenced": True}, **{"else": None})])
+    r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
+    assert r.outcomes[0].next == "end"
+    assert r.messages == [] and [(e.id, e.reason) for e in r.ended] == [("f#k1", "end")]
+
+
+def test_targets_written_as_none_count_as_absent():
+    """flows.md Notation: then None and onFail None are "not set" (next step; then)."""
+    flow = {"id": "f", "name": "F", "steps": [
+        {"id": "a", "do": "falha", "then": None, "onFail": None}, {"id": "b", "say": "B", "then": None},
+        {"id": "c", "say": "C"}]}
+    agent, _, _ = build([flow], actions={"falha": action(lambda p, c: {"failed": "x"})})
+    r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
+    assert [m.text for m in r.messages] == ["B", "C"] and r.outcomes[0].next is None
+
+
+# Talk steps reached by code -----------------------------------------------------------------------------------
+
+def test_a_collect_step_whose_fields_are_known_is_skipped_already_known():
+    """runtime.md §3.6.3 talk rule 2: a fresh arrival with nothing pending -> already-known, next = then, no call."""
+    flow = {"id": "f", "name": "F", "steps": [{"id": "poe", "do": "poe"},
+                                              {"id": "q", "collect": ["nome"], "then": "fim"},
+                                              {"id": "x", "say": "x"}, {"id": "fim", "say": "Fim"}]}
+    agent, provider, _ = build([flow], fields={"nome": {"type": "string"}}, actions={"poe": setter(nome="Ana")})
+    r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
+    q = r.outcomes[1]
+    assert (q.kind, q.status, q.code, q.key, q.next) == ("collect", "skipped", "already-known", "f#k1:q:1", "fim")
+    assert q.message == "every field this step collects is known"
+    assert [m.text for m in r.messages] == ["Fim"] and provider.calls == []
+
+
+def test_a_fixed_question_reached_after_speaking_goes_out_in_the_same_turn_with_the_delay():
+    """runtime.md §3.6.7, §3.8 item 3.10: a talk step reached in Settle's drain sends its fixed question at once."""
+    flow = {"id": "f", "name": "F", "steps": [{"id": "p", "prompt": "Cumprimente."}, {"id": "pausa", "wait": "2s"},
+                                              {"id": "q", "collect": ["nome"], "question": "Qual é o seu nome?"}]}
+    agent, _, _ = build([flow], fields={"nome": {"type": "string"}}, script={"speak": [{"message": "Olá!"}]})
+    r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
+    assert [(m.text, m.kind, m.key, m.after_ms) for m in r.messages] == [
+        ("Olá!", "ai", "f#k1:p:1", 0), ("Qual é o seu nome?", "verbatim", "f#k1:q:1", 2000)]
+    assert lines(r)[-1] == ("collect", "ok", "asked-fixed")
+    run = r.session.runs[0]
+    assert (run.status, run.asked) == ("asking", {"nome": 1}) and r.llm_calls == 1
+
+
+def test_a_talk_step_reached_after_speaking_waits_for_the_next_message():
+    """runtime.md §3.6.3 talk rule 6: after the speak phase, a talk step without a fixed question just asks."""
+    flow = {"id": "f", "name": "F", "steps": [{"id": "p", "prompt": "Cumprimente."}, {"id": "q", "prompt": "Pergunte."}]}
+    agent, _, _ = build([flow], script={"speak": [{"message": "Olá!"}]})
+    r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
+    assert [m.text for m in r.messages] == ["Olá!"] and r.llm_calls == 1
+    assert (r.session.runs[0].step_id, r.session.runs[0].status) == ("q", "asking")
+
+
+def test_the_step_cap_counts_per_move_not_per_turn():
+    """runtime.md §3.6.1 rule 8: the count is per move; Settle's drain starts again from zero."""
+    steps = ([{"id": f"a{i}", "if": {}} for i in range(30)] + [{"id": "p", "prompt": "Diga oi."}]
+             + [{"id": f"b{i}", "if": {}} for i in range(30)])
+    agent, _, _ = build([{"id": "f", "name": "F", "steps": steps}], script={"speak": [{"message": "Oi"}]})
+    r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
+    assert "step-loop" not in [o.code for o in r.outcomes]
+    assert [(e.id, e.reason) for e in r.ended] == [("f#k1", "end")]
+
+
+def test_a_say_from_another_run_never_blocks_a_talk_step_on_an_event_turn():
+    """runtime.md §3.6.6: another-reply applies on message turns only."""
+    quem = {"id": "quem", "name": "Q", "on": [{"event": "e"}], "steps": [{"id": "oi", "say": "Oi"}]}
+    fala = {"id": "fala", "name": "F", "on": [{"event": "e"}], "steps": [{"id": "p", "prompt": "Diga algo."}]}
+    agent, _, _ = build([quem, fala], events={"e": F.EventDef()}, script={"speak": [{"message": "Algo."}]})
+    r = agent.turn(session_id="s1", event="e", key="e1")
+    assert [m.text for m in r.messages] == ["Oi", "Algo."]
+    assert "another-reply" not in [o.code for o in r.outcomes]
+
+
+# onEnd "stay" and the floor ----------------------------------------------------------------------------------
+
+def test_a_staying_run_that_reaches_the_end_while_another_asks_is_suspended_behind_it():
+    """runtime.md §4.7 rule 3: another run asking, not a message for this run: the staying run is suspended."""
+    fields = {"nome": {"type": "string", "extract": "asked", "ask": "Pergunte o nome."}}
+    triagem = {"id": "a", "name": "A", "steps": [{"id": "q", "collect": ["nome"]}]}
+    faq = {"id": "b", "name": "B", "onEnd": "stay", "steps": [{"id": "p", "prompt": "Responda."},
+                                                               {"id": "espera", "wait": "1h"}]}
+    agent, _, clock = build([triagem, faq], fields=fields,
+                            script={"speak": [{"message": "Nome?"}, {"message": "Resposta."}]})
+    t1 = agent.turn(session_id="s1", start={"flow": "a", "key": "k1"})
+    t2 = agent.turn(session_id="s1", session=t1.session, start={"flow": "b", "key": "k2"})
+    assert [(r.id, r.status) for r in t2.session.runs] == [("a#k1", "asking"), ("b#k2", "waiting")]
+    clock.advance("1h")
+    t3 = agent.turn(session_id="s1", session=t2.session, wake=t2.schedule[0].key)
+    runs = {r.id: r for r in t3.session.runs}
+    assert runs["a#k1"].status == "asking"
+    b = runs["b#k2"]
+    assert (b.status, b.step_id, b.staying, b.visits["p"], b.suspended_at) == (
+        "suspended", "p", True, 2, "2026-09-20T11:00:00.000Z")
+
+
+def test_a_staying_run_whose_flow_left_stay_finishes_on_its_next_move():
+    """runtime.md §3.6.1 rule 5: staying, but the flow's onEnd is no longer "stay": finish the flow now."""
+    v1 = {"id": "faq", "name": "FAQ", "onEnd": "stay", "steps": [{"id": "p", "prompt": "Responda."}]}
+    v2 = {"id": "faq", "name": "FAQ", "steps": [{"id": "p", "prompt": "Responda."}]}
+    agent, provider, clock = build([v1], script={"speak": [{"message": "Oi!"}]})
+    t1 = agent.turn(session_id="s1", start={"flow": "faq", "key": "k1"})
+    assert t1.session.runs[0].staying is True
+    edited, provider2, _ = build([v2], clock=clock, idle="silent")
+    t2 = edited.turn(session_id="s1", session=t1.session, message="oi", id="m1")
+    assert [(e.id, e.reason) for e in t2.ended] == [("faq#k1", "end")]
+    assert t2.messages == [] and provider2.calls == []

@@ -509,3 +509,37 @@ def test_usage_sums_every_call_of_the_turn():
     t2 = agent.turn(session_id="s1", session=t1.session, message="Ana", id="m1")
     assert (t2.llm_calls, t2.usage) == (2, TokenUsage(20, 6, 4))
     assert [(m.text, m.key) for m in t2.messages] == [("Obrigada, Ana!", "t#k1:p:1")]
+
+
+def test_a_resumed_asker_whose_fields_came_in_writes_collect_ok_with_next():
+    """runtime.md §11.2: collect / ok with key and next, for a resumed asker whose fields are all known now."""
+    fields = {"nome": {"type": "string", "ask": "Pergunte o nome."}}
+    flow = {"id": "t", "name": "T", "steps": [{"id": "q", "collect": ["nome"], "then": "fim"}, {"id": "x", "say": "x"},
+                                              {"id": "fim", "say": "Obrigada, {{data.nome}}!"}]}
+    agent, provider, _ = build([flow], fields=fields, script={
+        "speak": [{"message": "Nome?"}], "understand": [{"fields": {"nome": "Ana"}}]})
+    t1 = agent.turn(session_id="s1", start={"flow": "t", "key": "k1"})
+    t2 = agent.turn(session_id="s1", session=t1.session, message="Ana", id="m1")
+    assert fields_of(t2.outcomes[0]) == {"kind": "collect", "status": "ok", "run_id": "t#k1", "flow_id": "t",
+                                         "step_id": "q", "key": "t#k1:q:1", "next": "fim", "at": T0}
+    assert [m.text for m in t2.messages] == ["Obrigada, Ana!"]
+    assert t2.llm_calls == 1 and [c.schema_name for c in provider.calls] == ["speak", "understand"]
+
+
+# A failed understand call --------------------------------------------------------------------------------------
+
+def test_an_understand_failure_propagates_unchanged_and_touches_nothing():
+    """runtime.md §3.4 Failure, §10.1: the provider's exception leaves turn() unchanged; nothing ran."""
+    ran = []
+    error = F.ProviderError("down", kind="overload")
+    fields = {"nome": {"type": "string", "ask": "Pergunte o nome."}}
+    flow = {"id": "t", "name": "T", "steps": [{"id": "q", "collect": ["nome"]}, {"id": "a", "do": "a"}]}
+    detector = {"id": "d", "name": "D", "on": [{"mention": []}], "steps": [{"id": "a", "do": "a"}]}
+    agent, _, _ = build([flow, detector], fields=fields, script={"speak": [{"message": "Nome?"}], "understand": [error]},
+                        actions={"a": F.Action(parameters={}, run=lambda p, c: ran.append(c.key))})
+    t1 = agent.turn(session_id="s1", start={"flow": "t", "key": "k1"})
+    before = copy.deepcopy(t1.session)
+    with pytest.raises(F.ProviderError) as raised:
+        agent.turn(session_id="s1", session=t1.session, message="sou a Ana", id="m1")
+    assert raised.value is error
+    assert t1.session == before and ran == []
