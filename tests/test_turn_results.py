@@ -543,3 +543,13 @@ def test_an_understand_failure_propagates_unchanged_and_touches_nothing():
         agent.turn(session_id="s1", session=t1.session, message="sou a Ana", id="m1")
     assert raised.value is error
     assert t1.session == before and ran == []
+
+
+def test_a_none_input_is_no_payload():
+    """runtime.md §5 rule 1, §13 (inferred): payload and input are present only when not None."""
+    flow = {"id": "f", "name": "F", "steps": [{"id": "oi", "say": "Oi"}]}
+    agent, _, _ = build([flow])
+    r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1", "input": None})
+    assert r.ended[0].trigger == {"kind": "start", "key": "k1"} and r.ended[0].input is None
+    r2 = agent.turn(session_id="s1", start={"flow": "f", "key": "k1", "input": {}})
+    assert r2.ended[0].trigger == {"kind": "start", "key": "k1", "payload": {}} and r2.ended[0].input == {}

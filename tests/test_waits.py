@@ -1264,3 +1264,26 @@ def test_event_arrival_for_a_removed_flow_ends_the_run_flow_gone():
     r = edited.turn(session_id="s1", session=t1.session, event="pago", key="e1")
     assert [(o.status, o.code) for o in r.outcomes] == [("skipped", "flow-gone")]
     assert [(e.id, e.reason) for e in r.ended] == [("pedido#k1", "skipped")]
+
+
+def test_a_naive_business_hours_result_is_read_as_utc():
+    """runtime.md §7.7 (inferred): a naive datetime returned by business_hours is read as UTC."""
+    def naive_nine(at, ctx):
+        return datetime(2026, 9, 21, 9, 0)
+
+    agent, _, _ = build([short_flow("10h", [{"id": "oi", "say": "Oi"}], businessHours=True)], business_hours=naive_nine)
+    r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
+    assert [(e.key, e.at) for e in r.schedule] == [
+        (f"f#k1:pausa:{MS0 + 23 * HOUR}", datetime(2026, 9, 21, 9, tzinfo=timezone.utc))]
+    assert r.session.runs[0].waiting["until"] == "2026-09-21T09:00:00.000Z"
+
+
+def test_an_inline_delay_with_no_message_after_it_is_dropped():
+    """runtime.md §3.6.3 (inferred): if no message follows in this turn, the pending delay is dropped."""
+    agent, _, clock = build([short_flow("3s", [{"id": "p", "prompt": "Diga oi."}])],
+                            script={"speak": [DOWN, {"message": "Oi!"}]})
+    t1 = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
+    assert t1.messages == [] and lines(t1)[0] == ("wait", "ok", "inline-delay")
+    clock.advance("1m")
+    t2 = agent.turn(session_id="s1", session=t1.session, wake=t1.schedule[0].key)
+    assert [(m.text, m.after_ms) for m in t2.messages] == [("Oi!", 0)]
