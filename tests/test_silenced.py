@@ -292,3 +292,28 @@ def test_skip_mode_makes_no_model_call_and_no_idle_reply():
                                 {"id": "w", "name": "W", "on": [{"message": ["z"]}], "steps": [{"id": "p", "prompt": "y"}]}])
     r = agent.turn(session_id="s1", message="oi", id="m1", silenced=SKIP)
     assert provider.calls == [] and r.messages == []
+
+
+def test_understand_true_routing_back_to_a_suspended_run_ends_it_silenced():
+    """runtime.md §9 Note, §3.5 rule 5: a suspended run that routing resumes re-enters as a fresh arrival and ends silenced."""
+    fields = {"x": {"type": "string", "extract": "asked", "ask": "Pergunte x."},
+              "y": {"type": "string", "extract": "asked", "ask": "Pergunte y."}}
+    a = {"id": "a", "name": "A", "on": [{"message": ["quer A"], "repeat": "always"}],
+         "steps": [{"id": "qa", "collect": ["x"]}]}
+    b = {"id": "b", "name": "B", "on": [{"message": ["quer B"], "repeat": "always"}],
+         "steps": [{"id": "qb", "collect": ["y"]}]}
+    agent, provider, clock = build([a, b], fields=fields, script={
+        "understand": [{"flows": {"a": 90, "b": 0}}, {"flows": {"a": 0, "b": 90}}, {"flows": {"a": 90, "b": 0}}],
+        "speak": [{"message": "x?"}, {"message": "y?"}]})
+    t1 = agent.turn(session_id="s1", message="quero A", id="m1")
+    clock.advance("1s")
+    t2 = agent.turn(session_id="s1", session=t1.session, message="quero B", id="m2")
+    assert [(r.id, r.status) for r in t2.session.runs] == [("a#m1", "suspended"), ("b#m2", "asking")]
+    clock.advance("1s")
+    t3 = agent.turn(session_id="s1", session=t2.session, message="voltando ao A", id="m3",
+                    silenced={"reason": REASON, "understand": True})
+    assert t3.llm_calls == 1 and t3.messages == []
+    assert [(o.run_id, o.kind, o.status, o.code, o.detail) for o in t3.outcomes] == [
+        ("a#m1", "collect", "skipped", "silenced", REASON)]
+    assert [(e.id, e.reason) for e in t3.ended] == [("a#m1", "skipped")]
+    assert [(r.id, r.status) for r in t3.session.runs] == [("b#m2", "asking")]

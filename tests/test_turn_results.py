@@ -553,3 +553,16 @@ def test_a_none_input_is_no_payload():
     assert r.ended[0].trigger == {"kind": "start", "key": "k1"} and r.ended[0].input is None
     r2 = agent.turn(session_id="s1", start={"flow": "f", "key": "k1", "input": {}})
     assert r2.ended[0].trigger == {"kind": "start", "key": "k1", "payload": {}} and r2.ended[0].input == {}
+
+
+def test_the_engine_never_writes_history_and_never_touches_metadata():
+    """runtime.md §13: history is the host's (never written by the engine); metadata is never read or touched."""
+    agent, _, _ = build([LEMBRETE], idle="silent")
+    t1 = agent.turn(session_id="s1", message="oi", id="m1", history=[{"role": "user", "content": "antes"}])
+    assert t1.session.history is None and t1.session.metadata == {}
+    stored = copy.deepcopy(t1.session)
+    stored.metadata = {"canal": "whatsapp", "n": [1]}
+    stored.history = [{"role": "user", "content": "antes"}]
+    t2 = agent.turn(session_id="s1", session=stored, start={"flow": "lembrete", "key": "k1"})
+    assert t2.session.metadata == {"canal": "whatsapp", "n": [1]}
+    assert t2.session.history == [{"role": "user", "content": "antes"}]

@@ -1287,3 +1287,23 @@ def test_an_inline_delay_with_no_message_after_it_is_dropped():
     clock.advance("1m")
     t2 = agent.turn(session_id="s1", session=t1.session, wake=t1.schedule[0].key)
     assert [(m.text, m.after_ms) for m in t2.messages] == [("Oi!", 0)]
+
+
+@real_speak
+@pytest.mark.parametrize("error, status, code", [
+    (ProviderError("x", kind="auth"), "failed", "provider-auth"),
+    (ProviderError("x", kind="entitlement"), "failed", "provider-auth"),
+    (ProviderError("x", kind="invalid"), "failed", "provider-invalid"),
+    (ProviderError("x", kind="content"), "failed", "provider-invalid"),
+    (ProviderError("x", kind="context"), "failed", "provider-context"),
+    (ProviderError("x", kind="aborted"), "failed", "provider-unavailable"),
+    (ProviderError("x", kind="quota"), "failed", "provider-quota"),
+    (ProviderError("x", kind="overload"), "deferred", "provider-unavailable"),
+    (ProviderError("x", kind="auth", should_retry=True), "deferred", "provider-auth"),
+])
+def test_speak_failures_are_classified_by_kind(error, status, code):
+    """runtime.md §10.2: the kind gives the code and whether a wait can fix it; should_retry overrides."""
+    agent, _, _ = build([talk_flow()], script={"speak": [error]})
+    r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
+    assert lines(r) == [("prompt", status, code)]
+    assert (len(r.schedule), [e.reason for e in r.ended]) == ((1, []) if status == "deferred" else (0, ["failed"]))
