@@ -737,7 +737,9 @@ def test_a_run_whose_current_step_was_removed_ends_step_gone():
     edited, _, _ = build([v2], clock=clock)
     clock.advance("1h")
     r = edited.turn(session_id="s1", session=t1.session, wake=t1.schedule[0].key)
-    assert [(o.status, o.code, o.step_id, o.key) for o in r.outcomes] == [("skipped", "step-gone", "espera", None)]
+    # §4.8: the current step is missing, so the line's kind is "if"; its stepId is still the run's.
+    assert [(o.kind, o.status, o.code, o.step_id, o.key) for o in r.outcomes] == [
+        ("if", "skipped", "step-gone", "espera", None)]
     assert r.outcomes[0].message == "the step is no longer in the flow"
     assert [(e.id, e.reason) for e in r.ended] == [("f#k1", "skipped")] and r.messages == []
 
@@ -890,3 +892,31 @@ def test_a_staying_run_whose_flow_left_stay_finishes_on_its_next_move():
     t2 = edited.turn(session_id="s1", session=t1.session, message="oi", id="m1")
     assert [(e.id, e.reason) for e in t2.ended] == [("faq#k1", "end")]
     assert t2.messages == [] and provider2.calls == []
+
+
+def test_a_run_that_reaches_stay_on_an_unanswered_message_answers_it_at_once():
+    """runtime.md §4.7 rule 5, flows.md §3.6 rule 4: the stay step answers the message in the same turn."""
+    logged = []
+    fields = {"nome": {"type": "string", "ask": "Pergunte o nome."}}
+    flow = {"id": "faq", "name": "FAQ", "on": [{"message": []}], "onEnd": "stay",
+            "steps": [{"id": "q", "collect": ["nome"]}, {"id": "log", "do": "log"}]}
+    agent, _, _ = build([flow], fields=fields, actions={"log": action(lambda p, c: logged.append(c.key))},
+                        script={"speak": [{"message": "Nome?"}, {"message": "Prazer, Ana! Mais alguma dúvida?"}],
+                                "understand": [{"fields": {"nome": "Ana"}}]})
+    t1 = agent.turn(session_id="s1", message="oi", id="m1")
+    t2 = agent.turn(session_id="s1", session=t1.session, message="Ana", id="m2")
+    assert [(m.text, m.key) for m in t2.messages] == [("Prazer, Ana! Mais alguma dúvida?", "faq#m1:q:2")]
+    assert logged == ["faq#m1:log:1"] and t2.llm_calls == 2
+    run = t2.session.runs[0]
+    assert (run.step_id, run.status, run.staying, run.visits["q"]) == ("q", "asking", True, 3)
+    assert "already-known" not in [o.code for o in t2.outcomes]       # staying: no already-known skip
+
+
+def test_a_staying_run_under_silence_keeps_asking_without_a_word():
+    """runtime.md §4.7 rule 5, §9: silenced, the stay step does not answer; the run stays asking."""
+    flow = {"id": "faq", "name": "FAQ", "onEnd": "stay", "steps": [{"id": "p", "prompt": "Responda."}]}
+    agent, provider, _ = build([flow], script={"speak": [{"message": "Oi!"}]})
+    t1 = agent.turn(session_id="s1", start={"flow": "faq", "key": "k1"})
+    t2 = agent.turn(session_id="s1", session=t1.session, message="dúvida", id="m1", silenced="pausa")
+    assert t2.messages == [] and t2.outcomes == [] and len(provider.calls) == 1
+    assert (t2.session.runs[0].status, t2.session.runs[0].visits) == ("asking", {"p": 2})
