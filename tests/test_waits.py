@@ -1307,3 +1307,19 @@ def test_speak_failures_are_classified_by_kind(error, status, code):
     r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
     assert lines(r) == [("prompt", status, code)]
     assert (len(r.schedule), [e.reason for e in r.ended]) == ((1, []) if status == "deferred" else (0, ["failed"]))
+
+
+def test_a_reply_wait_that_chains_hands_the_floor_to_the_child_and_routing_is_skipped():
+    """runtime.md §3.2 I-F, §3.6.4 rule 6, §4.4 rule 4: a child chained in Ingest takes the floor; no routing."""
+    fields = {"nome": {"type": "string", "ask": "Pergunte o nome."}}
+    espera = {"id": "w", "name": "W", "steps": [{"id": "e", "wait": "1d", "else": {"flow": "c"}}]}
+    child = {"id": "c", "name": "C", "steps": [{"id": "q", "collect": ["nome"]}]}
+    vendas = {"id": "v", "name": "V", "on": [{"message": ["quer comprar"]}], "steps": [{"id": "p", "prompt": "Venda."}]}
+    agent, _, _ = build([espera, child, vendas], fields=fields,
+                        script={"understand": [{"flows": {"v": 95}}], "speak": [{"message": "Qual o seu nome?"}]})
+    t1 = agent.turn(session_id="s1", start={"flow": "w", "key": "k1"})
+    t2 = agent.turn(session_id="s1", session=t1.session, message="quero comprar", id="m1")
+    assert only_line(t2, "replied").next == "flow:c"
+    assert [s.run_id for s in t2.started] == ["c#w#k1:e:1"]             # v scored 95 but was not routed to
+    assert [(m.text, m.key) for m in t2.messages] == [("Qual o seu nome?", "c#w#k1:e:1:q:1")]
+    assert [(r.id, r.status, r.hop) for r in t2.session.runs] == [("c#w#k1:e:1", "asking", 1)]
