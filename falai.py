@@ -1081,7 +1081,8 @@ class Agent:
         self.name = name
         self.provider = provider
         self.fields = fields or {}
-        self.flows = list(flows or [])
+        # A None anywhere in a flow means "not set" (flows.md, Notation): the engine reads stripped copies.
+        self.flows = [strip_nones(flow) for flow in flows or []]
         self.actions = dict(actions or {})
         self.events = dict(events or {})
         self.conditions = dict(conditions or {})

@@ -1173,8 +1173,6 @@ def test_a_quota_error_with_a_reset_time_defers_as_provider_quota():
 
 # More on waits and silence ---------------------------------------------------------------------------
 
-@pytest.mark.xfail(reason="engine: an event wait's else written as None is followed as an absent then (next step), "
-                          "not as the default \"end\"", strict=True)
 def test_an_event_wait_whose_else_is_none_ends_on_timeout():
     """flows.md Notation and §5.7: else None means "not set", so the timeout target is "end"."""
     agent, _, clock = build([pedido(**{"else": None})], events={"pago": F.EventDef()})
