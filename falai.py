@@ -1137,7 +1137,7 @@ class Agent:
         return f"Agent(name={self.name!r}, flows={[f.get('id') for f in self.flows if isinstance(f, dict)]!r})"
 
 
-# >>> validation (helper region: validate_flow, check_agent) >>>>>>>>>>>>>>>>>>
+# validate_flow and the agent's construction checks (persistence.md §1.10-§1.11) --------
 #
 # validate_flow reads a flow in three phases (persistence.md §1.10): strip the
 # Nones, check the JSON's shape, then check every name and the step graph.
@@ -1828,7 +1828,6 @@ def check_agent(agent: Agent) -> list[str]:
     check_compaction(agent.compaction)
     return warnings
 
-# <<< validation <<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<
 
 
 # 7. The session ##############################################################
@@ -1892,7 +1891,7 @@ class Session:
         return session_from_dict(blob, session_id)
 
 
-# >>> session blob (helper region: run_to_dict, session_to_dict, session_from_dict) >>>
+# The v4 blob: writing and reading it (persistence.md §2) ---------------------------------
 #
 # The v4 blob (persistence.md Part 2). The reader checks the rules of §2.5 in
 # their order and stops at the first one that fails; it trusts what only the
@@ -2066,7 +2065,6 @@ def _read_run(run: dict) -> Run:
                suspended_at=suspended_at if isinstance(suspended_at, str) else None,
                staying=run.get("staying") is True, waiting=run.get("waiting"))
 
-# <<< session blob <<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<
 
 
 # 8. The turn #################################################################
@@ -4600,12 +4598,11 @@ def _compact(agent: Agent, config: dict, history: list) -> tuple[list, int, Toke
         return kept, 1, None
     return [{"role": "system", "content": SUMMARY_MARKER + summary}] + window, 1, generation.usage
 
-# <<< model calls <<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<
 
 
 # 11. Streaming ###############################################################
 
-# >>> streaming (helper region: the envelope stream decoder) >>>>>>>>>>>>>>>>>>
+# The envelope stream decoder (model-calls.md §8) -----------------------------------------
 
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 _HEX4 = re.compile(r"[0-9a-fA-F]{4}")
@@ -4808,12 +4805,11 @@ class StreamDecoder:
             i += 6
         self._pos = i
 
-# <<< streaming <<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<
 
 
 # 12. JSON and migration ######################################################
 
-# >>> flow spec JSON (helper region: from_spec, to_spec, flow_spec_schema) >>>>
+# FlowSpec JSON: from_spec, to_spec, flow_spec_schema (persistence.md §1.7-§1.12) ---------
 #
 # A FlowSpec is a flow as plain JSON: every step carries its `kind`, every
 # predicate is a condition object, and None means "not set" (persistence.md
@@ -5105,10 +5101,9 @@ def flow_spec_schema(registries: dict | None = None) -> dict:
              ("instructions", or_null(list_of(instruction, "Rules that apply only inside this flow")))]
     return copy.deepcopy(closed(*flow))
 
-# <<< flow spec JSON <<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<
 
 
-# >>> migration and history (helper region: migrate_session, history events) >>>
+# migrate_session and the history event helpers (persistence.md Part 4, model-calls.md §11) --
 #
 # migrate_session reads a 3.x state once, at the place the host deserializes an
 # old row (persistence.md Part 4); stores never call it. The history helpers
@@ -5370,7 +5365,6 @@ def _event_history_item(event: Any) -> dict:
         return {"role": "system", "content": status or "Status update"}
     raise _Malformed(f'unknown kind {describe_blob_value(kind)}; expected "message", "tool" or "status"')
 
-# <<< migration and history <<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<
 
 
 # 13. Testing helpers #########################################################
@@ -5478,7 +5472,7 @@ class Store(Protocol):
     def save(self, session: Session, expected_version: int) -> Session: ...
 
 
-# >>> memory store (helper region: MemoryStore and the shared row rules) >>>>>>
+# MemoryStore and the row rules every store shares (persistence.md §3.2-§3.3) ------------
 #
 # The shared row rules (persistence.md §3.2) live here so that every store,
 # MemoryStore and those of falai_stores.py alike, writes and reads the same
@@ -5598,4 +5592,3 @@ class MemoryStore:
         with self._lock:
             self._rows.clear()
 
-# <<< memory store <<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<
