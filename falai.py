@@ -2175,10 +2175,9 @@ def read_turn_input(kwargs: dict) -> TurnInput:
 class Turn:
     """The state of one turn in flight: the session copy, what was produced, and the floor."""
 
-    def __init__(self, agent: Agent, given: TurnInput, streaming: bool):
+    def __init__(self, agent: Agent, given: TurnInput):
         self.agent = agent
         self.input = given
-        self.streaming = streaming
         self.now = truncate_ms(agent.clock())
         self.session_id = given.session_id
         self.session = copy.deepcopy(given.session) if given.session else Session(id=given.session_id)
@@ -2265,7 +2264,7 @@ class Turn:
 def run_turn(agent: Agent, kwargs: dict, streaming: bool):
     """The one pipeline behind turn() and turn_stream(): yields deltas, returns the TurnResult."""
     given = read_turn_input(kwargs)
-    turn = Turn(agent, given, streaming)
+    turn = Turn(agent, given)
     ignored = ingest(turn)                                   # phases 1-2
     if ignored:
         code, key = ignored
@@ -2829,7 +2828,7 @@ def pending_wakes(agent: Agent, session: Any, context: Any, anchors: dict | None
     if not isinstance(session, Session):
         raise TypeError(f"pending_wakes(session=...) takes a Session or a blob dict, got {type(session).__name__}")
     turn = Turn(agent, TurnInput(session_id=session.id, kind="wake", session=session, context=context,
-                                 anchors=anchors or {}, claims=claims or {}, wake="pending"), streaming=False)
+                                 anchors=anchors or {}, claims=claims or {}, wake="pending"))
     entries = [ScheduleEntry(key=run.waiting["key"], at=parse_iso(run.waiting["until"]))
                for run in turn.session.runs
                if run.status == "waiting" and (run.waiting or {}).get("key") and (run.waiting or {}).get("until")]
