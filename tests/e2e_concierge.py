@@ -1,0 +1,129 @@
+"""Shared setup of the end-to-end tests (tests/test_e2e_*.py).
+
+The seed Concierge (the Tool page's example, as in tests/test_seed_examples.py)
+built on a real provider class that talks over real HTTP to the local fake vendor
+server (tests/fake_model_server.py). Nothing here talks to the internet: every
+provider gets ``base_url=fake.url`` (providers.md §9.1).
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+from falai import Tool, ToolValidationResult, falai, fake_clock
+
+CLOCK = "2026-09-20T10:00:00.000Z"
+
+
+def ms_of(text: str) -> int:
+    """Epoch milliseconds of an ISO instant ending in Z."""
+    return round(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def iso_of(ms: int) -> str:
+    """The blob's time format (UTC, milliseconds, Z) of epoch milliseconds."""
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def at_of(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc)
+
+
+NOW_MS = ms_of(CLOCK)
+# reservar's code, read from the agent's clock (the handler below).
+CODE = "RES-" + format(NOW_MS, "x").upper()
+
+M1 = "Quero um quarto em Curitiba"
+M2 = "Sim, pode reservar"
+REPLY1 = "A diária em Curitiba é R$ 420. Posso reservar?"
+REPLY2_BESIDE = "Reservando."
+REPLY2 = f"Pronto! Sua reserva é {CODE}."
+
+PRECO_PARAMS = {"type": "object", "properties": {"cidade": {"type": "string"}}, "required": ["cidade"]}
+PRECO_DECL = {"name": "preco", "description": "Preço da diária em uma cidade.", "parameters": PRECO_PARAMS}
+RESERVAR_DECL = {"name": "reservar", "description": "Confirma a reserva e devolve o código.",
+                 "parameters": PRECO_PARAMS}
+
+# The envelopes the engine sends (model-calls.md §3.3, §5.4, §2.7).
+SPEAK_SCHEMA = {"type": "object", "properties": {"message": {"type": ["string", "null"]}},
+                "required": ["message"], "additionalProperties": False}
+SPEAK_SCHEMA_RESERVA = {
+    "type": "object",
+    "properties": {"message": {"type": ["string", "null"]},
+                   "reserva": {"type": ["string", "null"], "description": "Código da reserva"}},
+    "required": ["message", "reserva"], "additionalProperties": False}
+
+# The model's replies of the two-turn conversation (JSON texts of the envelopes).
+UNDERSTAND1 = json.dumps({"flows": {"hospedagem": 95}, "fields": {"cidade": "Curitiba", "reserva": None}},
+                         ensure_ascii=False)
+UNDERSTAND2 = json.dumps({"flows": {"hospedagem": 90}, "fields": {"reserva": None}}, ensure_ascii=False)
+SPEAK1 = json.dumps({"message": REPLY1}, ensure_ascii=False)
+SPEAK2_BESIDE = json.dumps({"message": REPLY2_BESIDE, "reserva": None}, ensure_ascii=False)
+SPEAK2 = json.dumps({"message": REPLY2, "reserva": None}, ensure_ascii=False)
+
+
+def pieces(text: str, n: int = 3) -> list[str]:
+    """``text`` cut into ``n`` consecutive pieces (one streamed frame each)."""
+    size = max(1, -(-len(text) // n))
+    return [text[i:i + size] for i in range(0, len(text), size)]
+
+
+def concierge(provider, *, clock: str = CLOCK, handled: list | None = None, **options):
+    """The Tool page's Concierge: fields cidade and reserva, tools preco and reservar, flow hospedagem.
+
+    ``handled`` (a list) records every handler call as ``(tool id, args)``.
+    """
+    f = falai().fields({
+        "cidade": {"type": "string", "ask": "Pergunte em qual cidade a pessoa quer ficar."},
+        "reserva": {"type": "string", "description": "Código da reserva"},
+    })
+    seen = handled if handled is not None else []
+
+    def preco_handler(args, ctx):
+        seen.append(("preco", dict(args)))
+        return {"value": {"precoNoite": 420}}
+
+    def reservar_handler(args, ctx):
+        seen.append(("reservar", dict(args)))
+        codigo = "RES-" + format(int(ctx.now.timestamp() * 1000), "x").upper()
+        return {"value": {"codigo": codigo}, "data": {"reserva": codigo}}
+
+    preco = Tool(id="preco", description=PRECO_DECL["description"], parameters=PRECO_PARAMS,
+                 handler=preco_handler)
+    reservar = Tool(id="reservar", description=RESERVAR_DECL["description"], parameters=PRECO_PARAMS,
+                    is_destructive=lambda args: True,
+                    validate_input=lambda args, ctx: ToolValidationResult(valid=True)
+                    if isinstance(args.get("cidade"), str) and args["cidade"]
+                    else ToolValidationResult(valid=False, error="Informe a cidade."),
+                    handler=reservar_handler)
+    return f.agent(name="Concierge", provider=provider, tools=[preco, reservar], clock=fake_clock(clock),
+                   flows=[f.flow({
+                       "id": "hospedagem", "name": "Hospedagem", "on": [{"message": ["quer reservar um quarto"]}],
+                       "steps": [
+                           {"id": "onde", "collect": ["cidade"]},
+                           {"id": "oferta", "prompt": "Apresente o preço da diária. Pergunte se pode reservar.",
+                            "tools": ["preco"]},
+                           {"id": "confirma", "prompt": "Se a pessoa confirmou, reserve e informe o código.",
+                            "collect": ["reserva"], "tools": ["reservar"]},
+                       ]})], **options)
+
+
+def real_now_iso() -> str:
+    """The wall clock as the agent's fake clock, for tests that compare with a provider's reset time
+    (a provider reads reset headers against the wall clock)."""
+    return iso_of(int(datetime.now(timezone.utc).timestamp() * 1000))
+
+
+def first_turn_history() -> list[dict]:
+    """What the host saves after turn 1 and passes on turn 2 (model-calls.md §2.1)."""
+    return [{"role": "user", "content": M1}, {"role": "assistant", "content": REPLY1}]
+
+
+def same_result(a, b) -> None:
+    """Two TurnResults are the same result (model-calls.md §8: same keys, same data, same schedule)."""
+    assert a.messages == b.messages
+    assert a.session.to_dict() == b.session.to_dict()
+    assert a.schedule == b.schedule
+    assert a.outcomes == b.outcomes
+    assert (a.started, a.ended, a.skipped) == (b.started, b.ended, b.skipped)
+    assert (a.changed, a.llm_calls, a.usage) == (b.changed, b.llm_calls, b.usage)
