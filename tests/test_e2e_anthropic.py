@@ -1,0 +1,229 @@
+"""End to end: the seed Concierge on the real AnthropicProvider over real HTTP against the local fake
+Messages API server (providers.md §6, §9; model-calls.md §6-§8; runtime.md §10, §16)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from falai import ProviderError, ScheduleEntry
+from falai_providers import AnthropicProvider, schema_prompt
+from fake_model_server import FakeModelServer, anthropic_tool_events
+from e2e_concierge import (CODE, M1, M2, NOW_MS, PRECO_DECL, RESERVAR_DECL, REPLY1, REPLY2, REPLY2_BESIDE,
+                           SPEAK1, SPEAK2, SPEAK2_BESIDE, SPEAK_SCHEMA, SPEAK_SCHEMA_RESERVA, UNDERSTAND1,
+                           UNDERSTAND2, at_of, concierge, first_turn_history, iso_of, ms_of, pieces,
+                           real_now_iso, same_result)
+
+IDENTITY = '## Identity\nYou are "Concierge". Always refer to yourself by that name.'
+
+
+@pytest.fixture
+def fake():
+    server = FakeModelServer()
+    yield server
+    server.close()
+
+
+def claude(fake, **kw):
+    kw.setdefault("sleep", lambda s: None)
+    kw.setdefault("retry_config", {"timeout": 3000, "retries": 1})
+    return AnthropicProvider(api_key="test-key", model="claude-test", base_url=fake.url, **kw)
+
+
+def text_events(text, input_tokens=5, output_tokens=3, cache_read=0, cache_write=0, n=3):
+    """A streamed text reply in ``n`` text_delta events."""
+    start = {"input_tokens": input_tokens, "cache_read_input_tokens": cache_read,
+             "cache_creation_input_tokens": cache_write, "output_tokens": 1}
+    events = [{"type": "message_start", "message": {"usage": start}},
+              {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}]
+    events += [{"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": p}}
+               for p in pieces(text, n)]
+    events += [{"type": "content_block_stop", "index": 0},
+               {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": output_tokens}},
+               {"type": "message_stop"}]
+    return [json.dumps(e) for e in events]
+
+
+def call_events(name, args, text=None, **kw):
+    raw = json.dumps(args, ensure_ascii=False)
+    return anthropic_tool_events(name, [raw[:4], raw[4:]], tool_id="toolu_01", text=text, **kw)
+
+
+def script_turn1(fake):
+    fake.sse(*text_events(UNDERSTAND1, 100, 20, cache_read=40, cache_write=10))
+    fake.sse(*call_events("preco", {"cidade": "Curitiba"}, input_tokens=200, output_tokens=10))
+    fake.sse(*text_events(SPEAK1, 300, 15, cache_read=100))
+
+
+def script_turn2(fake):
+    fake.sse(*text_events(UNDERSTAND2, 110, 12))
+    fake.sse(*call_events("reservar", {"cidade": "Curitiba"}, text=SPEAK2_BESIDE, input_tokens=210, output_tokens=11))
+    fake.sse(*text_events(SPEAK2, 310, 16, cache_read=60))
+
+
+def test_two_turn_concierge_conversation_over_anthropic(fake):
+    """The Tool page's Example on AnthropicProvider: the stable prefix as the cached system block, the envelope
+    as the second system block (providers.md §6.2), the prompt the last user text, tools only on speak rounds
+    and only the step's, the round as assistant tool_use and a user tool_result followed by the prompt in the
+    same user message (providers.md §2.4, §6.3); usage reconciles cache reads and writes (§6.5)."""
+    agent = concierge(claude(fake))
+    script_turn1(fake)
+    r1 = agent.turn(session_id="demo", message=M1, id="m1")
+    assert [(m.text, m.key) for m in r1.messages] == [(REPLY1, "hospedagem#m1:oferta:1")]
+    assert r1.llm_calls == 3 and r1.session.data == {"cidade": "Curitiba"}
+    # prompt = input + cache read + cache write; cached = cache read (providers.md §6.5)
+    assert (r1.usage.prompt_tokens, r1.usage.completion_tokens, r1.usage.cached_input_tokens) == (
+        (100 + 40 + 10) + 200 + (300 + 100), 20 + 10 + 15, 40 + 100)
+    assert all(q.path == "/v1/messages" for q in fake.requests)
+
+    understand, round0, round1 = (q.json for q in fake.requests)
+    assert understand["system"][0] == {"type": "text", "text": IDENTITY, "cache_control": {"type": "ephemeral"}}
+    schema = json.loads(understand["system"][1]["text"].rsplit("\n", 1)[1])
+    assert list(schema["properties"]) == ["flows", "fields"]
+    assert understand["messages"] == [{"role": "user", "content": [
+        {"type": "text", "text": understand["messages"][0]["content"][0]["text"]}]}]
+    assert '"""\n' + M1 + '\n"""' in understand["messages"][0]["content"][0]["text"]
+    assert "tools" not in understand
+
+    assert round0["tools"] == [{"name": "preco", "description": PRECO_DECL["description"],
+                                "input_schema": PRECO_DECL["parameters"]}]
+    assert round0["system"][1] == {"type": "text", "text": schema_prompt(SPEAK_SCHEMA)}
+    prompt0 = round0["messages"][-1]["content"][-1]["text"]
+    assert round1["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": M1}]},
+        {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "call-0-0", "name": "preco", "input": {"cidade": "Curitiba"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "call-0-0",
+             "content": [{"type": "text", "text": '{"precoNoite":420}'}]},
+            {"type": "text", "text": prompt0}]},
+    ]
+
+    script_turn2(fake)
+    r2 = agent.turn(session_id="demo", session=r1.session, message=M2, id="m2", history=first_turn_history())
+    assert [(m.text, m.key) for m in r2.messages] == [(REPLY2, "hospedagem#m1:confirma:1")]
+    assert r2.session.data == {"cidade": "Curitiba", "reserva": CODE}
+    assert [(e.id, e.reason) for e in r2.ended] == [("hospedagem#m1", "end")] and r2.llm_calls == 3
+    understand2, round0b, round1b = (q.json for q in fake.requests[3:])
+    history = [{"role": "user", "content": [{"type": "text", "text": M1}]},
+               {"role": "assistant", "content": [{"type": "text", "text": REPLY1}]}]
+    assert understand2["messages"][:2] == history and len(understand2["messages"]) == 3
+    assert round0b["tools"] == [{"name": "reservar", "description": RESERVAR_DECL["description"],
+                                 "input_schema": RESERVAR_DECL["parameters"]}]
+    assert round0b["system"][1]["text"] == schema_prompt(SPEAK_SCHEMA_RESERVA)
+    assert round1b["messages"][:4] == history + [
+        {"role": "user", "content": [{"type": "text", "text": M2}]},
+        {"role": "assistant", "content": [
+            {"type": "text", "text": REPLY2_BESIDE},
+            {"type": "tool_use", "id": "call-0-0", "name": "reservar", "input": {"cidade": "Curitiba"}}]},
+    ]
+    assert round1b["messages"][4]["content"][0] == {
+        "type": "tool_result", "tool_use_id": "call-0-0",
+        "content": [{"type": "text", "text": json.dumps({"codigo": CODE}, separators=(",", ":"))}]}
+    assert len(round1b["messages"]) == 5
+
+
+def test_the_wrap_up_round_carries_no_tools(fake):
+    """model-calls.md §6.2: the round after max_tool_loops tool rounds offers no tools."""
+    agent = concierge(claude(fake), max_tool_loops=1)
+    script_turn1(fake)
+    r = agent.turn(session_id="demo", message=M1, id="m1")
+    assert r.messages[0].text == REPLY1
+    wrap = fake.requests[2].json
+    assert "tools" not in wrap
+    assert wrap["messages"][-1]["content"][-1]["text"].rstrip().split("\n\n")[-1].startswith("## Wrap up")
+
+
+def test_turn_stream_yields_the_message_text_and_the_same_result(fake):
+    """model-calls.md §8 / runtime.md §16 over Anthropic's event stream."""
+    plain = FakeModelServer()
+    try:
+        script_turn1(plain)
+        script_turn2(plain)
+        agent = concierge(claude(plain))
+        t1 = agent.turn(session_id="demo", message=M1, id="m1")
+        t2 = agent.turn(session_id="demo", session=t1.session, message=M2, id="m2", history=first_turn_history())
+    finally:
+        plain.close()
+    script_turn1(fake)
+    script_turn2(fake)
+    agent = concierge(claude(fake))
+    c1 = list(agent.turn_stream(session_id="demo", message=M1, id="m1"))
+    assert "".join(c.delta for c in c1[:-1]) == REPLY1 and len(c1) >= 3
+    assert not any('"message"' in c.delta for c in c1[:-1])
+    same_result(c1[-1].result, t1)
+    c2 = list(agent.turn_stream(session_id="demo", session=c1[-1].result.session, message=M2, id="m2",
+                                history=first_turn_history()))
+    assert "".join(c.delta for c in c2[:-1]) == REPLY2_BESIDE + REPLY2
+    same_result(c2[-1].result, t2)
+
+
+def test_an_understand_401_raises_auth(fake):
+    """model-calls.md §10.1: the understand call's ProviderError propagates, kind `auth`."""
+    agent = concierge(claude(fake))
+    fake.error(401, {"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}})
+    with pytest.raises(ProviderError) as caught:
+        agent.turn(session_id="demo", message=M1, id="m1")
+    assert caught.value.kind == "auth" and len(fake.requests) == 1
+
+
+def test_a_529_overloaded_defers_the_speak_step(fake):
+    """providers.md §6.5: 529 overloaded_error is `overload`, retried; then runtime.md §10.2: deferred, +1m."""
+    agent = concierge(claude(fake))
+    fake.sse(*text_events(UNDERSTAND1))
+    for _ in range(2):
+        fake.error(529, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+    r = agent.turn(session_id="demo", message=M1, id="m1")
+    at = NOW_MS + 60_000
+    assert r.schedule == [ScheduleEntry(key=f"hospedagem#m1:oferta:1:retry:{at}", at=at_of(at))]
+    assert (r.outcomes[-1].status, r.outcomes[-1].code, r.outcomes[-1].until) == (
+        "deferred", "provider-unavailable", iso_of(at))
+    assert len(fake.requests) == 3
+
+
+def test_an_in_band_overload_mid_stream_defers_and_keeps_the_deltas(fake):
+    """providers.md §6.5 `error` event, §1.6 rule 4; model-calls.md §8 "Failures"."""
+    agent = concierge(claude(fake), max_tool_loops=0)
+    fake.sse(*text_events(UNDERSTAND1))
+    events = text_events(SPEAK1)[:3] + [json.dumps({"type": "error", "error": {"type": "overloaded_error",
+                                                                                "message": "Overloaded"}})]
+    fake.sse(*events)
+    chunks = list(agent.turn_stream(session_id="demo", message=M1, id="m1"))
+    assert [c.delta for c in chunks[:-1]] and REPLY1.startswith("".join(c.delta for c in chunks[:-1]))
+    result = chunks[-1].result
+    assert result.messages == [] and result.outcomes[-1].code == "provider-unavailable"
+    assert len(fake.requests) == 2
+
+
+def test_a_quota_429_with_a_reset_time_defers_to_the_reset(fake):
+    """runtime.md §10.2: `quota` is retryable only when the error states a reset time, and a later
+    `reset_at_ms` moves the wake (providers.md §8.1: anthropic-ratelimit-unified-reset)."""
+    now = real_now_iso()
+    reset_s = ms_of(now) // 1000 + 5 * 3600
+    agent = concierge(claude(fake), clock=now)
+    fake.sse(*text_events(UNDERSTAND1))
+    fake.error(429, {"type": "error", "error": {"type": "rate_limit_error",
+                                                "message": "You have reached your usage limit for this 5h window."}},
+               headers={"anthropic-ratelimit-unified-reset": str(reset_s)})
+    r = agent.turn(session_id="demo", message=M1, id="m1")
+    assert (r.outcomes[-1].status, r.outcomes[-1].code) == ("deferred", "provider-quota")
+    assert r.schedule == [ScheduleEntry(key=f"hospedagem#m1:oferta:1:retry:{reset_s * 1000}",
+                                        at=at_of(reset_s * 1000))]
+
+
+@pytest.mark.xfail(reason="falai_providers: with a Retry-After header the unified reset header is not read, so "
+                          "reset_at_ms is None and a windowed quota ends the run instead of waiting", strict=True)
+def test_a_quota_429_with_retry_after_and_a_reset_time_still_defers_to_the_reset(fake):
+    """providers.md §8.1 (`reset_at_ms` "can be far beyond retry_after_ms": both are filled), runtime.md §10.2:
+    a quota error that states a reset time is retryable and its wake moves to the reset. Anthropic sends
+    `retry-after` beside its `anthropic-ratelimit-*-reset` headers."""
+    now = real_now_iso()
+    reset_s = ms_of(now) // 1000 + 5 * 3600
+    agent = concierge(claude(fake), clock=now)
+    fake.sse(*text_events(UNDERSTAND1))
+    fake.error(429, {"type": "error", "error": {"type": "rate_limit_error",
+                                                "message": "You have reached your usage limit for this 5h window."}},
+               headers={"retry-after": "60", "anthropic-ratelimit-unified-reset": str(reset_s)})
+    r = agent.turn(session_id="demo", message=M1, id="m1")
+    assert (r.outcomes[-1].status, r.outcomes[-1].code) == ("deferred", "provider-quota")
+    assert r.schedule[0].key == f"hospedagem#m1:oferta:1:retry:{reset_s * 1000}"
