@@ -705,3 +705,80 @@ def test_a_blank_message_with_a_tool_round_never_opens_the_contents_with_a_funct
     assert r.messages[0].text == "São 10h."
     contents = fake.requests[1].json["contents"]
     assert contents[0]["role"] == "user" and "text" in contents[0]["parts"][0]
+
+
+@pytest.mark.parametrize("failure", ["503", "blank", "broken", "blocked"])
+def test_a_failed_speak_call_gives_the_same_result_streamed_or_not(fake, failure):
+    """model-calls.md §8: the last chunk's result is what turn() returns for the same provider output,
+    deferrals and failures included."""
+    def script():
+        understood(fake)
+        if failure == "503":
+            fake.error(503, OVERLOADED)
+            fake.error(503, OVERLOADED)
+        elif failure == "blank":
+            fake.sse(gemini_frame(text='{"message":"  "}', finish="STOP"))
+        elif failure == "broken":
+            fake.sse(gemini_frame(text='{"message":"A diária em Cur', finish="MAX_TOKENS"))
+        else:
+            fake.sse(json.dumps({"promptFeedback": {"blockReason": "SAFETY"}}))
+    script()
+    t = concierge(gemini(fake), max_tool_loops=0).turn(session_id="demo", message=M1, id="m1")
+    script()
+    chunks = list(concierge(gemini(fake), max_tool_loops=0).turn_stream(session_id="demo", message=M1, id="m1"))
+    same_result(chunks[-1].result, t)
+    assert t.messages == []
+    expected = ("failed", "provider-invalid") if failure == "blocked" else ("deferred", "provider-unavailable")
+    assert (t.outcomes[-1].status, t.outcomes[-1].code) == expected
+
+
+def test_a_blocked_prompt_on_the_speak_call_ends_the_run_provider_invalid(fake):
+    """providers.md §4.8 rule 3: promptFeedback.blockReason with no candidate is kind `content`, not retried;
+    runtime.md §10.2: content → provider-invalid, not retryable: the run ends `failed`."""
+    agent = concierge(gemini(fake))
+    understood(fake)
+    fake.sse(json.dumps({"promptFeedback": {"blockReason": "PROHIBITED_CONTENT"}}))
+    r = agent.turn(session_id="demo", message=M1, id="m1")
+    assert len(fake.requests) == 2
+    assert (r.outcomes[-1].status, r.outcomes[-1].code) == ("failed", "provider-invalid")
+    assert r.ended[0].reason == "failed"
+
+
+def test_a_call_to_a_tool_the_step_does_not_offer_reads_an_error_object(fake):
+    """Tool page, Gates / model-calls.md §6.3 gate 1, providers.md §4.4 rule 4: the handler does not run and
+    the model reads {"error": "Tool \\"reservar\\" is not available."} as the functionResponse object."""
+    handled = []
+    agent = concierge(gemini(fake), handled=handled)
+    fake.sse(gemini_frame(text=UNDERSTAND1, finish="STOP"))
+    fake.sse(gemini_frame(call=("reservar", {"cidade": "Curitiba"}), finish="STOP"))
+    fake.sse(gemini_frame(text=SPEAK1, finish="STOP"))
+    r = agent.turn(session_id="demo", message=M1, id="m1")
+    assert r.messages[0].text == REPLY1 and handled == [] and "reserva" not in r.session.data
+    assert fake.requests[2].json["contents"][2]["parts"][0]["functionResponse"] == {
+        "id": "call-0-0", "name": "reservar", "response": {"error": 'Tool "reservar" is not available.'}}
+
+
+def test_the_deferred_line_carries_no_llm_calls_and_pending_wakes_lists_the_retry(fake):
+    """runtime.md §10.2 step 3 (the deferred line carries no llmCalls), §14 (pending_wakes lists each parked
+    run's wake); model-calls.md §5.6 (the ok line carries the rounds spent)."""
+    agent = concierge(gemini(fake))
+    understood(fake)
+    fake.error(503, OVERLOADED)
+    fake.error(503, OVERLOADED)
+    r = agent.turn(session_id="demo", message=M1, id="m1")
+    assert r.outcomes[-1].llm_calls is None
+    assert [(e.key, e.at) for e in agent.pending_wakes(session=r.session)] == [(e.key, e.at) for e in r.schedule]
+    script_turn1(fake)
+    ok = concierge(gemini(fake)).turn(session_id="demo", message=M1, id="m1")
+    assert [(o.step_id, o.status, o.llm_calls) for o in ok.outcomes if o.step_id == "oferta"] == [("oferta", "ok", 2)]
+
+
+def test_a_whole_json_array_answer_is_read_like_the_stream(fake):
+    """providers.md §3.7 rule 8: an application/json body (Gemini's stream method without alt=sse) is a list
+    of payloads; a whole turn reads it as it reads SSE."""
+    agent = concierge(gemini(fake))
+    fake.json([json.loads(gemini_frame(text=UNDERSTAND1, finish="STOP"))])
+    fake.json([json.loads(gemini_frame(call=("preco", {"cidade": "Curitiba"}), signature="s", finish="STOP"))])
+    fake.json([json.loads(gemini_frame(text=p)) for p in pieces(SPEAK1)] + [json.loads(gemini_frame(finish="STOP"))])
+    r = agent.turn(session_id="demo", message=M1, id="m1")
+    assert r.messages[0].text == REPLY1 and r.llm_calls == 3
