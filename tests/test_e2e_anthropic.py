@@ -245,3 +245,24 @@ def test_a_blank_message_with_a_tool_round_still_opens_with_a_user_message(fake)
     r = agent.turn(session_id="demo", message="", id="m1")
     assert r.messages[0].text == "São 10h."
     assert fake.requests[1].json["messages"][0]["role"] == "user"
+
+
+def test_thinking_of_a_tool_round_is_never_replayed(fake):
+    """providers.md §2.4 / §6.3: Anthropic's reasoning is never replayed (its thinking blocks are signed)."""
+    agent = concierge(claude(fake))
+    fake.sse(*text_events(UNDERSTAND1))
+    events = [json.loads(e) for e in call_events("preco", {"cidade": "Curitiba"})]
+    thinking = [{"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}},
+                {"type": "content_block_delta", "index": 0,
+                 "delta": {"type": "thinking_delta", "thinking": "SECRET-THOUGHT"}},
+                {"type": "content_block_stop", "index": 0}]
+    for e in events[1:]:
+        if "index" in e:
+            e["index"] += 1
+    fake.sse(*[json.dumps(e) for e in events[:1] + thinking + events[1:]])
+    fake.sse(*text_events(SPEAK1))
+    r = agent.turn(session_id="demo", message=M1, id="m1")
+    assert r.messages[0].text == REPLY1
+    assert "SECRET-THOUGHT" not in fake.requests[2].raw.decode()
+    assert fake.requests[2].json["messages"][1]["content"] == [
+        {"type": "tool_use", "id": "call-0-0", "name": "preco", "input": {"cidade": "Curitiba"}}]

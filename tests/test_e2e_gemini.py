@@ -782,3 +782,35 @@ def test_a_whole_json_array_answer_is_read_like_the_stream(fake):
     fake.json([json.loads(gemini_frame(text=p)) for p in pieces(SPEAK1)] + [json.loads(gemini_frame(finish="STOP"))])
     r = agent.turn(session_id="demo", message=M1, id="m1")
     assert r.messages[0].text == REPLY1 and r.llm_calls == 3
+
+
+def test_a_dropped_stream_is_retried_in_turn_and_deferred_in_turn_stream(fake):
+    """providers.md §1.6 rule 4, §3.8 "mid-stream failure": in generate (turn()) nothing was delivered yet,
+    so a broken chunked body is retried and the turn answers; in generate_stream (turn_stream()) the text
+    already reached the caller, so the failure propagates and the step defers (model-calls.md §8)."""
+    understood(fake)
+    frames = [gemini_frame(text=p) for p in pieces(SPEAK1)] + [gemini_frame(finish="STOP")]
+    fake.sse(*frames, drop_after=2)
+    fake.sse(*frames)
+    r = concierge(gemini(fake), max_tool_loops=0).turn(session_id="demo", message=M1, id="m1")
+    assert r.messages[0].text == REPLY1 and r.llm_calls == 2 and len(fake.requests) == 3
+    understood(fake)
+    fake.sse(*frames, drop_after=2)
+    chunks = list(concierge(gemini(fake), max_tool_loops=0).turn_stream(session_id="demo", message=M1, id="m1"))
+    assert chunks[:-1] and REPLY1.startswith("".join(c.delta for c in chunks[:-1]))
+    result = chunks[-1].result
+    assert result.messages == [] and (result.outcomes[-1].status, result.outcomes[-1].code) == (
+        "deferred", "provider-unavailable")
+    assert len(fake.requests) == 5
+
+
+def test_a_stalled_speak_call_times_out_and_defers(fake):
+    """providers.md §3.7: no byte within the idle deadline is kind `timeout`, retried; runtime.md §10.2:
+    timeout → provider-unavailable, +1m."""
+    agent = concierge(gemini(fake, retry_config={"timeout": 200, "retries": 1}), max_tool_loops=0)
+    understood(fake)
+    fake.sse(gemini_frame(text=SPEAK1, finish="STOP"), stall=0.5)
+    fake.sse(gemini_frame(text=SPEAK1, finish="STOP"), stall=0.5)
+    r = agent.turn(session_id="demo", message=M1, id="m1")
+    assert (r.outcomes[-1].status, r.outcomes[-1].code) == ("deferred", "provider-unavailable")
+    assert r.schedule[0].key == retry_key(NOW_MS + 60_000) and len(fake.requests) == 3

@@ -253,3 +253,30 @@ def test_a_blank_envelope_defers_as_provider_unavailable(fake):
     r = agent.turn(session_id="demo", message=M1, id="m1")
     assert r.messages == [] and (r.outcomes[-1].status, r.outcomes[-1].code) == ("deferred", "provider-unavailable")
     assert len(fake.requests) == 2
+
+
+@pytest.mark.parametrize("name, delta, replayed", [
+    ("deepseek", {"reasoning_content": "Preciso do preço."}, {"reasoning_content": "Preciso do preço."}),
+    ("openrouter", {"reasoning": "hmm", "reasoning_details": [{"type": "reasoning.encrypted", "data": "xyz"}]},
+     {"reasoning_content": "hmm", "reasoning_details": [{"type": "reasoning.encrypted", "data": "xyz"}]}),
+])
+def test_reasoning_of_a_tool_round_is_replayed_on_the_next_round(fake, name, delta, replayed):
+    """model-calls.md §5.5 rule 5 / §6.7 (the round's reasoning rides on its assistant item), providers.md
+    §5.3 (replayed as reasoning_content / reasoning_details: thinking endpoints reject a tool round without
+    it), through turn() and turn_stream() alike."""
+    for stream in (False, True):
+        fake.requests.clear()
+        agent = concierge(openai(fake, name=name))
+        text_reply(fake, UNDERSTAND1)
+        fake.sse(openai_frame(**delta),
+                 openai_frame(tool={"index": 0, "id": "c1", "type": "function",
+                                    "function": {"name": "preco", "arguments": '{"cidade":"Curitiba"}'}}),
+                 openai_frame(finish="tool_calls"), "[DONE]")
+        text_reply(fake, SPEAK1)
+        if stream:
+            result = list(agent.turn_stream(session_id="demo", message=M1, id="m1"))[-1].result
+        else:
+            result = agent.turn(session_id="demo", message=M1, id="m1")
+        assert result.messages[0].text == REPLY1
+        assistant = fake.requests[2].json["messages"][2]
+        assert {k: assistant[k] for k in replayed} == replayed and assistant["tool_calls"][0]["id"] == "call-0-0"
