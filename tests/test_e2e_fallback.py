@@ -8,10 +8,9 @@ import json
 import pytest
 
 from falai import ProviderError
-from falai_providers import FallbackProvider, GeminiProvider, NoAvailableProviderError, OpenAICompatibleProvider
+from falai_providers import FallbackProvider, GeminiProvider, OpenAICompatibleProvider
 from fake_model_server import FakeModelServer, gemini_frame, openai_frame
-from e2e_concierge import (M1, REPLY1, SPEAK1, UNDERSTAND1, concierge, ms_of, pieces, real_now_iso,
-                           same_result)
+from e2e_concierge import M1, REPLY1, SPEAK1, UNDERSTAND1, concierge, ms_of, pieces, real_now_iso
 
 OVERLOADED = {"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}}
 

@@ -8,14 +8,13 @@ with ``xfail(strict=True)`` and a one-line reason naming the module.
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 
 import pytest
 
-from falai import ProviderError, ScheduleEntry
+from falai import ProviderError, ScheduleEntry, Tool, falai
 from falai_providers import GeminiProvider, schema_prompt
 from fake_model_server import FakeModelServer, gemini_frame
-from e2e_concierge import (CLOCK, CODE, M1, M2, NOW_MS, REPLY1, REPLY2, REPLY2_BESIDE, SPEAK1, SPEAK2,
+from e2e_concierge import (CODE, M1, PRECO_DECL, M2, NOW_MS, REPLY1, REPLY2, REPLY2_BESIDE, SPEAK1, SPEAK2,
                            SPEAK2_BESIDE, SPEAK_SCHEMA, SPEAK_SCHEMA_RESERVA, UNDERSTAND1, UNDERSTAND2,
                            at_of, concierge, first_turn_history, iso_of, ms_of, pieces, real_now_iso,
                            same_result)
@@ -106,7 +105,8 @@ def test_two_turn_concierge_conversation_over_gemini(fake):
     # Speak round 0 (model-calls.md §6.1-§6.2): only the step's tool; gemini-2.x carries the schema in the
     # system instruction when tools ride along (providers.md §4.5), after the stable text.
     assert round0["tools"] == [{"functionDeclarations": [
-        {"name": "preco", "description": PRECO_DESC, "parametersJsonSchema": PRECO_PARAMS}]}]
+        {"name": "preco", "description": PRECO_DECL["description"],
+         "parametersJsonSchema": PRECO_DECL["parameters"]}]}]
     assert system_of(round0) == IDENTITY + "\n\n" + schema_prompt(SPEAK_SCHEMA)
     assert "responseMimeType" not in round0["generationConfig"]
     prompt0 = text_of(round0["contents"][-1])
@@ -162,9 +162,6 @@ def test_two_turn_concierge_conversation_over_gemini(fake):
     ]
     assert len(round1b["contents"]) == 6 and '"' + M2 + '"' in text_of(round1b["contents"][-1])
 
-
-PRECO_DESC = "Preço da diária em uma cidade."
-PRECO_PARAMS = {"type": "object", "properties": {"cidade": {"type": "string"}}, "required": ["cidade"]}
 
 
 def test_the_wrap_up_round_carries_no_tools_and_enforces_the_schema(fake):
@@ -613,7 +610,6 @@ def test_usage_is_none_when_gemini_reports_none_and_partial_when_some_do(fake):
 def test_the_idle_speaker_failure_writes_an_idle_deferred_line_and_no_wake(fake):
     """runtime.md §10.1 / model-calls.md §10.2: the idle speaker's failure is `idle / deferred / <code>` with
     llm_calls, no wake; turn() returns."""
-    from falai import falai
     agent = falai().fields({}).agent(name="Concierge", provider=gemini(fake), idle={"prompt": "Atenda pelo hotel."})
     fake.error(503, OVERLOADED)
     fake.error(503, OVERLOADED)
@@ -694,7 +690,6 @@ def test_a_blank_message_with_a_tool_round_never_opens_the_contents_with_a_funct
     a user item, "so that no conversation opens with the model's own function call — Gemini rejects that
     order with a 400"; model-calls.md §6.7 rule 1 (the engine inserts it); python-api.md, One turn:
     `message=""` is a message whose text is blank, and the idle speaker answers it (model-calls.md §5.3)."""
-    from falai import Tool, falai
     agent = falai().fields({}).agent(
         name="Concierge", provider=gemini(fake), idle={"prompt": "Atenda pelo hotel."},
         tools=[Tool(id="agora", description="Hora atual.", parameters={"type": "object", "properties": {}},
