@@ -4343,7 +4343,11 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool):
                       run=ask.run, now=ask.now)
         results = run_tool_calls(tools_by_id, reply.calls, ctx)
         if round_no == 0 and not (history and isinstance(history[-1], dict) and history[-1].get("role") == "user"):
-            history.append({"role": "user", "content": (ask.text or "") if ask.input_kind == "message" else base})
+            # model-calls.md §6.7 rule 1: the message text, else the speak prompt. A blank message text counts
+            # as "else" (inferred): providers drop a blank user item, and no conversation may open with the
+            # model's own function call (providers.md §2.2).
+            text = (ask.text or "").strip() if ask.input_kind == "message" else ""
+            history.append({"role": "user", "content": ask.text if text else base})
         history.append(_assistant_item(round_no, reply))
         for i, ((name, _, _), (text, _)) in enumerate(zip(reply.calls, results)):
             history.append({"role": "tool", "tool_call_id": f"call-{round_no}-{i}", "name": name, "content": text})

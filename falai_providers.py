@@ -537,19 +537,26 @@ def _reset_header_ms(value: str, now_ms: int) -> int | None:
 def _server_wait(headers: Any, body: str, now_ms: int) -> tuple[int | None, int | None]:
     """(retry_after_ms, reset_at_ms) named by a failed response (providers.md §8.1).
 
-    ``reset_at_ms`` is filled only from a vendor reset header, which states when
-    the binding limit resets (inferred; ``retry-after`` and ``retryDelay`` are waits).
+    ``retry_after_ms`` comes from the first of ``retry-after``, the vendor reset
+    headers and a body ``retryDelay``. ``reset_at_ms`` is filled only from a
+    vendor reset header, which states when the binding limit resets, and is read
+    even when ``retry-after`` names a shorter wait: it "can be far beyond
+    retry_after_ms" (inferred; ``retry-after`` and ``retryDelay`` are waits).
     """
     lowered = {str(k).lower(): str(v) for k, v in (headers or {}).items()}
-    if lowered.get("retry-after"):
-        wait = _retry_after_header_ms(lowered["retry-after"], now_ms)
-        if wait is not None:
-            return wait, None
+    reset_at = None
     for name in _RESET_HEADERS:
         if lowered.get(name):
             at = _reset_header_ms(lowered[name], now_ms)
             if at is not None and at > now_ms:
-                return at - now_ms, at
+                reset_at = at
+                break
+    if lowered.get("retry-after"):
+        wait = _retry_after_header_ms(lowered["retry-after"], now_ms)
+        if wait is not None:
+            return wait, reset_at
+    if reset_at is not None:
+        return reset_at - now_ms, reset_at
     delay = _RETRY_DELAY.search(body or "")
     if delay:
         return round(float(delay.group(1)) * 1000), None

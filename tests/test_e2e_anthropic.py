@@ -211,8 +211,6 @@ def test_a_quota_429_with_a_reset_time_defers_to_the_reset(fake):
                                         at=at_of(reset_s * 1000))]
 
 
-@pytest.mark.xfail(reason="falai_providers: with a Retry-After header the unified reset header is not read, so "
-                          "reset_at_ms is None and a windowed quota ends the run instead of waiting", strict=True)
 def test_a_quota_429_with_retry_after_and_a_reset_time_still_defers_to_the_reset(fake):
     """providers.md §8.1 (`reset_at_ms` "can be far beyond retry_after_ms": both are filled), runtime.md §10.2:
     a quota error that states a reset time is retryable and its wake moves to the reset. Anthropic sends
@@ -229,8 +227,6 @@ def test_a_quota_429_with_retry_after_and_a_reset_time_still_defers_to_the_reset
     assert r.schedule[0].key == f"hospedagem#m1:oferta:1:retry:{reset_s * 1000}"
 
 
-@pytest.mark.xfail(reason="falai: on a blank message the round-0 user item is blank, the provider drops it, "
-                          "and the messages open with the assistant's tool_use", strict=True)
 def test_a_blank_message_with_a_tool_round_still_opens_with_a_user_message(fake):
     """providers.md §2.2 item 2 / model-calls.md §6.7 rule 1: the engine puts a user item before the first
     assistant tool call so that no conversation opens with the model's own call (Anthropic's Messages API

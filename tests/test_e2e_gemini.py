@@ -683,8 +683,6 @@ def test_the_sixth_failure_in_a_row_ends_the_run(fake):
     assert r.schedule == [] and [(e.id, e.reason) for e in r.ended] == [("hospedagem#m1", "failed")]
 
 
-@pytest.mark.xfail(reason="falai: on a blank message the round-0 user item is blank, the provider drops it, "
-                          "and the round history opens with the model's functionCall", strict=True)
 def test_a_blank_message_with_a_tool_round_never_opens_the_contents_with_a_function_call(fake):
     """providers.md §2.2 item 2: on a round after the first, the item before the first assistant tool call is
     a user item, "so that no conversation opens with the model's own function call — Gemini rejects that

@@ -217,8 +217,6 @@ def test_a_reset_header_later_than_the_rung_moves_the_wake(fake):
     assert r.outcomes[-1].until == iso_of(at_ms)
 
 
-@pytest.mark.xfail(reason="falai_providers: a Retry-After header suppresses reset_at_ms from the vendor "
-                          "reset headers, so a later reset never moves the wake", strict=True)
 def test_a_reset_header_beside_retry_after_still_moves_the_wake(fake):
     """providers.md §8.1: `retry_after_ms` comes from Retry-After first, while `reset_at_ms` is when the
     binding limit resets and "can be far beyond retry_after_ms" — so both are filled when both headers come;
