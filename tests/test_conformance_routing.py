@@ -191,3 +191,125 @@ def test_a_when_branch_alone_is_the_reason_for_the_understand_call():
     assert list(call.schema["properties"]) == ["flows", "branches"]
     assert section(call, "flows") == ["f"] and section(call, "branches") == ["q1"]
     assert "- q1: a pessoa desiste" in call.prompt
+
+
+# §3.4 items 1-3 and 7, model-calls.md §3.2: candidates and fields ---------------------------------------------
+
+def test_candidates_lead_with_the_floor_flow_whatever_its_trigger_then_eligible_flows_in_agent_order():
+    """runtime.md §3.4 item 4, model-calls.md §3.2 (candidates): the floor run's flow comes first even when it
+    has no message trigger and sits last in agent order; then every eligible message flow in agent order. A
+    catch-all, a flow whose trigger `if` is false and a claimed "once" flow are never candidates."""
+    a = flow("a", on=[{"message": ["quer A"]}])
+    b = flow("b", on=[{"message": ["quer B"], "if": {"known": ["plano"]}}])
+    c = flow("c", on=[{"message": ["quer C"]}])
+    geral = flow("geral", on=[{"message": []}])
+    d = flow("d", on=[{"message": ["quer D"]}])
+    dono = flow("dono", steps=[{"id": "q", "collect": ["cpf"]}])
+    agent, provider, _ = build([a, b, c, geral, d, dono], {"understand": [{}], "speak": [{"message": "CPF?"}] * 2})
+    t1 = agent.turn(session_id="s1", start={"flow": "dono", "key": "k1"})
+    t1.session.claims["c:s1:"] = {"at": T0}                 # c already ran once here
+    agent.turn(session_id="s1", session=t1.session, message="oi", id="m1")
+    assert section(understand_calls(provider)[0], "flows") == ["dono", "a", "d"]
+
+
+def test_fields_are_the_floor_flows_then_each_eligible_flows_first_occurrence_first():
+    """runtime.md §3.4 item 7, model-calls.md §3.2, flows.md §2.3: a flow's field list is its own `collect`, then
+    each talk step's `collect`; the floor flow's come first, then the eligible flows' in agent order, each slug
+    once. Known fields, `extract: "asked"` fields (booleans by default) and fields of flows that are not eligible
+    (a false `if`, a mention flow) are never offered; an `"anywhere"` boolean is."""
+    outro = flow("outro", on=[{"message": ["quer outro"], "if": {"known": ["plano"]}}],
+                 steps=[{"id": "q", "collect": ["pedido"]}])
+    m = flow("m", on=[{"mention": ["cita um concorrente"]}], steps=[{"id": "q", "collect": ["pedido"]}])
+    a = flow("a", on=[{"message": ["quer A"]}], collect=["email", "aceita"],
+             steps=[{"id": "s", "say": "Oi"}, {"id": "q", "collect": ["cidade", "nome"]},
+                    {"id": "r", "prompt": "Confirme.", "collect": ["aceita_livre", "cpf"]}])
+    dono = flow("dono", collect=["plano"], steps=[{"id": "q1", "collect": ["nome", "cpf"]},
+                                                  {"id": "d", "do": "anotar"},
+                                                  {"id": "q2", "collect": ["x", "plano"]}])
+    anotar, _ = noop()
+    agent, provider, _ = build([outro, m, a, dono], {"understand": [{}], "speak": [{"message": "Nome?"}] * 2},
+                               actions={"anotar": anotar})
+    t1 = agent.turn(session_id="s1", start={"flow": "dono", "key": "k1"})
+    t1.session.data["x"] = "conhecido"
+    agent.turn(session_id="s1", session=t1.session, message="oi", id="m1")
+    assert section(understand_calls(provider)[0], "fields") == [
+        "plano", "nome", "email", "cidade", "aceita_livre"]
+
+
+def test_a_floor_run_from_ingest_is_the_floor_only_when_nobody_asks():
+    """runtime.md §3.4 item 1: "the asking run; if none, the run marked as the turn's floor run in Ingest". With
+    both, the asker's flow leads the candidates and gives the fields, and no branch is sent (item 6)."""
+    espera = flow("espera", steps=[{"id": "w", "wait": "1h", "else": "q"}, {"id": "q", "collect": ["email"]}])
+    dono = flow("dono", steps=[{"id": "q", "collect": ["nome"],
+                                "branches": [{"when": "a pessoa pede um humano", "then": "q"}]}])
+    outro = flow("outro", on=[{"message": ["quer outro"]}])
+    agent, provider, _ = build([espera, dono, outro], {"understand": [{}], "speak": [{"message": "Nome?"}] * 2})
+    t1 = agent.turn(session_id="s1", start={"flow": "espera", "key": "k1"})
+    t2 = agent.turn(session_id="s1", session=t1.session, start={"flow": "dono", "key": "k2"})
+    assert status(t2) == [("espera#k1", "waiting"), ("dono#k2", "asking")]
+    agent.turn(session_id="s1", session=t2.session, message="voltei", id="m1")
+    call = understand_calls(provider)[0]
+    assert section(call, "flows") == ["dono", "outro"] and section(call, "fields") == ["nome"]
+    assert section(call, "branches") is None
+
+
+@pytest.mark.parametrize("catch_all, others, fields", [
+    # first step asks nome itself, no question: free; nothing else judged: no call at all
+    ({"steps": [{"id": "q", "collect": ["nome"]}]}, [], None),
+    # a field of a later step is not free: all the catch-all's fields go to the call
+    ({"steps": [{"id": "q", "collect": ["nome"]}, {"id": "c", "collect": ["cidade"]}]}, [], ["nome", "cidade"]),
+    # a fixed question on the first step: its fields are not free
+    ({"steps": [{"id": "q", "collect": ["nome"], "question": "Seu nome?"}]}, [], ["nome"]),
+    # a first step that is not a talk step frees nothing
+    ({"steps": [{"id": "s", "say": "Oi!"}, {"id": "q", "collect": ["nome"]}]}, [], ["nome"]),
+    # the flow-level collect is harvestable but not free
+    ({"collect": ["email"], "steps": [{"id": "q", "collect": ["nome"]}]}, [], ["email", "nome"]),
+    # something else judged (a mention): the free fields ride on the call too
+    ({"steps": [{"id": "q", "collect": ["nome"]}]},
+     [flow("m", on=[{"mention": ["cita um concorrente"]}], steps=[{"id": "s", "say": "Ok"}])], ["nome"]),
+    # something else judged (an eligible flow): its fields first, then the catch-all's
+    ({"steps": [{"id": "q", "collect": ["nome"]}]},
+     [flow("v", on=[{"message": ["quer comprar"]}], steps=[{"id": "q", "collect": ["pedido"]}])],
+     ["pedido", "nome"]),
+])
+def test_catch_all_fields_are_offered_only_when_something_else_is_judged_or_one_is_not_free(
+        catch_all, others, fields):
+    """runtime.md §3.4 item 8, model-calls.md §3.2 (catch-all fields), §17 row 2: with no floor run the first
+    qualifying catch-all's free fields (its first step's `collect`, a talk step without `question`) ride on its
+    own speak call; they are added, with all its other harvestable fields, when anything else is judged or one
+    of its fields is not free."""
+    geral = {"id": "geral", "name": "Geral", "on": [{"message": []}], **catch_all}
+    agent, provider, _ = build([*others, geral], {"understand": [{}], "speak": [{"message": "Oi!"}]})
+    agent.turn(session_id="s1", message="oi", id="m1")
+    calls = understand_calls(provider)
+    if fields is None:
+        assert calls == []
+    else:
+        assert len(calls) == 1 and section(calls[0], "fields") == fields
+
+
+def test_only_the_first_qualifying_catch_all_gives_fields():
+    """runtime.md §3.4 item 8: "take the first qualifying catch-all"; a later catch-all's fields are never
+    offered, and a catch-all whose `if` is false does not count as the first."""
+    fechado = {"id": "fechado", "name": "Fechado", "on": [{"message": [], "if": {"known": ["plano"]}}],
+               "steps": [{"id": "s", "say": "Fechado."}, {"id": "q", "collect": ["pedido"]}]}
+    a = {"id": "a", "name": "A", "on": [{"message": []}], "steps": [{"id": "s", "say": "A"},
+                                                                  {"id": "q", "collect": ["nome"]}]}
+    b = {"id": "b", "name": "B", "on": [{"message": []}], "steps": [{"id": "s", "say": "B"},
+                                                                  {"id": "q", "collect": ["cidade"]}]}
+    agent, provider, _ = build([fechado, a, b], {"understand": [{}], "speak": [{"message": "Nome?"}]})
+    r = agent.turn(session_id="s1", message="oi", id="m1")
+    assert section(understand_calls(provider)[0], "fields") == ["nome"]
+    assert [s.flow_id for s in r.started] == ["a"]
+
+
+def test_with_a_floor_run_no_catch_all_fields_are_offered():
+    """runtime.md §3.4 item 8, flows.md §2.3: the catch-all's fields are added "only when there is no floor run"."""
+    geral = {"id": "geral", "name": "Geral", "on": [{"message": []}],
+             "steps": [{"id": "s", "say": "Oi"}, {"id": "q", "collect": ["cidade"]}]}
+    dono = flow("dono", steps=[{"id": "q", "collect": ["nome"]}])
+    agent, provider, _ = build([geral, dono], {"understand": [{}], "speak": [{"message": "Nome?"}] * 2})
+    t1 = agent.turn(session_id="s1", start={"flow": "dono", "key": "k1"})
+    agent.turn(session_id="s1", session=t1.session, message="oi", id="m1")
+    call = understand_calls(provider)[0]
+    assert section(call, "fields") == ["nome"] and section(call, "flows") == ["dono"]
