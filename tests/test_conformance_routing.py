@@ -313,3 +313,73 @@ def test_with_a_floor_run_no_catch_all_fields_are_offered():
     agent.turn(session_id="s1", session=t1.session, message="oi", id="m1")
     call = understand_calls(provider)[0]
     assert section(call, "fields") == ["nome"] and section(call, "flows") == ["dono"]
+
+
+# §3.2 I-R / I-F and §3.4 item 6: a run that took the floor in Ingest ------------------------------------------
+
+def test_a_run_that_took_the_floor_in_ingest_blocks_routing_catch_all_and_the_askers_branches():
+    """runtime.md §3.2 I-F, §3.4 item 6, §3.5 rules 3, 6, 8, §4.4 rule 4: a reply wait resolved in Ingest holds
+    the floor: no route even at 95, no catch-all, no `when` branch sent for the asker and none of its branches
+    fired (not even an `if` that holds); a code-only mention detector still starts (rule 4)."""
+    espera = flow("espera", steps=[{"id": "w", "wait": "1h", "else": "d"}, {"id": "x", "say": "Sem resposta."},
+                                   {"id": "d", "do": "anotar"}])
+    dono = flow("dono", steps=[{"id": "q", "collect": ["cpf"],
+                                "branches": [{"if": {"known": ["plano"]}, "then": "fim"},
+                                             {"when": "a pessoa desiste", "then": "fim"}]},
+                               {"id": "fim", "say": "Encerrado."}])
+    vendas = flow("vendas", on=[{"message": ["quer comprar"]}], steps=[{"id": "s", "say": "Vendas!"}])
+    geral = flow("geral", on=[{"message": []}], steps=[{"id": "s", "say": "Geral!"}])
+    detector = flow("det", on=[{"mention": [], "repeat": "always"}], steps=[{"id": "d", "do": "anotar"}])
+    anotar, log = noop()
+    agent, provider, _ = build([espera, dono, vendas, geral, detector], {
+        "understand": [{"flows": {"dono": 0, "vendas": 95}, "branches": {"q1": True}}],
+        "speak": [{"message": "CPF?"}, {"message": "E o CPF?"}]}, actions={"anotar": anotar})
+    t1 = agent.turn(session_id="s1", start={"flow": "espera", "key": "k1"})
+    t2 = agent.turn(session_id="s1", session=t1.session, start={"flow": "dono", "key": "k2"})
+    t2.session.data["plano"] = "pro"
+    t3 = agent.turn(session_id="s1", session=t2.session, message="quero comprar", id="m1")
+    call = understand_calls(provider)[0]
+    assert section(call, "branches") is None and section(call, "flows") == ["dono", "vendas"]
+    assert [s.run_id for s in t3.started] == ["det#m1"]
+    assert "branch" not in [o.code for o in t3.outcomes]
+    assert [(o.run_id, o.code) for o in t3.outcomes if o.kind == "wait"] == [("espera#k1", "replied")]
+    assert log == ["espera#k1:d:1", "det#m1:d:1"]
+    assert [m.key for m in t3.messages] == ["dono#k2:q:1"]          # the asker still answers, as an asker
+
+
+def test_a_run_that_took_the_floor_in_ingest_and_entered_a_talk_step_sends_no_branches():
+    """runtime.md §3.4 item 6: not the branches "of a run that took the floor in Ingest and has just entered a
+    talk step (it is not asking yet)"; its fields are offered, as the floor flow's (item 7)."""
+    espera = flow("espera", steps=[
+        {"id": "w", "wait": "1h", "else": "q"}, {"id": "x", "say": "Sem resposta."},
+        {"id": "q", "collect": ["nome"], "branches": [{"when": "a pessoa pede um humano", "then": "end"}]}])
+    agent, provider, _ = build([espera], {"understand": [{"branches": {"q1": True}}],
+                                          "speak": [{"message": "Seu nome?"}]})
+    t1 = agent.turn(session_id="s1", start={"flow": "espera", "key": "k1"})
+    t2 = agent.turn(session_id="s1", session=t1.session, message="voltei", id="m2")
+    call = understand_calls(provider)[0]
+    assert section(call, "branches") is None and section(call, "fields") == ["nome"]
+    assert section(call, "flows") == ["espera"]
+    assert [m.key for m in t2.messages] == ["espera#k1:q:1"] and "branch" not in [o.code for o in t2.outcomes]
+
+
+def test_only_the_first_resolved_reply_wait_takes_the_floor_so_a_later_one_that_stays_waits_behind_it():
+    """runtime.md §3.2 I-R rule 4 and I-F, §4.7 rule 3: two reply waits resolve in Ingest; the first still-live
+    one takes the floor and asks; the second, which reaches `onEnd: "stay"` on the same message, is not the
+    turn's floor run, so it is suspended behind the asker (staying, on its last talk step, a new visit)."""
+    a = flow("a", steps=[{"id": "w", "wait": "1h", "else": "q"}, {"id": "q", "collect": ["cpf"]}])
+    b = flow("b", onEnd="stay", steps=[{"id": "w", "wait": "1h", "else": "d"}, {"id": "p", "prompt": "B."},
+                                       {"id": "d", "do": "anotar", "then": "end"}])
+    anotar, log = noop()
+    agent, provider, _ = build([a, b], {"speak": [{"message": "A responde."}]}, idle="silent",
+                               actions={"anotar": anotar})
+    t1 = agent.turn(session_id="s1", start={"flow": "a", "key": "k1"})
+    t2 = agent.turn(session_id="s1", session=t1.session, start={"flow": "b", "key": "k2"})
+    t3 = agent.turn(session_id="s1", session=t2.session, message="oi", id="m1")
+    assert [(o.run_id, o.code) for o in t3.outcomes if o.kind == "wait"] == [("a#k1", "replied"),
+                                                                             ("b#k2", "replied")]
+    assert understand_calls(provider) == [] and [m.key for m in t3.messages] == ["a#k1:q:1"]
+    assert log == ["b#k2:d:1"]
+    b_run = t3.session.runs[1]
+    assert status(t3) == [("a#k1", "asking"), ("b#k2", "suspended")]
+    assert (b_run.step_id, b_run.staying, b_run.visits.get("p")) == ("p", True, 1)
