@@ -383,3 +383,75 @@ def test_only_the_first_resolved_reply_wait_takes_the_floor_so_a_later_one_that_
     b_run = t3.session.runs[1]
     assert status(t3) == [("a#k1", "asking"), ("b#k2", "suspended")]
     assert (b_run.step_id, b_run.staying, b_run.visits.get("p")) == ("p", True, 1)
+
+
+# §3.5 rule 3: thresholds and ties -----------------------------------------------------------------------------
+
+VENDAS = flow("vendas", on=[{"message": ["quer comprar"]}], steps=[{"id": "q", "collect": ["cpf"]}])
+SUPORTE = flow("suporte", on=[{"message": ["tem um problema"]}], steps=[{"id": "q", "collect": ["pedido"]}])
+TROCA = flow("troca", on=[{"message": ["quer trocar um produto"]}], steps=[{"id": "q", "collect": ["pedido"]}])
+
+
+def asker_then(scores):
+    """vendas asks (cpf); the next message is judged with `scores`; returns that turn's result."""
+    agent, _, _ = build([VENDAS, SUPORTE, TROCA], {
+        "understand": [{"flows": {"vendas": 90}}, {"flows": scores}],
+        "speak": [{"message": "CPF?"}, {"message": "Próxima resposta."}]})
+    t1 = agent.turn(session_id="s1", message="quero comprar", id="m1")
+    return agent.turn(session_id="s1", session=t1.session, message="...", id="m2")
+
+
+@pytest.mark.parametrize("scores, routed", [
+    ({"vendas": 25, "suporte": 40}, "suporte"),           # exactly 40 and exactly +15
+    ({"vendas": 26, "suporte": 40}, None),                # 40 but only +14
+    ({"vendas": 0, "suporte": 39}, None),                 # +39 but under 40
+    ({"suporte": 40}, "suporte"),                         # the asker's missing score counts as 0
+    ({"vendas": 50, "suporte": 65}, "suporte"),
+    ({"vendas": 50, "suporte": 64.9}, None),              # scores are not rounded
+    ({"vendas": 100, "suporte": 100}, None),
+    ({"vendas": 10, "suporte": 70, "troca": 70}, "suporte"),   # a tie among the others: earlier in agent order
+    ({"vendas": 10, "suporte": 60, "troca": 70}, "troca"),
+])
+def test_with_an_asker_another_flow_takes_over_only_at_40_and_15_above_the_askers_score(scores, routed):
+    """runtime.md §3.5 rule 3, §4.4 rule 3, flows.md §4.1: with an asker, the best other eligible flow (ties:
+    earlier in agent order; missing score: 0) is routed to only when it scores >= 40 and >= asker + 15."""
+    r = asker_then(scores)
+    assert [s.flow_id for s in r.started] == ([routed] if routed else [])
+    if routed:
+        assert [m.key for m in r.messages] == [f"{routed}#m2:q:1"]
+        assert status(r) == [("vendas#m1", "suspended"), (f"{routed}#m2", "asking")]
+    else:
+        assert [m.key for m in r.messages] == ["vendas#m1:q:1"] and status(r) == [("vendas#m1", "asking")]
+
+
+def test_the_best_other_flow_is_compared_once_a_lower_one_passing_the_bar_does_not_stand_in():
+    """runtime.md §3.5 rule 3: "take the best. Route to it only if ..." - the check is made on the best one
+    alone (here the best is a flow whose start is then refused), never on a runner-up."""
+    agent, _, _ = build([VENDAS, SUPORTE, TROCA], {
+        "understand": [{"flows": {"vendas": 90}}, {"flows": {"vendas": 10, "suporte": 60, "troca": 95}}],
+        "speak": [{"message": "CPF?"}, {"message": "CPF ainda?"}]})
+    t1 = agent.turn(session_id="s1", message="quero comprar", id="m1")
+    t2 = agent.turn(session_id="s1", session=t1.session, message="...", id="m2", claims={"active": ["troca:s1"]})
+    assert [(s.flow_id, s.code) for s in t2.skipped] == [("troca", "already-running")]
+    assert t2.started == [] and [m.key for m in t2.messages] == ["vendas#m1:q:1"]
+
+
+def test_without_an_asker_a_score_of_exactly_40_starts_and_ties_go_to_agent_order():
+    """runtime.md §3.5 rule 3 (no asker): the best eligible flow at >= 40; on a tie the earlier flow."""
+    agent, _, _ = build([VENDAS, SUPORTE, TROCA], {"understand": [{"flows": {"suporte": 40, "troca": 40}}],
+                                                   "speak": [{"message": "Pedido?"}]})
+    r = agent.turn(session_id="s1", message="...", id="m1")
+    assert [s.flow_id for s in r.started] == ["suporte"]
+
+
+def test_scores_for_flows_that_were_not_candidates_are_never_read():
+    """model-calls.md §3.5 (last paragraph), runtime.md §3.5 rule 3: only eligible flows are routed to; a score
+    the model gives a flow that is not eligible (its `if` is false) is ignored, and the catch-all starts."""
+    fechado = flow("fechado", on=[{"message": ["quer fechado"], "if": {"known": ["plano"]}}],
+                   steps=[{"id": "s", "say": "Fechado!"}])
+    geral = flow("geral", on=[{"message": []}], steps=[{"id": "s", "say": "Geral!"}])
+    agent, provider, _ = build([fechado, VENDAS, geral], {"understand": [{"flows": {"fechado": 100,
+                                                                                    "vendas": 10}}]})
+    r = agent.turn(session_id="s1", message="...", id="m1")
+    assert section(understand_calls(provider)[0], "flows") == ["vendas"]
+    assert [s.flow_id for s in r.started] == ["geral"] and [m.text for m in r.messages] == ["Geral!"]
