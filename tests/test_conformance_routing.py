@@ -455,3 +455,78 @@ def test_scores_for_flows_that_were_not_candidates_are_never_read():
     r = agent.turn(session_id="s1", message="...", id="m1")
     assert section(understand_calls(provider)[0], "flows") == ["vendas"]
     assert [s.flow_id for s in r.started] == ["geral"] and [m.text for m in r.messages] == ["Geral!"]
+
+
+# §3.5 rule 5, §4.5: routing to a flow with a suspended run ----------------------------------------------------
+
+def a_and_b(a_trigger, a_steps=None, script_understand=(), speak=()):
+    """a (with `a_trigger`) asks x, then b is routed to and asks y: a is suspended behind b."""
+    a = flow("a", on=[a_trigger], steps=a_steps or [{"id": "qa", "collect": ["x"]},
+                                                   {"id": "fim", "say": "A pronto: {{data.x}}."}])
+    b = flow("b", on=[{"message": ["quer B"], "repeat": "always"}], steps=[{"id": "qb", "collect": ["y"]}])
+    agent, provider, clock = build([a, b], {
+        "understand": [{"flows": {"a": 90, "b": 0}}, {"flows": {"a": 0, "b": 90}}, *script_understand],
+        "speak": [{"message": "x?"}, {"message": "y?"}, *speak]})
+    t1 = agent.turn(session_id="s1", message="quero A", id="m1")
+    clock.advance("1m")
+    t2 = agent.turn(session_id="s1", session=t1.session, message="quero B", id="m2")
+    assert status(t2) == [("a#m1", "suspended"), ("b#m2", "asking")]
+    clock.advance("1m")
+    return agent, provider, clock, t2
+
+
+def test_routing_to_an_always_flow_resumes_its_suspended_run_as_a_fresh_arrival_already_known():
+    """runtime.md §3.5 rule 5, §4.5, flows.md §4.1 Note: the routed "always" flow has a suspended run: it becomes
+    `running` (no new run, no claim, no new visit) and re-executes its step as a fresh arrival, so a collect step
+    whose field the same message gave writes `already-known` (not `ok`) under the old key; it is the floor run."""
+    agent, provider, clock, t2 = a_and_b({"message": ["quer A"], "repeat": "always"},
+                                         script_understand=[{"flows": {"a": 90, "b": 0}, "fields": {"x": "1"}}])
+    claims = dict(t2.session.claims)
+    t3 = agent.turn(session_id="s1", session=t2.session, message="voltando ao A: x é 1", id="m3")
+    assert t3.started == [] and t3.skipped == [] and t3.session.claims == claims
+    assert [(o.run_id, o.kind, o.status, o.code, o.key, o.next) for o in t3.outcomes][:2] == [
+        ("a#m1", "collect", "skipped", "already-known", "a#m1:qa:1", None),
+        ("a#m1", "say", "ok", None, "a#m1:fim:1", None)]
+    assert [m.text for m in t3.messages] == ["A pronto: 1."]
+    assert [(e.id, e.reason, e.visits) for e in t3.ended] == [("a#m1", "end", {"qa": 1, "fim": 1})]
+    assert "another-reply" in [o.code for o in t3.outcomes if o.run_id == "b#m2"]
+    assert status(t3) == [("b#m2", "asking")]
+
+
+def test_a_routed_suspended_run_whose_field_is_still_missing_asks_again_at_the_same_visit():
+    """runtime.md §3.5 rule 5, §3.5 "The displaced asker", §4.4 rule 2: the resumed run is earlier in
+    `session.runs`; its talk step suspends the asker and speaks under the same key (no new visit)."""
+    agent, provider, clock, t2 = a_and_b({"message": ["quer A"], "repeat": "always"},
+                                         script_understand=[{"flows": {"a": 90, "b": 0}}],
+                                         speak=[{"message": "Voltando: x?"}])
+    t3 = agent.turn(session_id="s1", session=t2.session, message="voltando ao A", id="m3")
+    assert t3.started == [] and [m.key for m in t3.messages] == ["a#m1:qa:1"]
+    a, b = t3.session.runs
+    assert (a.id, a.status, a.visits, a.asked) == ("a#m1", "asking", {"qa": 1}, {"x": 2})
+    assert (b.id, b.status, b.suspended_at) == ("b#m2", "suspended", "2026-09-20T10:02:00.000Z")
+
+
+def test_routing_to_a_cooldown_flow_past_its_cooldown_resumes_its_suspended_run():
+    """runtime.md §4.5, flows.md §4.1 Note: a cooldown flow past its cooldown is eligible again; routed to, its
+    suspended run resumes (not a new start, so no `cooldown` skip and no new claim)."""
+    agent, provider, clock, t2 = a_and_b({"message": ["quer A"], "repeat": {"cooldown": "1h"}},
+                                         script_understand=[{"flows": {"a": 90, "b": 0}}],
+                                         speak=[{"message": "Voltando: x?"}])
+    clock.advance("2h")
+    t3 = agent.turn(session_id="s1", session=t2.session, message="voltando ao A", id="m3")
+    assert section(understand_calls(provider)[2], "flows") == ["b", "a"]
+    assert t3.started == [] and t3.skipped == [] and t3.session.claims["a:s1:"] == {"at": T0}
+    assert [m.key for m in t3.messages] == ["a#m1:qa:1"] and status(t3) == [("a#m1", "asking"),
+                                                                            ("b#m2", "suspended")]
+
+
+def test_a_once_flow_with_a_suspended_run_is_not_a_candidate_and_comes_back_only_through_the_stack():
+    """flows.md §4.1 Note, runtime.md §4.5: a suspended run holds its "once" claim, so its flow is not eligible:
+    not scored, not routed to (even a score of 100 for it is never read)."""
+    agent, provider, clock, t2 = a_and_b({"message": ["quer A"]},
+                                         script_understand=[{"flows": {"a": 100, "b": 0}}],
+                                         speak=[{"message": "y, por favor?"}])
+    t3 = agent.turn(session_id="s1", session=t2.session, message="voltando ao A", id="m3")
+    assert section(understand_calls(provider)[2], "flows") == ["b"]
+    assert [m.key for m in t3.messages] == ["b#m2:qb:1"] and status(t3) == [("a#m1", "suspended"),
+                                                                            ("b#m2", "asking")]
