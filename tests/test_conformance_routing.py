@@ -530,3 +530,100 @@ def test_a_once_flow_with_a_suspended_run_is_not_a_candidate_and_comes_back_only
     assert section(understand_calls(provider)[2], "flows") == ["b"]
     assert [m.key for m in t3.messages] == ["b#m2:qb:1"] and status(t3) == [("a#m1", "suspended"),
                                                                             ("b#m2", "asking")]
+
+
+# §3.5 rules 6 and 8, §3.5.2: which asker fires its branches -------------------------------------------------
+
+MENU = flow("menu", on=[{"message": ["quer o menu"]}], steps=[
+    {"id": "q", "collect": ["cpf"], "branches": [{"if": {"known": ["plano"]}, "then": "pro"},
+                                                 {"when": "a pessoa pede um humano", "then": "humano"}]},
+    {"id": "pro", "say": "Plano pro!", "then": "end"}, {"id": "humano", "say": "Chamando um humano."}])
+LOG = flow("log", on=[{"message": ["reclama"]}], steps=[{"id": "d", "do": "anotar"}])
+
+
+def menu_asking(second_reply, speak=(), claims=None, flows=(MENU, SUPORTE)):
+    anotar, log = noop()
+    agent, provider, _ = build(list(flows), {"understand": [{"flows": {"menu": 90}}, second_reply],
+                                             "speak": [{"message": "CPF?"}, *speak]},
+                               actions={"anotar": anotar})
+    t1 = agent.turn(session_id="s1", message="quero o menu", id="m1")
+    t1.session.data["plano"] = "pro"                   # the `if` branch now holds
+    t2 = agent.turn(session_id="s1", session=t1.session, message="...", id="m2", claims=claims)
+    return t2, provider, log
+
+
+def test_an_askers_if_branch_fires_when_it_keeps_the_floor():
+    """runtime.md §3.5 rules 6 and 8, §3.5.2: no route: the asker is the floor run; its first holding branch
+    (an `if`, judged by code) fires with `<kind> / ok / branch`, key = step key, next = the branch target."""
+    t2, _, _ = menu_asking({"flows": {"menu": 90, "suporte": 10}})
+    assert [(o.kind, o.status, o.code, o.key, o.next) for o in t2.outcomes][0] == (
+        "collect", "ok", "branch", "menu#m1:q:1", "pro")
+    assert [m.text for m in t2.messages] == ["Plano pro!"]
+
+
+@pytest.mark.parametrize("branches", [{}, {"q1": True}])
+def test_an_asker_routed_away_from_never_fires_its_branches(branches):
+    """runtime.md §3.5 rule 8, flows.md §6 rule 1: "A message routed to another flow ... never fires the asker's
+    branches" - neither the `if` that holds nor a `when` the model answered true; the routed run's talk step
+    suspends the asker, still on its step."""
+    t2, provider, _ = menu_asking({"flows": {"menu": 10, "suporte": 90}, "branches": branches},
+                                  speak=[{"message": "Pedido?"}])
+    assert section(understand_calls(provider)[1], "branches") == ["q1"]        # asked, but not applied
+    assert "branch" not in [o.code for o in t2.outcomes]
+    assert [m.key for m in t2.messages] == ["suporte#m2:q:1"]
+    menu = t2.session.runs[0]
+    assert (menu.status, menu.step_id, menu.visits) == ("suspended", "q", {"q": 1})
+
+
+def test_an_asker_routed_away_to_a_do_only_flow_answers_without_firing_its_branches():
+    """runtime.md §3.5 "The displaced asker" and rule 8: the routed run has no talk step, so the asker keeps
+    the floor in Run and answers as a resuming asker, but its branches are not fired (it was not the floor run)."""
+    t2, _, log = menu_asking({"flows": {"menu": 10, "log": 90}, "branches": {"q1": True}},
+                             speak=[{"message": "Anotado. CPF?"}], flows=(MENU, LOG))
+    assert log == ["log#m2:d:1"] and "branch" not in [o.code for o in t2.outcomes]
+    assert [m.key for m in t2.messages] == ["menu#m1:q:1"] and status(t2) == [("menu#m1", "asking")]
+
+
+def test_a_refused_route_leaves_the_asker_as_floor_run_so_its_branch_fires():
+    """runtime.md §3.5 rule 6 (inferred for a refused start) and rule 8, model-calls.md §3.6 items 3 and 5: the
+    routed start is refused, so the asker keeps the floor and its `when` branch answered true fires."""
+    t2, _, _ = menu_asking({"flows": {"menu": 10, "suporte": 90}, "branches": {"q1": True}},
+                           claims={"active": ["suporte:s1"]})
+    assert [(s.flow_id, s.code) for s in t2.skipped] == [("suporte", "already-running")]
+    # the `if` branch (index 0) holds first: list order wins over the `when` answer
+    assert [(o.code, o.next) for o in t2.outcomes][0] == ("branch", "pro")
+
+
+def test_a_when_branch_answered_true_fires_when_the_asker_keeps_the_floor_and_list_order_decides():
+    """runtime.md §3.5.2: branches are checked in list order and the first that hits fires; a `when` hits on
+    the judgement's True for "<runId>/<stepId>/<index>" (index in the whole `branches` list)."""
+    anotar, _ = noop()
+    agent, provider, _ = build([MENU, SUPORTE], {
+        "understand": [{"flows": {"menu": 90}}, {"flows": {"menu": 90}, "branches": {"q1": True}}],
+        "speak": [{"message": "CPF?"}]})
+    t1 = agent.turn(session_id="s1", message="quero o menu", id="m1")
+    t2 = agent.turn(session_id="s1", session=t1.session, message="quero um humano", id="m2")
+    assert "q1: a pessoa pede um humano" in understand_calls(provider)[1].prompt
+    assert [(o.code, o.next, o.key) for o in t2.outcomes][0] == ("branch", "humano", "menu#m1:q:1")
+    assert [m.text for m in t2.messages] == ["Chamando um humano."]
+
+
+def test_branches_are_not_fired_when_a_suspended_run_is_routed_back_to():
+    """runtime.md §3.5 rules 5, 6 and 8: a route that resumes a suspended run is a route: the asker is not the
+    floor run and its `if` branch that holds is not fired."""
+    b = flow("b", on=[{"message": ["quer B"], "repeat": "always"}],
+             steps=[{"id": "qb", "collect": ["y"], "branches": [{"if": {"known": ["plano"]}, "then": "fim"}]},
+                    {"id": "fim", "say": "B fim."}])
+    a = flow("a", on=[{"message": ["quer A"], "repeat": "always"}], steps=[{"id": "qa", "collect": ["x"]}])
+    agent, _, clock = build([a, b], {
+        "understand": [{"flows": {"a": 90}}, {"flows": {"a": 0, "b": 90}}, {"flows": {"a": 90, "b": 0}}],
+        "speak": [{"message": "x?"}, {"message": "y?"}, {"message": "x, de novo?"}]})
+    t1 = agent.turn(session_id="s1", message="quero A", id="m1")
+    clock.advance("1s")
+    t2 = agent.turn(session_id="s1", session=t1.session, message="quero B", id="m2")
+    t2.session.data["plano"] = "pro"
+    clock.advance("1s")
+    t3 = agent.turn(session_id="s1", session=t2.session, message="volta pro A", id="m3")
+    assert "branch" not in [o.code for o in t3.outcomes]
+    assert [m.key for m in t3.messages] == ["a#m1:qa:1"] and status(t3) == [("a#m1", "asking"),
+                                                                            ("b#m2", "suspended")]
