@@ -627,3 +627,105 @@ def test_branches_are_not_fired_when_a_suspended_run_is_routed_back_to():
     assert "branch" not in [o.code for o in t3.outcomes]
     assert [m.key for m in t3.messages] == ["a#m1:qa:1"] and status(t3) == [("a#m1", "asking"),
                                                                             ("b#m2", "suspended")]
+
+
+# §3.5 rule 4: mention runs and their payloads -----------------------------------------------------------------
+
+def mention_flow(extract=True, **trigger):
+    on = {"mention": ["cita um concorrente"], **trigger}
+    if extract:
+        on["extract"] = {"marca": {"type": "string"}, "preco": {"type": "number", "optional": True}}
+    return flow("conc", on=[on], steps=[{"id": "d", "do": "anotar"}])
+
+
+def mention_turn(reply, **trigger_keys):
+    seen = []
+    anotar = Action(parameters={}, run=lambda params, ctx: seen.append(ctx.input))
+    agent, provider, _ = build([mention_flow(**trigger_keys)], {"understand": [reply],
+                                                                "speak": [{"message": "Oi!"}]},
+                               actions={"anotar": anotar})
+    return agent.turn(session_id="s1", message="a ACME é mais barata", id="m1"), provider, seen
+
+
+@pytest.mark.parametrize("extract_reply, payload", [
+    ({"conc": {"marca": "ACME", "preco": None}}, {"marca": "ACME"}),
+    ({"conc": {"marca": "", "preco": None}}, {}),           # every entry dropped: still the dict {}
+    ({"conc": {"marca": 12}}, {"marca": 12}),                # not coerced to the extract definition
+    ({}, None),                                               # the model returned no dict for the flow
+    ({"conc": "ACME"}, None),                                 # not a dict
+])
+def test_a_mention_judged_true_starts_with_the_extracted_dict_even_when_empty(extract_reply, payload):
+    """runtime.md §3.5 rule 4, model-calls.md §3.5-§3.6 item 2, flows.md §4.2: the payload is the dict returned
+    under `extract` minus `None` and `""` entries, `{}` when nothing is left, and absent only when the model
+    returned no dict for that flow; the run's `input` and `trigger.payload` carry it."""
+    r, _, seen = mention_turn({"mentions": {"conc": True}, "extract": extract_reply})
+    assert [s.run_id for s in r.started] == ["conc#m1"] and seen == [payload]
+    ended = r.ended[0]
+    assert ended.input == payload
+    assert ended.trigger == ({"kind": "mention", "key": "m1"} if payload is None
+                             else {"kind": "mention", "key": "m1", "payload": payload})
+
+
+def test_a_mention_without_extract_starts_with_no_payload_even_if_the_model_sent_values():
+    """runtime.md §3.5 rule 4: "The payload is absent only when the trigger has no `extract` or ..."."""
+    r, provider, seen = mention_turn({"mentions": {"conc": True}, "extract": {"conc": {"marca": "ACME"}}},
+                                     extract=False)
+    assert section(understand_calls(provider)[0], "extract") is None
+    assert seen == [None] and r.ended[0].trigger == {"kind": "mention", "key": "m1"}
+
+
+@pytest.mark.parametrize("answer", [False, None])
+def test_a_phrased_mention_not_judged_true_does_nothing(answer):
+    """runtime.md §3.5 rule 4: "non-empty list not judged True: nothing" - no run, no skip, no claim."""
+    r, _, seen = mention_turn({"mentions": {"conc": answer}, "extract": {"conc": {"marca": "ACME"}}})
+    assert r.started == [] and r.skipped == [] and seen == [] and r.session.claims == {}
+
+
+def is_acme(ctx):
+    return isinstance(ctx.input, dict) and ctx.input.get("marca") == "ACME"
+
+
+def test_a_mention_trigger_if_is_judged_at_start_with_the_extracted_values():
+    """runtime.md §3.4 item 5 and §3.5 rule 4, flows.md §4.2, §7.5: the mention's `if` is not judged before the
+    call (the flow is asked), but at start with `input` = the extracted values; false: no run, no skip, no claim."""
+    r, provider, seen = mention_turn({"mentions": {"conc": True}, "extract": {"conc": {"marca": "Outra"}}},
+                                     **{"if": is_acme})
+    assert section(understand_calls(provider)[0], "mentions") == ["conc"]
+    assert r.started == [] and r.skipped == [] and r.session.claims == {} and seen == []
+    r, _, seen = mention_turn({"mentions": {"conc": True}, "extract": {"conc": {"marca": "ACME"}}},
+                              **{"if": is_acme})
+    assert [s.run_id for s in r.started] == ["conc#m1"] and seen == [{"marca": "ACME"}]
+
+
+def test_mention_runs_start_before_the_routed_run_and_only_the_first_mention_trigger_counts():
+    """runtime.md §3.5 rule 4 and the closing note (mention runs start before the routed run, so `started` lists
+    them first), flows.md §4 ("mention: only the first trigger of that kind")."""
+    m = flow("m", on=[{"mention": ["cita um concorrente"]}, {"mention": ["fala de preço"]}],
+             steps=[{"id": "d", "do": "anotar"}])
+    anotar, _ = noop()
+    agent, provider, _ = build([VENDAS, m], {"understand": [{"flows": {"vendas": 90}, "mentions": {"m": True}}],
+                                             "speak": [{"message": "CPF?"}]}, actions={"anotar": anotar})
+    r = agent.turn(session_id="s1", message="quero comprar, a ACME é mais barata", id="m1")
+    assert [s.run_id for s in r.started] == ["m#m1", "vendas#m1"]
+    prompt = understand_calls(provider)[0].prompt
+    assert "cita um concorrente" in prompt and "fala de preço" not in prompt
+
+
+@pytest.mark.xfail(reason="engine: Decide starts every mention flow the reply marks true, even one that was not "
+                          "asked (claimed), writing an already-claimed skip", strict=True)
+def test_a_mention_that_was_not_asked_is_never_read_even_if_the_reply_marks_it_true():
+    """model-calls.md §3.5 last paragraph ("scores, mentions and branches for ids that were not asked about are
+    simply never read"), flows.md §4.2 ("a claimed "once" mention is simply not asked and writes nothing"),
+    runtime.md §3.4 item 5: the claimed mention is left out of the call; a reply that still says true for it
+    must not start it, so no `already-claimed` skip appears."""
+    anotar, log = noop()
+    m = flow("conc", on=[{"mention": ["cita um concorrente"]}], steps=[{"id": "d", "do": "anotar"}])
+    agent, provider, _ = build([VENDAS, m], {
+        "understand": [{"flows": {"vendas": 90}, "mentions": {"conc": True}},
+                       {"flows": {"vendas": 90}, "mentions": {"conc": True}}],
+        "speak": [{"message": "CPF?"}, {"message": "E o CPF?"}]}, actions={"anotar": anotar})
+    t1 = agent.turn(session_id="s1", message="quero comprar; a ACME é melhor", id="m1")
+    assert log == ["conc#m1:d:1"]
+    t2 = agent.turn(session_id="s1", session=t1.session, message="a ACME é melhor mesmo", id="m2")
+    assert section(understand_calls(provider)[1], "mentions") is None
+    assert t2.skipped == [] and t2.started == []
