@@ -729,3 +729,67 @@ def test_a_mention_that_was_not_asked_is_never_read_even_if_the_reply_marks_it_t
     t2 = agent.turn(session_id="s1", session=t1.session, message="a ACME é melhor mesmo", id="m2")
     assert section(understand_calls(provider)[1], "mentions") is None
     assert t2.skipped == [] and t2.started == []
+
+
+# flows.md §4 "Which trigger object is used": a flow with a phrased and an empty message trigger -----------------
+
+def both(phrased_extra=None, empty_extra=None):
+    return flow("ambos", on=[{"message": ["quer um orçamento"], **(phrased_extra or {})},
+                             {"message": [], **(empty_extra or {})}],
+                steps=[{"id": "s", "say": "Vamos lá."}])
+
+
+def test_a_flow_with_both_triggers_is_a_candidate_and_starts_through_the_phrased_one_when_scored():
+    """flows.md §4, runtime.md §3.5 rule 5: scored >= 40, the start uses the first non-empty message trigger:
+    here its `repeat: "always"` puts the trigger key into the claim."""
+    agent, provider, _ = build([both({"repeat": "always"})], {"understand": [{"flows": {"ambos": 80}}]})
+    r = agent.turn(session_id="s1", message="quero um orçamento", id="m1")
+    assert section(understand_calls(provider)[0], "flows") == ["ambos"]
+    assert [(s.run_id, s.dedupe_key) for s in r.started] == [("ambos#m1", "ambos:s1:m1")]
+
+
+def test_a_flow_with_both_triggers_scoring_under_40_starts_through_its_catch_all_trigger():
+    """flows.md §4, runtime.md §3.5 rule 5, §3.5.0: under 40 the same flow is the first qualifying catch-all and
+    starts through its empty trigger (default "once": empty nonce); the lone phrased flow was scored because a
+    catch-all qualifies (§3.4 item 4), even with `idle: "silent"`."""
+    agent, provider, _ = build([both({"repeat": "always"})], {"understand": [{"flows": {"ambos": 10}}]},
+                               idle="silent")
+    r = agent.turn(session_id="s1", message="oi", id="m1")
+    assert section(understand_calls(provider)[0], "flows") == ["ambos"]
+    assert [(s.run_id, s.dedupe_key) for s in r.started] == [("ambos#m1", "ambos:s1:")]
+
+
+def test_each_trigger_of_a_flow_with_both_keeps_its_own_repeat():
+    """flows.md §4, runtime.md §3.4 items 2-3: eligibility reads the phrased trigger, catch-all qualification
+    reads the empty one. Once the catch-all's "once" claim is used, the flow is still eligible through its
+    phrased "always" trigger, and a score >= 40 starts it again under the message id."""
+    agent, provider, _ = build([both({"repeat": "always"})], {
+        "understand": [{"flows": {"ambos": 10}}, {"flows": {"ambos": 10}}, {"flows": {"ambos": 90}}],
+        "speak": [{"message": "Oi, em que ajudo?"}]})
+    t1 = agent.turn(session_id="s1", message="oi", id="m1")
+    assert [s.dedupe_key for s in t1.started] == ["ambos:s1:"]
+    t2 = agent.turn(session_id="s1", session=t1.session, message="hm", id="m2")
+    assert t2.started == [] and t2.skipped == [] and [m.key for m in t2.messages] == ["idle:m2"]
+    t3 = agent.turn(session_id="s1", session=t2.session, message="quero um orçamento", id="m3")
+    assert [s.dedupe_key for s in t3.started] == ["ambos:s1:m3"]
+
+
+def test_a_flow_whose_phrased_trigger_fails_its_if_is_no_candidate_but_still_a_catch_all():
+    """runtime.md §3.4 items 2-3: the phrased trigger's `if` is false, so the flow is not scored (no call at
+    all: its catch-all's fields would ride on its first step), but its empty trigger qualifies and it starts."""
+    agent, provider, _ = build([both({"if": {"known": ["plano"]}})], {})
+    r = agent.turn(session_id="s1", message="quero um orçamento", id="m1")
+    assert provider.calls == [] and [(s.run_id, s.dedupe_key) for s in r.started] == [("ambos#m1", "ambos:s1:")]
+
+
+def test_the_premise_of_a_run_started_through_one_message_trigger_reads_them_all():
+    """runtime.md §3.6.2 rule 3, flows.md §4: started as the catch-all (whose `if` holds), the run's premise
+    holds while any `message` trigger has no `if` or a holding one, here the phrased one without `if`."""
+    f = flow("ambos", on=[{"message": ["quer um orçamento"]}, {"message": [], "if": lambda ctx: "plano" not in ctx.data}],
+             steps=[{"id": "q", "collect": ["cpf"]}, {"id": "s", "say": "Fim."}])
+    agent, _, _ = build([f], {"understand": [{"flows": {"ambos": 0}}, {"flows": {"ambos": 0}}],
+                              "speak": [{"message": "CPF?"}, {"message": "CPF?"}]})
+    t1 = agent.turn(session_id="s1", message="oi", id="m1")
+    t1.session.data["plano"] = "pro"                      # the catch-all's own `if` no longer holds
+    t2 = agent.turn(session_id="s1", session=t1.session, message="hm", id="m2")
+    assert "premise-changed" not in [o.code for o in t2.outcomes] and status(t2) == [("ambos#m1", "asking")]
