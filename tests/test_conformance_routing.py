@@ -793,3 +793,99 @@ def test_the_premise_of_a_run_started_through_one_message_trigger_reads_them_all
     t1.session.data["plano"] = "pro"                      # the catch-all's own `if` no longer holds
     t2 = agent.turn(session_id="s1", session=t1.session, message="hm", id="m2")
     assert "premise-changed" not in [o.code for o in t2.outcomes] and status(t2) == [("ambos#m1", "asking")]
+
+
+# §3.6 steps 3-5, §4.6: hand-back, another-reply and the fixed question -----------------------------------------
+
+def test_hand_back_walks_down_the_whole_stack_until_a_run_answers():
+    """runtime.md §3.6 step 3, §4.6: the asker ends silently; the most recently suspended run resumes, moves and
+    ends silently too; the next one down does the same; the bottom one answers the same message. Each resumed
+    run moves as a resuming asker (`ok`, not `already-known`, when the understand call completed its step)."""
+    fields = dict(FIELDS)
+    steps = lambda slug: [{"id": "q", "collect": [slug]}, {"id": "d", "do": "anotar"}]    # noqa: E731
+    a = flow("a", on=[{"message": ["quer A"]}], steps=[{"id": "q", "collect": ["cpf"]}])
+    b = flow("b", on=[{"message": ["quer B"]}], steps=steps("x"))
+    c = flow("c", on=[{"message": ["quer C"]}], steps=steps("y"))
+    d = flow("d", on=[{"message": ["quer D"]}], steps=steps("pedido"))
+    anotar, log = noop()
+    agent, provider, clock = build([a, b, c, d], {
+        "understand": [{"flows": {"a": 90}}, {"flows": {"b": 90}}, {"flows": {"c": 90}}, {"flows": {"d": 90}},
+                       {"fields": {"x": "1", "y": "2", "pedido": "3"}}],
+        "speak": [{"message": "CPF?"}, {"message": "x?"}, {"message": "y?"}, {"message": "pedido?"},
+                  {"message": "Anotei tudo. E o CPF?"}]}, fields=fields, actions={"anotar": anotar})
+    r = agent.turn(session_id="s1", message="quero A", id="m1")
+    for n, fid in enumerate("bcd", start=2):
+        clock.advance("1s")
+        r = agent.turn(session_id="s1", session=r.session, message=f"quero {fid.upper()}", id=f"m{n}")
+    assert status(r) == [("a#m1", "suspended"), ("b#m2", "suspended"), ("c#m3", "suspended"), ("d#m4", "asking")]
+    clock.advance("1s")
+    r = agent.turn(session_id="s1", session=r.session, message="x 1, y 2, pedido 3", id="m5")
+    assert log == ["d#m4:d:1", "c#m3:d:1", "b#m2:d:1"]
+    assert [(o.run_id, o.status, o.code) for o in r.outcomes if o.kind == "collect"] == [
+        ("d#m4", "ok", None), ("c#m3", "ok", None), ("b#m2", "ok", None), ("a#m1", "ok", None)]
+    assert [(m.text, m.key) for m in r.messages] == [("Anotei tudo. E o CPF?", "a#m1:q:1")]
+    assert status(r) == [("a#m1", "asking")] and r.llm_calls == 2
+
+
+def test_the_hand_back_judges_a_resumed_runs_if_branches_first():
+    """runtime.md §3.6 step 3 ("resume ..., branches included"), §4.5: the run handed the message has its talk
+    step's `if` branches judged before it moves."""
+    a = flow("a", on=[{"message": ["quer A"]}], steps=[
+        {"id": "q", "collect": ["cpf"], "branches": [{"if": {"known": ["x"]}, "then": "pronto"}]},
+        {"id": "pronto", "say": "Com x, seguimos."}])
+    b = flow("b", on=[{"message": ["quer B"]}], steps=[{"id": "q", "collect": ["x"]}, {"id": "d", "do": "anotar"}])
+    anotar, log = noop()
+    agent, _, clock = build([a, b], {
+        "understand": [{"flows": {"a": 90}}, {"flows": {"b": 90}}, {"fields": {"x": "1"}}],
+        "speak": [{"message": "CPF?"}, {"message": "x?"}]}, actions={"anotar": anotar})
+    r = agent.turn(session_id="s1", message="quero A", id="m1")
+    clock.advance("1s")
+    r = agent.turn(session_id="s1", session=r.session, message="quero B", id="m2")
+    clock.advance("1s")
+    r = agent.turn(session_id="s1", session=r.session, message="x é 1", id="m3")
+    assert [(o.run_id, o.code, o.next) for o in r.outcomes if o.code == "branch"] == [("a#m1", "branch", "pronto")]
+    assert [m.text for m in r.messages] == ["Com x, seguimos."] and r.session.runs == []
+
+
+def test_no_hand_back_after_a_say_answered_the_message():
+    """runtime.md §3.6 step 3: the loop runs only "while ... nobody has spoken yet": a `say` counts, so the
+    suspended run stays suspended until Settle's resume (§3.8 item 5), which judges no branch and speaks not."""
+    a = flow("a", on=[{"message": ["quer A"]}], steps=[{"id": "q", "collect": ["cpf"]}])
+    b = flow("b", on=[{"message": ["quer B"]}], steps=[{"id": "q", "collect": ["x"]}, {"id": "s", "say": "Ok!"}])
+    agent, _, clock = build([a, b], {
+        "understand": [{"flows": {"a": 90}}, {"flows": {"b": 90}}, {"fields": {"x": "1"}}],
+        "speak": [{"message": "CPF?"}, {"message": "x?"}]})
+    r = agent.turn(session_id="s1", message="quero A", id="m1")
+    clock.advance("1s")
+    r = agent.turn(session_id="s1", session=r.session, message="quero B", id="m2")
+    r = agent.turn(session_id="s1", session=r.session, message="x é 1", id="m3")
+    assert [m.text for m in r.messages] == ["Ok!"] and r.llm_calls == 1
+    assert status(r) == [("a#m1", "asking")] and [o.run_id for o in r.outcomes].count("a#m1") == 0
+
+
+def test_another_reply_is_checked_before_the_fixed_question():
+    """runtime.md §3.6 step 5, §3.6.6 rule 2, §3.6.7 ("after the another-reply check"): a mention run's `say`
+    answered the message, so the routed run's step writes `another-reply`, sends no fixed question and counts no
+    ask; on the next message the fixed question goes out."""
+    fields = {"nome": {"type": "string", "extract": "asked", "ask": "Pergunte o nome."}}
+    geral = flow("geral", on=[{"message": []}], steps=[{"id": "q", "collect": ["nome"], "question": "Seu nome?"}])
+    oi = flow("oi", on=[{"mention": []}], steps=[{"id": "s", "say": "Bem-vindo!"}])
+    agent, provider, _ = build([oi, geral], {}, fields=fields)
+    t1 = agent.turn(session_id="s1", message="oi", id="m1")
+    assert [m.text for m in t1.messages] == ["Bem-vindo!"]
+    assert [(o.run_id, o.kind, o.status, o.code, o.key) for o in t1.outcomes if o.run_id == "geral#m1"] == [
+        ("geral#m1", "collect", "skipped", "another-reply", "geral#m1:q:1")]
+    run = t1.session.runs[0]
+    assert (run.id, run.status, run.asked) == ("geral#m1", "asking", {})
+    t2 = agent.turn(session_id="s1", session=t1.session, message="oi?", id="m2")
+    assert [(m.text, m.kind, m.key) for m in t2.messages] == [("Seu nome?", "verbatim", "geral#m1:q:1")]
+    assert t2.llm_calls == 0 and provider.calls == [] and t2.session.runs[0].asked == {"nome": 1}
+
+
+def test_a_runs_own_say_does_not_block_its_talk_step():
+    """runtime.md §3.6.6 rule 2: only a run *other than* the talk's run blocks it with `another-reply`."""
+    f = flow("f", on=[{"message": []}], steps=[{"id": "s", "say": "Olá!"}, {"id": "q", "collect": ["cpf"]}])
+    agent, _, _ = build([f], {"speak": [{"message": "Qual o CPF?"}]})
+    r = agent.turn(session_id="s1", message="oi", id="m1")
+    assert [m.text for m in r.messages] == ["Olá!", "Qual o CPF?"]
+    assert "another-reply" not in [o.code for o in r.outcomes]
