@@ -889,3 +889,80 @@ def test_a_runs_own_say_does_not_block_its_talk_step():
     r = agent.turn(session_id="s1", message="oi", id="m1")
     assert [m.text for m in r.messages] == ["Olá!", "Qual o CPF?"]
     assert "another-reply" not in [o.code for o in r.outcomes]
+
+
+# §9: silenced with `understand: True` -------------------------------------------------------------------------
+
+QUIET = {"reason": "humano assumiu", "understand": True}
+
+
+def test_understand_true_fires_the_askers_when_branch_and_a_fresh_talk_step_then_ends_silenced():
+    """runtime.md §9 (`understand: True`: "routing, mentions, branches and field extraction happen"), §3.5.2,
+    §3.6.3 talk rule 3: the `when` branch fires; its `do` target runs; the next talk step, reached fresh, ends
+    the run `silenced`. Only the understand call is spent."""
+    f = flow("f", on=[{"message": []}], steps=[
+        {"id": "q", "collect": ["cpf"], "branches": [{"when": "a pessoa desiste", "then": "d"}]},
+        {"id": "d", "do": "anotar"}, {"id": "p", "prompt": "Despeça-se."}])
+    anotar, log = noop()
+    agent, provider, _ = build([f], {"understand": [{"branches": {"q1": True}}], "speak": [{"message": "CPF?"}]},
+                               actions={"anotar": anotar})
+    t1 = agent.turn(session_id="s1", message="oi", id="m1")
+    t2 = agent.turn(session_id="s1", session=t1.session, message="desisto", id="m2", silenced=QUIET)
+    assert t2.llm_calls == 1 and t2.messages == [] and log == ["f#m1:d:1"]
+    assert [(o.kind, o.status, o.code) for o in t2.outcomes] == [
+        ("collect", "ok", "branch"), ("do", "ok", None), ("prompt", "skipped", "silenced")]
+    assert [(e.id, e.reason) for e in t2.ended] == [("f#m1", "skipped")]
+
+
+def test_understand_true_routes_away_but_the_asker_keeps_asking_and_the_routed_run_ends_silenced():
+    """runtime.md §9 and its Note, §3.6.3 talk rule 3: the routed run starts (claim written) and ends `silenced`
+    at its talk step; the displaced asker moves as a resuming asker and stays `asking` with no line."""
+    agent, provider, _ = build([VENDAS, SUPORTE], {
+        "understand": [{"flows": {"vendas": 90}}, {"flows": {"vendas": 0, "suporte": 90}}],
+        "speak": [{"message": "CPF?"}]})
+    t1 = agent.turn(session_id="s1", message="quero comprar", id="m1")
+    t2 = agent.turn(session_id="s1", session=t1.session, message="meu pedido!", id="m2", silenced=QUIET)
+    assert [s.run_id for s in t2.started] == ["suporte#m2"] and "suporte:s1:" in t2.session.claims
+    assert [(o.run_id, o.code) for o in t2.outcomes] == [("suporte#m2", "silenced")]
+    assert status(t2) == [("vendas#m1", "asking")] and t2.messages == [] and t2.llm_calls == 1
+
+
+def test_understand_true_starts_a_mention_judged_true_and_writes_judged_fields():
+    """runtime.md §9: mentions and field extraction happen under `understand: True`; a mention run's `say`
+    ends it `silenced`; the asker stays asking; no speak call."""
+    m = flow("conc", on=[{"mention": ["cita um concorrente"]}], steps=[{"id": "s", "say": "Somos melhores."}])
+    agent, _, _ = build([VENDAS, m], {
+        "understand": [{"flows": {"vendas": 90}}, {"mentions": {"conc": True}, "fields": {"nome": "Bia"}}],
+        "speak": [{"message": "CPF?"}]})
+    t1 = agent.turn(session_id="s1", message="quero comprar", id="m1")
+    t2 = agent.turn(session_id="s1", session=t1.session, message="Bia; a ACME é melhor", id="m2", silenced=QUIET)
+    assert [s.run_id for s in t2.started] == ["conc#m2"] and t2.session.data == {"nome": "Bia"}
+    assert [(o.run_id, o.kind, o.code) for o in t2.outcomes] == [("conc#m2", "say", "silenced")]
+    assert status(t2) == [("vendas#m1", "asking")] and t2.llm_calls == 1
+
+
+def test_understand_true_makes_no_hand_back():
+    """runtime.md §3.6 step 3: the hand-back loop runs only on a message turn "that is not silenced": the asker
+    finishes silently and the suspended run comes back only through Settle's resume, without speaking."""
+    a = flow("a", on=[{"message": ["quer A"]}], steps=[{"id": "q", "collect": ["cpf"]}])
+    b = flow("b", on=[{"message": ["quer B"]}], steps=[{"id": "q", "collect": ["x"]}, {"id": "d", "do": "anotar"}])
+    anotar, log = noop()
+    agent, _, clock = build([a, b], {
+        "understand": [{"flows": {"a": 90}}, {"flows": {"b": 90}}, {"fields": {"x": "1"}}],
+        "speak": [{"message": "CPF?"}, {"message": "x?"}]}, actions={"anotar": anotar})
+    r = agent.turn(session_id="s1", message="quero A", id="m1")
+    clock.advance("1s")
+    r = agent.turn(session_id="s1", session=r.session, message="quero B", id="m2")
+    r = agent.turn(session_id="s1", session=r.session, message="x é 1", id="m3", silenced=QUIET)
+    assert log == ["b#m2:d:1"] and r.messages == [] and status(r) == [("a#m1", "asking")]
+    assert [o.run_id for o in r.outcomes if o.run_id == "a#m1"] == []
+
+
+def test_a_plain_reason_judges_no_when_branch_but_the_lone_unscored_flow_is_routed():
+    """runtime.md §9 (plain reason: "no `when` branch fires"; "The lone eligible flow of the unscored-start rule
+    ... starts the same way"), §3.5 rule 3: zero calls, the unscored flow starts and its `do` runs."""
+    f = flow("f", on=[{"message": ["quer um orçamento"]}], steps=[{"id": "d", "do": "anotar"}])
+    anotar, log = noop()
+    agent, provider, _ = build([f], {}, idle="silent", actions={"anotar": anotar})
+    r = agent.turn(session_id="s1", message="oi", id="m1", silenced="pausa")
+    assert provider.calls == [] and [s.run_id for s in r.started] == ["f#m1"] and log == ["f#m1:d:1"]
