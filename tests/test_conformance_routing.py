@@ -966,3 +966,125 @@ def test_a_plain_reason_judges_no_when_branch_but_the_lone_unscored_flow_is_rout
     agent, provider, _ = build([f], {}, idle="silent", actions={"anotar": anotar})
     r = agent.turn(session_id="s1", message="oi", id="m1", silenced="pausa")
     assert provider.calls == [] and [s.run_id for s in r.started] == ["f#m1"] and log == ["f#m1:d:1"]
+
+
+# §4.7: staying (`onEnd: "stay"`) and the floor ------------------------------------------------------------------
+
+def stay_flow(fid, on=None, first=None):
+    """A stay flow whose only talk step `p` sits after the step that ends it, so it is reached only by the stay."""
+    return flow(fid, on=on, onEnd="stay", steps=[first or {"id": "d", "do": "anotar", "then": "end"},
+                                                 {"id": "p", "prompt": "Responda dúvidas."}])
+
+
+def test_a_routed_run_that_reaches_stay_takes_the_conversation_from_the_asker_and_answers():
+    """runtime.md §4.7 rules 2-5, flows.md §3.6 rule 5: the message was routed to this flow, so when it reaches
+    its end the other asker is suspended (its queued talk request dropped) and the stay step answers now."""
+    anotar, log = noop()
+    agent, provider, _ = build([VENDAS, stay_flow("faq", on=[{"message": ["tem uma dúvida"]}])], {
+        "understand": [{"flows": {"vendas": 90}}, {"flows": {"vendas": 0, "faq": 90}}],
+        "speak": [{"message": "CPF?"}, {"message": "Abrimos às 9h."}]}, actions={"anotar": anotar})
+    t1 = agent.turn(session_id="s1", message="quero comprar", id="m1")
+    t2 = agent.turn(session_id="s1", session=t1.session, message="que horas abrem?", id="m2")
+    assert log == ["faq#m2:d:1"] and [(m.text, m.key) for m in t2.messages] == [("Abrimos às 9h.", "faq#m2:p:1")]
+    assert status(t2) == [("vendas#m1", "suspended"), ("faq#m2", "asking")]
+    faq = t2.session.runs[1]
+    assert (faq.staying, faq.visits) == (True, {"d": 1, "p": 2})
+    assert "another-reply" not in [o.code for o in t2.outcomes]
+
+
+def test_a_run_beside_the_conversation_that_reaches_stay_waits_behind_the_asker():
+    """runtime.md §4.7 rule 3: a code-only mention run (not the turn's floor run) reaches its end while the
+    asker keeps the floor: it is suspended, staying, on its stay step (a new visit); the asker answers."""
+    anotar, log = noop()
+    agent, _, _ = build([VENDAS, stay_flow("det", on=[{"mention": []}])], {
+        "speak": [{"message": "CPF?"}, {"message": "E o CPF?"}]}, actions={"anotar": anotar})
+    t1 = agent.turn(session_id="s1", start={"flow": "vendas", "key": "k1"})
+    t2 = agent.turn(session_id="s1", session=t1.session, message="hm", id="m1")
+    assert [s.flow_id for s in t2.started] == ["det"] and log == ["det#m1:d:1"]
+    assert status(t2) == [("vendas#k1", "asking"), ("det#m1", "suspended")]
+    det = t2.session.runs[1]
+    assert (det.step_id, det.staying, det.visits, det.suspended_at) == ("p", True, {"d": 1, "p": 1}, T0)
+    assert [m.key for m in t2.messages] == ["vendas#k1:q:1"]
+
+
+def test_with_nobody_asking_a_side_run_that_stays_asks_but_a_later_talk_step_takes_the_floor():
+    """runtime.md §4.7 rules 4-5 then §3.6.3 talk rule 4: with no asker the mention run (started before the
+    routed run, §3.5) reaches `stay` first and starts answering; the routed run's talk step, later in the
+    queue, then suspends it and becomes the speaker."""
+    anotar, log = noop()
+    agent, _, _ = build([VENDAS, stay_flow("det", on=[{"mention": []}])], {
+        "understand": [{"flows": {"vendas": 90}}], "speak": [{"message": "CPF?"}]}, actions={"anotar": anotar})
+    t1 = agent.turn(session_id="s1", message="quero comprar", id="m1")
+    assert [s.flow_id for s in t1.started] == ["det", "vendas"]
+    assert status(t1) == [("det#m1", "suspended"), ("vendas#m1", "asking")]
+    assert [m.key for m in t1.messages] == ["vendas#m1:q:1"]
+    assert t1.session.runs[0].visits == {"d": 1, "p": 1}
+
+
+def test_a_stay_reached_on_a_message_the_runs_own_say_answered_waits_for_the_next_message():
+    """runtime.md §4.7 rule 5, flows.md §3.6 rules 4-5: the run's own `say` already answered, so the stay step
+    is entered and asks, but does not speak now; the next message gets it (a resuming, staying asker)."""
+    f = stay_flow("faq", on=[{"message": []}], first={"id": "s", "say": "Pronto.", "then": "end"})
+    agent, provider, _ = build([f], {"speak": [{"message": "Posso ajudar em mais algo?"}]})
+    t1 = agent.turn(session_id="s1", message="oi", id="m1")
+    assert [m.text for m in t1.messages] == ["Pronto."] and t1.llm_calls == 0
+    run = t1.session.runs[0]
+    assert (run.status, run.step_id, run.staying, run.visits) == ("asking", "p", True, {"s": 1, "p": 1})
+    t2 = agent.turn(session_id="s1", session=t1.session, message="sim", id="m2")
+    assert [m.key for m in t2.messages] == ["faq#m1:p:1"] and t2.session.runs[0].visits == {"s": 1, "p": 2}
+
+
+def test_a_reply_wait_resolved_into_stay_during_ingest_takes_the_conversation_and_answers():
+    """runtime.md §3.2 I-R rule 4 ("so a `stay` it reaches answers this message"), §4.7 rules 3-5, flows.md §3.6
+    rule 5 ("it resolved this run's `wait`"): reaching `stay` in Ingest, the run is the floor run, so the asker
+    is suspended; it stays `asking` through Ingest and answers in Run. No route is made (I-F)."""
+    espera = flow("espera", onEnd="stay", steps=[{"id": "w", "wait": "1h", "else": "end"},
+                                                 {"id": "x", "say": "Sem resposta."},
+                                                 {"id": "p", "prompt": "Retome a conversa."}])
+    agent, provider, _ = build([espera, VENDAS, SUPORTE], {
+        "understand": [{"flows": {"espera": 0, "vendas": 0, "suporte": 99}}],
+        "speak": [{"message": "CPF?"}, {"message": "Que bom que voltou!"}]})
+    t1 = agent.turn(session_id="s1", start={"flow": "espera", "key": "k1"})
+    t2 = agent.turn(session_id="s1", session=t1.session, start={"flow": "vendas", "key": "k2"})
+    assert status(t2) == [("espera#k1", "waiting"), ("vendas#k2", "asking")]
+    t3 = agent.turn(session_id="s1", session=t2.session, message="voltei, e meu pedido?", id="m2")
+    call = understand_calls(provider)[0]
+    assert section(call, "flows") == ["espera", "vendas", "suporte"] and section(call, "branches") is None
+    assert t3.started == [] and [(m.text, m.key) for m in t3.messages] == [("Que bom que voltou!", "espera#k1:p:1")]
+    assert status(t3) == [("espera#k1", "asking"), ("vendas#k2", "suspended")]
+
+
+def test_a_staying_run_skips_if_branches_back_onto_its_path_but_takes_a_flow_branch():
+    """runtime.md §3.5.2, §4.7, flows.md §3.6 rule 6: on a staying run an `if` branch whose target is `"end"` or
+    an already visited step is never taken; an `if` branch to a `{flow}` still fires."""
+    humano = flow("humano", steps=[{"id": "s", "say": "Chamando um humano."}])
+    f = flow("faq", on=[{"message": []}], onEnd="stay", steps=[
+        {"id": "p", "prompt": "Responda.", "branches": [
+            {"if": {"known": ["plano"]}, "then": "p"}, {"if": {"known": ["plano"]}, "then": "end"},
+            {"if": {"known": ["plano"]}, "then": {"step": "p", "clear": ["cpf"]}},
+            {"if": {"known": ["cidade"]}, "then": {"flow": "humano"}}]}])
+    agent, _, _ = build([f, humano], {"speak": [{"message": "Oi!"}, {"message": "Mais uma resposta."}]})
+    t1 = agent.turn(session_id="s1", message="oi", id="m1")
+    assert t1.session.runs[0].staying is True
+    t1.session.data["plano"] = "pro"
+    t2 = agent.turn(session_id="s1", session=t1.session, message="e aí?", id="m2")
+    assert "branch" not in [o.code for o in t2.outcomes] and [m.key for m in t2.messages] == ["faq#m1:p:2"]
+    t2.session.data["cidade"] = "Recife"
+    t3 = agent.turn(session_id="s1", session=t2.session, message="quero gente", id="m3")
+    assert [(o.code, o.next) for o in t3.outcomes][0] == ("branch", "flow:humano")
+    assert [m.text for m in t3.messages] == ["Chamando um humano."]
+
+
+def test_a_staying_askers_when_branch_is_sent_and_a_branch_to_end_stays_and_answers_the_same_message():
+    """flows.md §3.6 rule 6, runtime.md §3.4 item 6, §3.5.2, §4.7 rules 2 and 5: the stay step's `when` branch
+    is asked on every message and still moves the run; `then: "end"` finishes the flow, which stays again
+    (a new visit) and, being the floor run with nobody having spoken, answers this message."""
+    f = flow("faq", on=[{"message": []}], onEnd="stay", steps=[
+        {"id": "p", "prompt": "Responda.", "branches": [{"when": "a pessoa agradece", "then": "end"}]}])
+    agent, provider, _ = build([f], {"understand": [{"branches": {"q1": True}}],
+                                     "speak": [{"message": "Oi!"}, {"message": "Por nada!"}]})
+    t1 = agent.turn(session_id="s1", message="oi", id="m1")
+    t2 = agent.turn(session_id="s1", session=t1.session, message="obrigada", id="m2")
+    assert section(understand_calls(provider)[0], "branches") == ["q1"]
+    assert [(o.code, o.next, o.key) for o in t2.outcomes][0] == ("branch", "end", "faq#m1:p:2")
+    assert [m.key for m in t2.messages] == ["faq#m1:p:3"] and t2.session.runs[0].visits == {"p": 4}
