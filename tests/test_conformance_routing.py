@@ -504,6 +504,7 @@ def test_a_routed_suspended_run_whose_field_is_still_missing_asks_again_at_the_s
     a, b = t3.session.runs
     assert (a.id, a.status, a.visits, a.asked) == ("a#m1", "asking", {"qa": 1}, {"x": 2})
     assert (b.id, b.status, b.suspended_at) == ("b#m2", "suspended", "2026-09-20T10:02:00.000Z")
+    assert [o.run_id for o in t3.outcomes if o.run_id == "b#m2"] == []     # suspended before it moved
 
 
 def test_routing_to_a_cooldown_flow_past_its_cooldown_resumes_its_suspended_run():
@@ -1088,3 +1089,148 @@ def test_a_staying_askers_when_branch_is_sent_and_a_branch_to_end_stays_and_answ
     assert section(understand_calls(provider)[0], "branches") == ["q1"]
     assert [(o.code, o.next, o.key) for o in t2.outcomes][0] == ("branch", "end", "faq#m1:p:2")
     assert [m.key for m in t2.messages] == ["faq#m1:p:3"] and t2.session.runs[0].visits == {"p": 4}
+
+
+# §3.5 order of rules: clearOnStart, judged fields, branches -----------------------------------------------------
+
+def test_a_routed_runs_clear_on_start_happens_before_the_judged_values_land():
+    """runtime.md §3.5 closing note ("a routed run's `clearOnStart` ... happens before the judged values land"),
+    model-calls.md §3.5 (a `fields` key the model added on its own is still applied): the stale value is cleared
+    by the start, then the value from this message is written."""
+    f = flow("pedido", on=[{"message": ["quer fazer um pedido"]}], clearOnStart=["cidade", "pedido"],
+             steps=[{"id": "q", "collect": ["cidade", "pedido"]}])
+    agent, provider, _ = build([f], {"understand": [{"flows": {"pedido": 90}, "fields": {"cidade": "Recife"}}],
+                                     "speak": [{"message": "Qual o pedido?"}]})
+    blob = {"id": "s1", "v": 4, "version": 0, "data": {"cidade": "Natal", "pedido": "antigo"}, "runs": [],
+            "claims": {}, "inputs": [], "metadata": {}}
+    r = agent.turn(session_id="s1", session=blob, message="quero pedir em Recife", id="m1")
+    assert section(understand_calls(provider)[0], "fields") is None          # both known: none offered
+    assert r.session.data == {"cidade": "Recife"} and r.messages[0].key == "pedido#m1:q:1"
+
+
+def test_judged_fields_are_written_before_the_askers_branches_are_judged():
+    """runtime.md §3.5 rules 7-8, flows.md §6 rule 3: an `if` branch sees the value the same message gave, and
+    a branch target whose fields the message completed is skipped `already-known`."""
+    f = flow("f", on=[{"message": []}], steps=[
+        {"id": "q", "collect": ["cpf"], "branches": [{"if": {"known": ["plano"]}, "then": "r"}]},
+        {"id": "x", "say": "Nunca."}, {"id": "r", "collect": ["cidade"]}, {"id": "fim", "say": "Plano {{data.plano}} em {{data.cidade}}."}])
+    f["collect"] = ["plano"]
+    agent, _, _ = build([f], {"understand": [{"fields": {"plano": "pro", "cidade": "Recife"}}],
+                              "speak": [{"message": "CPF?"}]})
+    t1 = agent.turn(session_id="s1", message="oi", id="m1")
+    t2 = agent.turn(session_id="s1", session=t1.session, message="plano pro, Recife", id="m2")
+    assert [(o.kind, o.status, o.code, o.next) for o in t2.outcomes][:2] == [
+        ("collect", "ok", "branch", "r"), ("collect", "skipped", "already-known", None)]
+    assert [m.text for m in t2.messages] == ["Plano pro em Recife."]
+
+
+def test_an_asker_that_leaves_in_decide_lets_the_start_of_run_resume_the_stack_with_its_if_branches():
+    """runtime.md §3.6 step 1, §4.5: the asker's branch ends it in Decide, so nobody asks when Run begins: the
+    most recently suspended run returns to asking and, on this message turn, its `if` branches are judged."""
+    a = flow("a", on=[{"message": ["quer A"]}], steps=[
+        {"id": "q", "collect": ["cpf"], "branches": [{"if": {"known": ["plano"]}, "then": "pro"}]},
+        {"id": "x", "say": "Nunca."}, {"id": "pro", "say": "A: plano pro!"}])
+    b = flow("b", on=[{"message": ["quer B"]}], steps=[
+        {"id": "q", "collect": ["x"], "branches": [{"if": {"known": ["plano"]}, "then": "end"}]}])
+    agent, _, clock = build([a, b], {"understand": [{"flows": {"a": 90}}, {"flows": {"b": 90}},
+                                                    {"fields": {"plano": "pro"}}],
+                                     "speak": [{"message": "CPF?"}, {"message": "x?"}]})
+    r = agent.turn(session_id="s1", message="quero A", id="m1")
+    clock.advance("1s")
+    r = agent.turn(session_id="s1", session=r.session, message="quero B", id="m2")
+    r = agent.turn(session_id="s1", session=r.session, message="sou do plano pro", id="m3")
+    assert [(o.run_id, o.code, o.next) for o in r.outcomes if o.code == "branch"] == [
+        ("b#m2", "branch", "end"), ("a#m1", "branch", "pro")]
+    assert [m.text for m in r.messages] == ["A: plano pro!"] and r.session.runs == []
+
+
+def test_with_an_asker_the_catch_all_never_starts_even_when_nothing_scores():
+    """runtime.md §3.5 rule 3, §3.5.0 item 3: the catch-all starts only "with no asker"; with an asker and no
+    flow over the bar nothing starts (no skip) and the asker answers."""
+    geral = flow("geral", on=[{"message": [], "repeat": "always"}], steps=[{"id": "s", "say": "Geral!"}])
+    agent, _, _ = build([VENDAS, geral], {"understand": [{"flows": {"vendas": 90}}, {"flows": {"vendas": 0}}],
+                                          "speak": [{"message": "CPF?"}, {"message": "CPF?"}]})
+    t1 = agent.turn(session_id="s1", message="quero comprar", id="m1")
+    t2 = agent.turn(session_id="s1", session=t1.session, message="oi", id="m2")
+    assert t2.started == [] and t2.skipped == [] and [m.key for m in t2.messages] == ["vendas#m1:q:1"]
+
+
+def test_eligibility_judges_a_message_triggers_if_on_a_draft_run():
+    """runtime.md §3.4 (draft run), flows.md §7.5 row 1: the `if` sees `run.id` = "<flowId>#<triggerKey>",
+    `stepId` None, status running, trigger {kind, key}, hop 0, empty asked/visits/outcomes, a dedupe key with an
+    empty nonce even for `repeat: "always"`, and `input` None."""
+    seen = []
+
+    def gate(ctx):
+        run = ctx.run
+        seen.append((run.id, run.flow_id, run.anchor, run.dedupe_key, run.step_id, run.status, run.trigger,
+                     run.input, run.hop, run.started_at, run.asked, run.visits, run.outcomes, ctx.input))
+        return True
+    f = flow("f", on=[{"message": ["quer um orçamento"], "repeat": "always", "if": gate}],
+             steps=[{"id": "s", "say": "Ok"}])
+    agent, _, _ = build([f], {}, idle="silent")
+    agent.turn(session_id="s1", message="oi", id="m1")
+    assert seen[0] == ("f#m1", "f", "s1", "f:s1:", None, "running", {"kind": "message", "key": "m1"}, None, 0,
+                       T0, {}, {}, [], None)
+
+
+def test_a_displaced_asker_later_routed_run_moves_first_and_may_leave_its_step():
+    """runtime.md §3.5 "The displaced asker": routing never suspends the asker; when the routed run comes later
+    in `session.runs`, the asker moves first as a resuming asker (its step completed by this message's value:
+    `ok`, next step entered and asking), then the routed run's talk step suspends it and speaks."""
+    vendas = flow("vendas", on=[{"message": ["quer comprar"]}], steps=[
+        {"id": "q", "collect": ["nome"]}, {"id": "fim", "prompt": "Agradeça."}])
+    agent, _, _ = build([vendas, SUPORTE], {
+        "understand": [{"flows": {"vendas": 90}}, {"flows": {"vendas": 0, "suporte": 90}, "fields": {"nome": "Bia"}}],
+        "speak": [{"message": "Nome?"}, {"message": "Qual o pedido?"}]})
+    t1 = agent.turn(session_id="s1", message="quero comprar", id="m1")
+    t2 = agent.turn(session_id="s1", session=t1.session, message="sou a Bia e meu pedido sumiu", id="m2")
+    assert [(o.run_id, o.kind, o.status, o.code, o.next) for o in t2.outcomes] == [
+        ("vendas#m1", "collect", "ok", None, None), ("suporte#m2", "collect", "ok", None, None)]
+    assert [m.key for m in t2.messages] == ["suporte#m2:q:1"]
+    vendas_run = t2.session.runs[0]
+    assert (vendas_run.status, vendas_run.step_id, vendas_run.visits) == ("suspended", "fim", {"q": 1, "fim": 1})
+
+
+@pytest.mark.parametrize("claims, advance, eligible", [
+    ({"held": {"vendas:s1:": T0}}, None, False),              # a "once" claim held in another session
+    ({"active": ["vendas:s1"]}, None, True),                  # `active` refuses only the start, not eligibility
+    (None, "59m", False),                                     # cooldown not yet passed
+    (None, "61m", True),
+])
+def test_eligibility_reads_the_repeat_with_session_and_host_claims_without_writing(claims, advance, eligible):
+    """runtime.md §3.4 item 2 ("its `repeat` allows a start under this turn's trigger key (§6.1, checked without
+    writing)"), §6.4: host-held claims count; `claims.active` is a start check (§5 rule 5), not a repeat one."""
+    v = flow("vendas", on=[{"message": ["quer comprar"], **({} if claims else {"repeat": {"cooldown": "1h"}})}],
+             steps=[{"id": "s", "say": "Vendas!"}])
+    agent, provider, clock = build([v, SUPORTE], {"understand": [{}]})
+    session = None
+    if advance:                      # the cooldown flow started at T0
+        session = {"id": "s1", "v": 4, "version": 0, "data": {}, "runs": [], "claims": {"vendas:s1:": {"at": T0}},
+                   "inputs": [], "metadata": {}}
+        clock.advance(advance)
+    before = dict(session["claims"]) if session else {}
+    r = agent.turn(session_id="s1", session=session, message="oi", id="m1", claims=claims)
+    assert section(understand_calls(provider)[0], "flows") == (["vendas", "suporte"] if eligible else ["suporte"])
+    assert {k: v for k, v in r.session.claims.items() if k.startswith("vendas")} == before
+
+
+def test_only_the_first_phrased_message_trigger_decides_eligibility():
+    """runtime.md §3.4 item 2, flows.md §4.1 ("flows whose first non-empty message trigger passes `if`"): a
+    second phrased trigger whose `if` holds does not make the flow eligible when the first one fails."""
+    f = flow("f", on=[{"message": ["quer A"], "if": {"known": ["plano"]}}, {"message": ["quer B"]}],
+             steps=[{"id": "s", "say": "F"}])
+    agent, provider, _ = build([f, SUPORTE], {"understand": [{}]})
+    agent.turn(session_id="s1", message="oi", id="m1")
+    assert section(understand_calls(provider)[0], "flows") == ["suporte"]
+
+
+@pytest.mark.parametrize("value", [0, False, "0", []])
+def test_a_known_value_that_is_falsy_is_still_known_and_never_offered(value):
+    """runtime.md §0 (known), §3.4 item 7, flows.md §2.2: any value but absent, None and "" is known."""
+    f = flow("f", on=[{"message": ["quer A"]}], steps=[{"id": "q", "collect": ["x", "y"]}])
+    agent, provider, _ = build([f, SUPORTE], {"understand": [{}]})
+    blob = {"id": "s1", "v": 4, "version": 0, "data": {"x": value, "y": ""}, "runs": [], "claims": {},
+            "inputs": [], "metadata": {}}
+    agent.turn(session_id="s1", session=blob, message="oi", id="m1")
+    assert section(understand_calls(provider)[0], "fields") == ["y", "pedido"]
