@@ -1234,3 +1234,40 @@ def test_a_known_value_that_is_falsy_is_still_known_and_never_offered(value):
             "inputs": [], "metadata": {}}
     agent.turn(session_id="s1", session=blob, message="oi", id="m1")
     assert section(understand_calls(provider)[0], "fields") == ["y", "pedido"]
+
+
+def test_a_routed_run_reaching_stay_after_another_runs_say_takes_the_floor_but_does_not_answer():
+    """runtime.md §4.7 rules 4-5 (the stay step answers only when "nobody spoke yet"), flows.md §3.6 rule 4:
+    a mention run's `say` answered the message; the routed run reaching `stay` still takes the conversation
+    (the asker is suspended and its queued talk request dropped, so no `another-reply` line) but waits for the
+    next message. No speak call."""
+    anotar, log = noop()
+    oi = flow("oi", on=[{"mention": []}], steps=[{"id": "s", "say": "Bem-vindo!"}])
+    agent, provider, _ = build([oi, VENDAS, stay_flow("faq", on=[{"message": ["tem uma dúvida"]}])], {
+        "understand": [{"flows": {"vendas": 0, "faq": 90}}], "speak": [{"message": "CPF?"}]},
+        actions={"anotar": anotar})
+    t1 = agent.turn(session_id="s1", start={"flow": "vendas", "key": "k1"})
+    t2 = agent.turn(session_id="s1", session=t1.session, message="que horas abrem?", id="m2")
+    assert [m.text for m in t2.messages] == ["Bem-vindo!"] and t2.llm_calls == 1
+    assert status(t2) == [("vendas#k1", "suspended"), ("faq#m2", "asking")]
+    assert [(o.run_id, o.code) for o in t2.outcomes] == [("oi#m2", None), ("faq#m2", None)]
+    faq = t2.session.runs[1]
+    assert (faq.step_id, faq.staying, faq.visits) == ("p", True, {"d": 1, "p": 1})
+
+
+def test_a_suspended_runs_flow_gives_no_fields_unless_it_is_eligible():
+    """runtime.md §3.4 item 7, flows.md §2.3: only the floor flow's and eligible flows' fields are offered; a
+    suspended "once" run's unknown field is not (it is neither), though a value the model adds on its own is
+    still applied (model-calls.md §3.5)."""
+    a = flow("a", on=[{"message": ["quer A"]}], steps=[{"id": "q", "collect": ["email"]}])
+    b = flow("b", on=[{"message": ["quer B"]}], steps=[{"id": "q", "collect": ["nome"]}])
+    agent, provider, clock = build([a, b], {
+        "understand": [{"flows": {"a": 90}}, {"flows": {"b": 90}}, {"fields": {"email": "a@b.c"}}],
+        "speak": [{"message": "E-mail?"}, {"message": "Nome?"}, {"message": "Nome, por favor?"}]})
+    r = agent.turn(session_id="s1", message="quero A", id="m1")
+    clock.advance("1s")
+    r = agent.turn(session_id="s1", session=r.session, message="quero B", id="m2")
+    r = agent.turn(session_id="s1", session=r.session, message="meu e-mail é a@b.c", id="m3")
+    call = understand_calls(provider)[2]
+    assert section(call, "fields") == ["nome"] and section(call, "flows") == ["b"]
+    assert r.session.data == {"email": "a@b.c"}
