@@ -1156,7 +1156,7 @@ def test_with_an_asker_the_catch_all_never_starts_even_when_nothing_scores():
 
 
 def test_eligibility_judges_a_message_triggers_if_on_a_draft_run():
-    """runtime.md §3.4 (draft run), flows.md §7.5 row 1: the `if` sees `run.id` = "<flowId>#<triggerKey>",
+    """runtime.md §3.4 (draft run), flows.md §7.5 rows 1 and 3: the eligibility `if` sees `run.id` = "<flowId>#<triggerKey>",
     `stepId` None, status running, trigger {kind, key}, hop 0, empty asked/visits/outcomes, a dedupe key with an
     empty nonce even for `repeat: "always"`, and `input` None."""
     seen = []
@@ -1169,9 +1169,13 @@ def test_eligibility_judges_a_message_triggers_if_on_a_draft_run():
     f = flow("f", on=[{"message": ["quer um orçamento"], "repeat": "always", "if": gate}],
              steps=[{"id": "s", "say": "Ok"}])
     agent, _, _ = build([f], {}, idle="silent")
-    agent.turn(session_id="s1", message="oi", id="m1")
+    r = agent.turn(session_id="s1", message="oi", id="m1")
     assert seen[0] == ("f#m1", "f", "s1", "f:s1:", None, "running", {"kind": "message", "key": "m1"}, None, 0,
                        T0, {}, {}, [], None)
+    # §5 rule 2, flows.md §7.5 row 3: at start the same `if` is judged again on the real candidate run (its
+    # claim carries the key); §3.6.2 rule 3: then once more as the premise, before the run first moves
+    assert [entry[3] for entry in seen] == ["f:s1:", "f:s1:m1", "f:s1:m1"]
+    assert [s.run_id for s in r.started] == ["f#m1"]
 
 
 def test_a_displaced_asker_later_routed_run_moves_first_and_may_leave_its_step():
