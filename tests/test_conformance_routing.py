@@ -1275,3 +1275,35 @@ def test_a_suspended_runs_flow_gives_no_fields_unless_it_is_eligible():
     call = understand_calls(provider)[2]
     assert section(call, "fields") == ["nome"] and section(call, "flows") == ["b"]
     assert r.session.data == {"email": "a@b.c"}
+
+
+def test_a_child_chained_from_a_reply_wait_in_ingest_takes_the_floor_in_ingest():
+    """runtime.md §3.2 I-F ("A child chained while Ingest is running ... takes the floor in Ingest when it
+    inherits the floor"), §3.6.4 chaining rule 6: the child is the floor run: its flow leads the candidates and
+    gives the fields, and no routing happens even at 95."""
+    espera = flow("espera", steps=[{"id": "w", "wait": "1h", "else": {"flow": "filho"}},
+                                   {"id": "x", "say": "Sem resposta."}])
+    filho = flow("filho", steps=[{"id": "q", "collect": ["email"]}])
+    agent, provider, _ = build([espera, filho, VENDAS], {
+        "understand": [{"flows": {"filho": 0, "vendas": 95}}], "speak": [{"message": "Seu e-mail?"}]})
+    t1 = agent.turn(session_id="s1", start={"flow": "espera", "key": "k1"})
+    t2 = agent.turn(session_id="s1", session=t1.session, message="quero comprar", id="m1")
+    call = understand_calls(provider)[0]
+    assert section(call, "flows") == ["filho", "vendas"] and section(call, "fields") == ["email"]
+    assert "## Current flow" in call.prompt
+    assert [s.run_id for s in t2.started] == ["filho#espera#k1:w:1"]
+    assert [m.key for m in t2.messages] == ["filho#espera#k1:w:1:q:1"]
+
+
+def test_a_reply_wait_that_ends_in_ingest_does_not_hold_the_floor_so_the_message_is_routed():
+    """runtime.md §3.2 I-R rule 4 and I-F ("if it is still live"): the resolved run ended, so no run took the
+    floor in Ingest; there is no floor run (§3.4 item 1) and routing proceeds as usual."""
+    espera = flow("espera", steps=[{"id": "w", "wait": "1h", "else": "end"}, {"id": "x", "say": "Sem resposta."}])
+    agent, provider, _ = build([espera, VENDAS, SUPORTE], {
+        "understand": [{"flows": {"vendas": 95, "suporte": 0}}], "speak": [{"message": "CPF?"}]})
+    t1 = agent.turn(session_id="s1", start={"flow": "espera", "key": "k1"})
+    t2 = agent.turn(session_id="s1", session=t1.session, message="quero comprar", id="m1")
+    call = understand_calls(provider)[0]
+    assert section(call, "flows") == ["vendas", "suporte"] and "## Current flow" not in call.prompt
+    assert [(e.id, e.reason) for e in t2.ended] == [("espera#k1", "end")]
+    assert [s.run_id for s in t2.started] == ["vendas#m1"] and [m.key for m in t2.messages] == ["vendas#m1:q:1"]
