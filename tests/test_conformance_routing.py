@@ -1307,3 +1307,57 @@ def test_a_reply_wait_that_ends_in_ingest_does_not_hold_the_floor_so_the_message
     assert section(call, "flows") == ["vendas", "suporte"] and "## Current flow" not in call.prompt
     assert [(e.id, e.reason) for e in t2.ended] == [("espera#k1", "end")]
     assert [s.run_id for s in t2.started] == ["vendas#m1"] and [m.key for m in t2.messages] == ["vendas#m1:q:1"]
+
+
+def test_a_staying_runs_when_branch_may_lead_back_onto_its_path_unlike_an_if_branch():
+    """runtime.md §3.5.2, §4.7: the "already been through" exclusion is for `if` branches only; a `when` branch
+    to the visited stay step fires (a new visit: `staying` is removed by the entry, and the step answers)."""
+    f = flow("faq", on=[{"message": []}], onEnd="stay", steps=[
+        {"id": "p", "prompt": "Responda.", "branches": [{"when": "a pessoa recomeça", "then": "p"}]}])
+    agent, _, _ = build([f], {"understand": [{"branches": {"q1": True}}],
+                              "speak": [{"message": "Oi!"}, {"message": "Recomeçando."}]})
+    t1 = agent.turn(session_id="s1", message="oi", id="m1")
+    t2 = agent.turn(session_id="s1", session=t1.session, message="vamos recomeçar", id="m2")
+    assert [(o.code, o.next, o.key) for o in t2.outcomes][0] == ("branch", "p", "faq#m1:p:2")
+    assert [m.key for m in t2.messages] == ["faq#m1:p:3"]
+
+
+def test_under_understand_true_a_routed_run_reaching_stay_takes_the_floor_but_does_not_speak():
+    """runtime.md §9 (`understand: True` keeps routing), §4.7 rules 4-5 (the stay step answers only when "not
+    silenced"): the routed run reaches its end, suspends the asker and stays `asking` without a word."""
+    anotar, log = noop()
+    agent, _, _ = build([VENDAS, stay_flow("faq", on=[{"message": ["tem uma dúvida"]}])], {
+        "understand": [{"flows": {"vendas": 0, "faq": 90}}], "speak": [{"message": "CPF?"}]},
+        actions={"anotar": anotar})
+    t1 = agent.turn(session_id="s1", start={"flow": "vendas", "key": "k1"})
+    t2 = agent.turn(session_id="s1", session=t1.session, message="que horas abrem?", id="m2", silenced=QUIET)
+    assert log == ["faq#m2:d:1"] and t2.messages == [] and t2.llm_calls == 1
+    assert status(t2) == [("vendas#k1", "suspended"), ("faq#m2", "asking")]
+    assert t2.session.runs[1].staying is True
+
+
+@pytest.mark.parametrize("order", [("conc", "det"), ("det", "conc")])
+def test_mention_runs_start_in_agent_order_whether_judged_or_code_only(order):
+    """runtime.md §3.5 rule 4: "for every flow that has a `mention` trigger (its first one), in agent order"."""
+    anotar, _ = noop()
+    flows = {"conc": flow("conc", on=[{"mention": ["cita um concorrente"]}], steps=[{"id": "d", "do": "anotar"}]),
+             "det": flow("det", on=[{"mention": []}], steps=[{"id": "d", "do": "anotar"}])}
+    agent, _, _ = build([flows[fid] for fid in order], {"understand": [{"mentions": {"conc": True}}],
+                                                        "speak": [{"message": "Oi"}]}, actions={"anotar": anotar})
+    r = agent.turn(session_id="s1", message="a ACME é melhor", id="m1")
+    assert [s.flow_id for s in r.started] == list(order)
+
+
+def test_mentions_are_asked_even_while_a_run_holds_the_floor_from_ingest():
+    """runtime.md §3.4 item 5, flows.md §4.2 ("reaches the understand call on every message turn while `repeat`
+    allows it"): routing is skipped (I-F) but mentions are still judged and started (§3.5 rule 4)."""
+    anotar, log = noop()
+    espera = flow("espera", steps=[{"id": "w", "wait": "1h", "else": "d"}, {"id": "x", "say": "Sem resposta."},
+                                   {"id": "d", "do": "anotar"}])
+    conc = flow("conc", on=[{"mention": ["cita um concorrente"]}], steps=[{"id": "d", "do": "anotar"}])
+    agent, provider, _ = build([espera, conc], {"understand": [{"mentions": {"conc": True}}]}, idle="silent",
+                               actions={"anotar": anotar})
+    t1 = agent.turn(session_id="s1", start={"flow": "espera", "key": "k1"})
+    t2 = agent.turn(session_id="s1", session=t1.session, message="a ACME é melhor", id="m1")
+    assert section(understand_calls(provider)[0], "mentions") == ["conc"]
+    assert [s.run_id for s in t2.started] == ["conc#m1"] and log == ["espera#k1:d:1", "conc#m1:d:1"]
