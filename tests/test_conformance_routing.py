@@ -1361,3 +1361,18 @@ def test_mentions_are_asked_even_while_a_run_holds_the_floor_from_ingest():
     t2 = agent.turn(session_id="s1", session=t1.session, message="a ACME é melhor", id="m1")
     assert section(understand_calls(provider)[0], "mentions") == ["conc"]
     assert [s.run_id for s in t2.started] == ["conc#m1"] and log == ["espera#k1:d:1", "conc#m1:d:1"]
+
+
+def test_scores_and_mentions_under_aliases_are_mapped_back_before_routing():
+    """model-calls.md §2.8, §3.5 ("Keys are mapped back from aliases"), runtime.md §3.5 rules 3-4: ids that are
+    not valid property names travel as `f<n>` (one counter shared by all prefixes, kept real ids never minted);
+    the reply under those aliases routes and starts the real flows."""
+    anotar, log = noop()
+    v = flow("vendas b2b", on=[{"message": ["quer comprar"]}], steps=[{"id": "q", "collect": ["cpf"]}])
+    m = flow("conc:x", on=[{"mention": ["cita um concorrente"]}], steps=[{"id": "d", "do": "anotar"}])
+    agent, provider, _ = build([v, SUPORTE, m], {"understand": [{"flows": {"f1": 90}, "mentions": {"f2": True}}],
+                                                 "speak": [{"message": "CPF?"}]}, actions={"anotar": anotar})
+    r = agent.turn(session_id="s1", message="quero comprar; a ACME é melhor", id="m1")
+    call = understand_calls(provider)[0]
+    assert section(call, "flows") == ["f1", "suporte"] and section(call, "mentions") == ["f2"]
+    assert [s.run_id for s in r.started] == ["conc:x#m1", "vendas b2b#m1"] and log == ["conc:x#m1:d:1"]
