@@ -1376,3 +1376,29 @@ def test_scores_and_mentions_under_aliases_are_mapped_back_before_routing():
     call = understand_calls(provider)[0]
     assert section(call, "flows") == ["f1", "suporte"] and section(call, "mentions") == ["f2"]
     assert [s.run_id for s in r.started] == ["conc:x#m1", "vendas b2b#m1"] and log == ["conc:x#m1:d:1"]
+
+
+def test_a_routed_say_only_flow_answers_so_the_kept_asker_writes_another_reply():
+    """runtime.md §3.5 "The displaced asker" ("it keeps the floor and answers the message, unless another run's
+    `say` already did"), §3.6.6 rule 2."""
+    aviso = flow("aviso", on=[{"message": ["pergunta o horário"]}], steps=[{"id": "s", "say": "Abrimos às 9h."}])
+    agent, _, _ = build([VENDAS, aviso], {"understand": [{"flows": {"vendas": 90}},
+                                                         {"flows": {"vendas": 0, "aviso": 90}}],
+                                          "speak": [{"message": "CPF?"}]})
+    t1 = agent.turn(session_id="s1", message="quero comprar", id="m1")
+    t2 = agent.turn(session_id="s1", session=t1.session, message="que horas abrem?", id="m2")
+    assert [m.text for m in t2.messages] == ["Abrimos às 9h."] and t2.llm_calls == 1
+    assert [(o.run_id, o.code) for o in t2.outcomes] == [("aviso#m2", None), ("vendas#m1", "another-reply")]
+    assert status(t2) == [("vendas#m1", "asking")]
+
+
+@pytest.mark.parametrize("lead, eligible", [("lead-1", False), ("lead-2", True)])
+def test_eligibility_checks_the_claim_under_the_flows_anchor(lead, eligible):
+    """runtime.md §3.4 item 2 and the draft run (anchor), §6.1, §6.3: an anchored "once" flow is eligible per
+    host anchor key, not per session."""
+    v = flow("vendas", on=[{"message": ["quer comprar"]}], anchor="lead", steps=[{"id": "s", "say": "Vendas!"}])
+    agent, provider, _ = build([v, SUPORTE], {"understand": [{}]})
+    blob = {"id": "s1", "v": 4, "version": 0, "data": {}, "runs": [], "claims": {"vendas:lead-1:": {"at": T0}},
+            "inputs": [], "metadata": {}}
+    agent.turn(session_id="s1", session=blob, message="oi", id="m1", anchors={"lead": {"key": lead}})
+    assert section(understand_calls(provider)[0], "flows") == (["vendas", "suporte"] if eligible else ["suporte"])
