@@ -1402,3 +1402,27 @@ def test_eligibility_checks_the_claim_under_the_flows_anchor(lead, eligible):
             "inputs": [], "metadata": {}}
     agent.turn(session_id="s1", session=blob, message="oi", id="m1", anchors={"lead": {"key": lead}})
     assert section(understand_calls(provider)[0], "flows") == (["vendas", "suporte"] if eligible else ["suporte"])
+
+
+def test_a_malformed_understand_reply_judges_nothing_but_code_only_decisions_still_happen(caplog):
+    """model-calls.md §3.5 item 2: the call counts, nothing is routed, mentioned or branched by the model, but
+    the catch-all still starts and code-only mention detectors still run."""
+    anotar, log = noop()
+    geral = flow("geral", on=[{"message": []}], steps=[{"id": "s", "say": "Geral!"}])
+    conc = flow("conc", on=[{"mention": ["cita um concorrente"]}], steps=[{"id": "d", "do": "anotar"}])
+    det = flow("det", on=[{"mention": []}], steps=[{"id": "d", "do": "anotar"}])
+    agent, provider, _ = build([VENDAS, geral, conc, det], {"understand": ["não sei responder"]},
+                               actions={"anotar": anotar})
+    r = agent.turn(session_id="s1", message="quero comprar", id="m1")
+    assert r.llm_calls == 1 and [s.flow_id for s in r.started] == ["det", "geral"]
+    assert log == ["det#m1:d:1"] and [m.text for m in r.messages] == ["Geral!"]
+
+
+def test_a_malformed_reply_still_lets_the_askers_if_branch_fire():
+    """model-calls.md §3.5 item 2 ("`if` branches still happen"), runtime.md §3.5 rule 8."""
+    agent, _, _ = build([MENU, SUPORTE], {"understand": [{"flows": {"menu": 90}}, "{broken"],
+                                          "speak": [{"message": "CPF?"}]})
+    t1 = agent.turn(session_id="s1", message="quero o menu", id="m1")
+    t1.session.data["plano"] = "pro"
+    t2 = agent.turn(session_id="s1", session=t1.session, message="...", id="m2")
+    assert t2.llm_calls == 1 and [(o.code, o.next) for o in t2.outcomes][0] == ("branch", "pro")
