@@ -1426,3 +1426,25 @@ def test_a_malformed_reply_still_lets_the_askers_if_branch_fire():
     t1.session.data["plano"] = "pro"
     t2 = agent.turn(session_id="s1", session=t1.session, message="...", id="m2")
     assert t2.llm_calls == 1 and [(o.code, o.next) for o in t2.outcomes][0] == ("branch", "pro")
+
+
+def test_a_run_resumed_at_the_start_of_run_has_no_when_branch_judged_even_if_the_reply_names_it():
+    """runtime.md §3.6 step 1 ("`when` branches cannot fire: there is no judgement for it"), flows.md §6 rule 5:
+    the suspended run's `when` branch is not in the call (it was not the floor run), and a reply that still
+    answers it true under its real key does not move it; it asks again instead."""
+    a = flow("a", on=[{"message": ["quer A"]}], steps=[
+        {"id": "q", "collect": ["cpf"], "branches": [{"when": "a pessoa desiste", "then": "fim"}]},
+        {"id": "fim", "say": "Tchau."}])
+    b = flow("b", on=[{"message": ["quer B"]}], steps=[
+        {"id": "q", "collect": ["x"], "branches": [{"if": {"known": ["plano"]}, "then": "end"}]}])
+    agent, provider, clock = build([a, b], {
+        "understand": [{"flows": {"a": 90}}, {"flows": {"b": 90}}, {"branches": {"a#m1/q/0": True}}],
+        "speak": [{"message": "CPF?"}, {"message": "x?"}, {"message": "Voltando: CPF?"}]})
+    r = agent.turn(session_id="s1", message="quero A", id="m1")
+    clock.advance("1s")
+    r = agent.turn(session_id="s1", session=r.session, message="quero B", id="m2")
+    r.session.data["plano"] = "pro"
+    r = agent.turn(session_id="s1", session=r.session, message="desisto", id="m3")
+    assert section(understand_calls(provider)[2], "branches") is None
+    assert [(o.run_id, o.code) for o in r.outcomes if o.code == "branch"] == [("b#m2", "branch")]
+    assert [m.key for m in r.messages] == ["a#m1:q:1"] and status(r) == [("a#m1", "asking")]
