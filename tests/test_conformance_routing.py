@@ -5,13 +5,15 @@ model-calls.md §1, §3.1-§3.2, §3.5-§3.6; flows.md §2.2-§2.3, §3.6, §4, 
 
 Every test drives whole turns through a ScriptedProvider and asserts only what the engine exposes: whether
 the understand call happened and what it offered (`provider.calls[i].schema` and `.prompt`), `llm_calls`,
-`started`/`ended`/`skipped`, runs' status, outcome lines, messages and keys.
+`started`/`ended`/`skipped`, runs' status, outcome lines, messages and keys. The Run-phase half (displaced
+asker, stack and hand-back, another-reply, `understand: True`, staying) is tests/test_conformance_run_phase.py.
 """
 import pytest
-
 from falai import Action, ScriptedProvider, falai, fake_clock
 
+
 T0 = "2026-09-20T10:00:00.000Z"
+
 
 FIELDS = {
     "nome": {"type": "string", "ask": "Pergunte o nome."},
@@ -45,15 +47,11 @@ def section(call, name):
     return list(props[name]["properties"]) if name in props else None
 
 
-def lines(r):
-    return [(o.run_id, o.kind, o.status, o.code) for o in r.outcomes]
-
-
 def status(r):
     return [(run.id, run.status) for run in r.session.runs]
 
 
-def noop(*keys):
+def noop():
     """An action that records its step key."""
     log = []
 
@@ -70,7 +68,17 @@ def flow(fid, on=None, steps=None, **keys):
     return out
 
 
-# §3.4 items 4, 8, 9 and model-calls.md §3.1: when there is no understand call ---------------------------------
+VENDAS = flow("vendas", on=[{"message": ["quer comprar"]}], steps=[{"id": "q", "collect": ["cpf"]}])
+
+
+SUPORTE = flow("suporte", on=[{"message": ["tem um problema"]}], steps=[{"id": "q", "collect": ["pedido"]}])
+
+
+TROCA = flow("troca", on=[{"message": ["quer trocar um produto"]}], steps=[{"id": "q", "collect": ["pedido"]}])
+
+
+# §3.4 items 4, 8, 9 and model-calls.md §3.1: when there is no understand call -------------------------------------
+
 
 def test_a_floor_holder_alone_with_nothing_harvestable_and_only_if_branches_makes_no_understand_call():
     """runtime.md §3.4 item 9, model-calls.md §3.1 (only the floor flow to score), §17 row 2: an asker whose
@@ -193,7 +201,8 @@ def test_a_when_branch_alone_is_the_reason_for_the_understand_call():
     assert "- q1: a pessoa desiste" in call.prompt
 
 
-# §3.4 items 1-3 and 7, model-calls.md §3.2: candidates and fields ---------------------------------------------
+# §3.4 items 1-3 and 7, model-calls.md §3.2: eligibility, candidates and fields ------------------------------------
+
 
 def test_candidates_lead_with_the_floor_flow_whatever_its_trigger_then_eligible_flows_in_agent_order():
     """runtime.md §3.4 item 4, model-calls.md §3.2 (candidates): the floor run's flow comes first even when it
@@ -210,6 +219,74 @@ def test_candidates_lead_with_the_floor_flow_whatever_its_trigger_then_eligible_
     t1.session.claims["c:s1:"] = {"at": T0}                 # c already ran once here
     agent.turn(session_id="s1", session=t1.session, message="oi", id="m1")
     assert section(understand_calls(provider)[0], "flows") == ["dono", "a", "d"]
+
+
+def test_eligibility_judges_a_message_triggers_if_on_a_draft_run():
+    """runtime.md §3.4 (draft run), flows.md §7.5 rows 1 and 3: the eligibility `if` sees `run.id` = "<flowId>#<triggerKey>",
+    `stepId` None, status running, trigger {kind, key}, hop 0, empty asked/visits/outcomes, a dedupe key with an
+    empty nonce even for `repeat: "always"`, and `input` None."""
+    seen = []
+
+    def gate(ctx):
+        run = ctx.run
+        seen.append((run.id, run.flow_id, run.anchor, run.dedupe_key, run.step_id, run.status, run.trigger,
+                     run.input, run.hop, run.started_at, run.asked, run.visits, run.outcomes, ctx.input))
+        return True
+    f = flow("f", on=[{"message": ["quer um orçamento"], "repeat": "always", "if": gate}],
+             steps=[{"id": "s", "say": "Ok"}])
+    agent, _, _ = build([f], {}, idle="silent")
+    r = agent.turn(session_id="s1", message="oi", id="m1")
+    assert seen[0] == ("f#m1", "f", "s1", "f:s1:", None, "running", {"kind": "message", "key": "m1"}, None, 0,
+                       T0, {}, {}, [], None)
+    # §5 rule 2, flows.md §7.5 row 3: at start the same `if` is judged again on the real candidate run (its
+    # claim carries the key); §3.6.2 rule 3: then once more as the premise, before the run first moves
+    assert [entry[3] for entry in seen] == ["f:s1:", "f:s1:m1", "f:s1:m1"]
+    assert [s.run_id for s in r.started] == ["f#m1"]
+
+
+def test_only_the_first_phrased_message_trigger_decides_eligibility():
+    """runtime.md §3.4 item 2, flows.md §4.1 ("flows whose first non-empty message trigger passes `if`"): a
+    second phrased trigger whose `if` holds does not make the flow eligible when the first one fails."""
+    f = flow("f", on=[{"message": ["quer A"], "if": {"known": ["plano"]}}, {"message": ["quer B"]}],
+             steps=[{"id": "s", "say": "F"}])
+    agent, provider, _ = build([f, SUPORTE], {"understand": [{}]})
+    agent.turn(session_id="s1", message="oi", id="m1")
+    assert section(understand_calls(provider)[0], "flows") == ["suporte"]
+
+
+@pytest.mark.parametrize("claims, advance, eligible", [
+    ({"held": {"vendas:s1:": T0}}, None, False),              # a "once" claim held in another session
+    ({"active": ["vendas:s1"]}, None, True),                  # `active` refuses only the start, not eligibility
+    (None, "59m", False),                                     # cooldown not yet passed
+    (None, "61m", True),
+])
+def test_eligibility_reads_the_repeat_with_session_and_host_claims_without_writing(claims, advance, eligible):
+    """runtime.md §3.4 item 2 ("its `repeat` allows a start under this turn's trigger key (§6.1, checked without
+    writing)"), §6.4: host-held claims count; `claims.active` is a start check (§5 rule 5), not a repeat one."""
+    v = flow("vendas", on=[{"message": ["quer comprar"], **({} if claims else {"repeat": {"cooldown": "1h"}})}],
+             steps=[{"id": "s", "say": "Vendas!"}])
+    agent, provider, clock = build([v, SUPORTE], {"understand": [{}]})
+    session = None
+    if advance:                      # the cooldown flow started at T0
+        session = {"id": "s1", "v": 4, "version": 0, "data": {}, "runs": [], "claims": {"vendas:s1:": {"at": T0}},
+                   "inputs": [], "metadata": {}}
+        clock.advance(advance)
+    before = dict(session["claims"]) if session else {}
+    r = agent.turn(session_id="s1", session=session, message="oi", id="m1", claims=claims)
+    assert section(understand_calls(provider)[0], "flows") == (["vendas", "suporte"] if eligible else ["suporte"])
+    assert {k: v for k, v in r.session.claims.items() if k.startswith("vendas")} == before
+
+
+@pytest.mark.parametrize("lead, eligible", [("lead-1", False), ("lead-2", True)])
+def test_eligibility_checks_the_claim_under_the_flows_anchor(lead, eligible):
+    """runtime.md §3.4 item 2 and the draft run (anchor), §6.1, §6.3: an anchored "once" flow is eligible per
+    host anchor key, not per session."""
+    v = flow("vendas", on=[{"message": ["quer comprar"]}], anchor="lead", steps=[{"id": "s", "say": "Vendas!"}])
+    agent, provider, _ = build([v, SUPORTE], {"understand": [{}]})
+    blob = {"id": "s1", "v": 4, "version": 0, "data": {}, "runs": [], "claims": {"vendas:lead-1:": {"at": T0}},
+            "inputs": [], "metadata": {}}
+    agent.turn(session_id="s1", session=blob, message="oi", id="m1", anchors={"lead": {"key": lead}})
+    assert section(understand_calls(provider)[0], "flows") == (["vendas", "suporte"] if eligible else ["suporte"])
 
 
 def test_fields_are_the_floor_flows_then_each_eligible_flows_first_occurrence_first():
@@ -234,6 +311,35 @@ def test_fields_are_the_floor_flows_then_each_eligible_flows_first_occurrence_fi
     agent.turn(session_id="s1", session=t1.session, message="oi", id="m1")
     assert section(understand_calls(provider)[0], "fields") == [
         "plano", "nome", "email", "cidade", "aceita_livre"]
+
+
+@pytest.mark.parametrize("value", [0, False, "0", []])
+def test_a_known_value_that_is_falsy_is_still_known_and_never_offered(value):
+    """runtime.md §0 (known), §3.4 item 7, flows.md §2.2: any value but absent, None and "" is known."""
+    f = flow("f", on=[{"message": ["quer A"]}], steps=[{"id": "q", "collect": ["x", "y"]}])
+    agent, provider, _ = build([f, SUPORTE], {"understand": [{}]})
+    blob = {"id": "s1", "v": 4, "version": 0, "data": {"x": value, "y": ""}, "runs": [], "claims": {},
+            "inputs": [], "metadata": {}}
+    agent.turn(session_id="s1", session=blob, message="oi", id="m1")
+    assert section(understand_calls(provider)[0], "fields") == ["y", "pedido"]
+
+
+def test_a_suspended_runs_flow_gives_no_fields_unless_it_is_eligible():
+    """runtime.md §3.4 item 7, flows.md §2.3: only the floor flow's and eligible flows' fields are offered; a
+    suspended "once" run's unknown field is not (it is neither), though a value the model adds on its own is
+    still applied (model-calls.md §3.5)."""
+    a = flow("a", on=[{"message": ["quer A"]}], steps=[{"id": "q", "collect": ["email"]}])
+    b = flow("b", on=[{"message": ["quer B"]}], steps=[{"id": "q", "collect": ["nome"]}])
+    agent, provider, clock = build([a, b], {
+        "understand": [{"flows": {"a": 90}}, {"flows": {"b": 90}}, {"fields": {"email": "a@b.c"}}],
+        "speak": [{"message": "E-mail?"}, {"message": "Nome?"}, {"message": "Nome, por favor?"}]})
+    r = agent.turn(session_id="s1", message="quero A", id="m1")
+    clock.advance("1s")
+    r = agent.turn(session_id="s1", session=r.session, message="quero B", id="m2")
+    r = agent.turn(session_id="s1", session=r.session, message="meu e-mail é a@b.c", id="m3")
+    call = understand_calls(provider)[2]
+    assert section(call, "fields") == ["nome"] and section(call, "flows") == ["b"]
+    assert r.session.data == {"email": "a@b.c"}
 
 
 def test_a_floor_run_from_ingest_is_the_floor_only_when_nobody_asks():
@@ -315,7 +421,8 @@ def test_with_a_floor_run_no_catch_all_fields_are_offered():
     assert section(call, "fields") == ["nome"] and section(call, "flows") == ["dono"]
 
 
-# §3.2 I-R / I-F and §3.4 item 6: a run that took the floor in Ingest ------------------------------------------
+# §3.2 I-R / I-F and §3.4 item 6: a run that took the floor in Ingest ----------------------------------------------
+
 
 def test_a_run_that_took_the_floor_in_ingest_blocks_routing_catch_all_and_the_askers_branches():
     """runtime.md §3.2 I-F, §3.4 item 6, §3.5 rules 3, 6, 8, §4.4 rule 4: a reply wait resolved in Ingest holds
@@ -347,6 +454,21 @@ def test_a_run_that_took_the_floor_in_ingest_blocks_routing_catch_all_and_the_as
     assert [m.key for m in t3.messages] == ["dono#k2:q:1"]          # the asker still answers, as an asker
 
 
+def test_mentions_are_asked_even_while_a_run_holds_the_floor_from_ingest():
+    """runtime.md §3.4 item 5, flows.md §4.2 ("reaches the understand call on every message turn while `repeat`
+    allows it"): routing is skipped (I-F) but mentions are still judged and started (§3.5 rule 4)."""
+    anotar, log = noop()
+    espera = flow("espera", steps=[{"id": "w", "wait": "1h", "else": "d"}, {"id": "x", "say": "Sem resposta."},
+                                   {"id": "d", "do": "anotar"}])
+    conc = flow("conc", on=[{"mention": ["cita um concorrente"]}], steps=[{"id": "d", "do": "anotar"}])
+    agent, provider, _ = build([espera, conc], {"understand": [{"mentions": {"conc": True}}]}, idle="silent",
+                               actions={"anotar": anotar})
+    t1 = agent.turn(session_id="s1", start={"flow": "espera", "key": "k1"})
+    t2 = agent.turn(session_id="s1", session=t1.session, message="a ACME é melhor", id="m1")
+    assert section(understand_calls(provider)[0], "mentions") == ["conc"]
+    assert [s.run_id for s in t2.started] == ["conc#m1"] and log == ["espera#k1:d:1", "conc#m1:d:1"]
+
+
 def test_a_run_that_took_the_floor_in_ingest_and_entered_a_talk_step_sends_no_branches():
     """runtime.md §3.4 item 6: not the branches "of a run that took the floor in Ingest and has just entered a
     talk step (it is not asking yet)"; its fields are offered, as the floor flow's (item 7)."""
@@ -361,6 +483,38 @@ def test_a_run_that_took_the_floor_in_ingest_and_entered_a_talk_step_sends_no_br
     assert section(call, "branches") is None and section(call, "fields") == ["nome"]
     assert section(call, "flows") == ["espera"]
     assert [m.key for m in t2.messages] == ["espera#k1:q:1"] and "branch" not in [o.code for o in t2.outcomes]
+
+
+def test_a_child_chained_from_a_reply_wait_in_ingest_takes_the_floor_in_ingest():
+    """runtime.md §3.2 I-F ("A child chained while Ingest is running ... takes the floor in Ingest when it
+    inherits the floor"), §3.6.4 chaining rule 6: the child is the floor run: its flow leads the candidates and
+    gives the fields, and no routing happens even at 95."""
+    espera = flow("espera", steps=[{"id": "w", "wait": "1h", "else": {"flow": "filho"}},
+                                   {"id": "x", "say": "Sem resposta."}])
+    filho = flow("filho", steps=[{"id": "q", "collect": ["email"]}])
+    agent, provider, _ = build([espera, filho, VENDAS], {
+        "understand": [{"flows": {"filho": 0, "vendas": 95}}], "speak": [{"message": "Seu e-mail?"}]})
+    t1 = agent.turn(session_id="s1", start={"flow": "espera", "key": "k1"})
+    t2 = agent.turn(session_id="s1", session=t1.session, message="quero comprar", id="m1")
+    call = understand_calls(provider)[0]
+    assert section(call, "flows") == ["filho", "vendas"] and section(call, "fields") == ["email"]
+    assert "## Current flow" in call.prompt
+    assert [s.run_id for s in t2.started] == ["filho#espera#k1:w:1"]
+    assert [m.key for m in t2.messages] == ["filho#espera#k1:w:1:q:1"]
+
+
+def test_a_reply_wait_that_ends_in_ingest_does_not_hold_the_floor_so_the_message_is_routed():
+    """runtime.md §3.2 I-R rule 4 and I-F ("if it is still live"): the resolved run ended, so no run took the
+    floor in Ingest; there is no floor run (§3.4 item 1) and routing proceeds as usual."""
+    espera = flow("espera", steps=[{"id": "w", "wait": "1h", "else": "end"}, {"id": "x", "say": "Sem resposta."}])
+    agent, provider, _ = build([espera, VENDAS, SUPORTE], {
+        "understand": [{"flows": {"vendas": 95, "suporte": 0}}], "speak": [{"message": "CPF?"}]})
+    t1 = agent.turn(session_id="s1", start={"flow": "espera", "key": "k1"})
+    t2 = agent.turn(session_id="s1", session=t1.session, message="quero comprar", id="m1")
+    call = understand_calls(provider)[0]
+    assert section(call, "flows") == ["vendas", "suporte"] and "## Current flow" not in call.prompt
+    assert [(e.id, e.reason) for e in t2.ended] == [("espera#k1", "end")]
+    assert [s.run_id for s in t2.started] == ["vendas#m1"] and [m.key for m in t2.messages] == ["vendas#m1:q:1"]
 
 
 def test_only_the_first_resolved_reply_wait_takes_the_floor_so_a_later_one_that_stays_waits_behind_it():
@@ -385,11 +539,7 @@ def test_only_the_first_resolved_reply_wait_takes_the_floor_so_a_later_one_that_
     assert (b_run.step_id, b_run.staying, b_run.visits.get("p")) == ("p", True, 1)
 
 
-# §3.5 rule 3: thresholds and ties -----------------------------------------------------------------------------
-
-VENDAS = flow("vendas", on=[{"message": ["quer comprar"]}], steps=[{"id": "q", "collect": ["cpf"]}])
-SUPORTE = flow("suporte", on=[{"message": ["tem um problema"]}], steps=[{"id": "q", "collect": ["pedido"]}])
-TROCA = flow("troca", on=[{"message": ["quer trocar um produto"]}], steps=[{"id": "q", "collect": ["pedido"]}])
+# §3.5 rule 3: thresholds and ties ---------------------------------------------------------------------------------
 
 
 def asker_then(scores):
@@ -436,6 +586,17 @@ def test_the_best_other_flow_is_compared_once_a_lower_one_passing_the_bar_does_n
     assert t2.started == [] and [m.key for m in t2.messages] == ["vendas#m1:q:1"]
 
 
+def test_with_an_asker_the_catch_all_never_starts_even_when_nothing_scores():
+    """runtime.md §3.5 rule 3, §3.5.0 item 3: the catch-all starts only "with no asker"; with an asker and no
+    flow over the bar nothing starts (no skip) and the asker answers."""
+    geral = flow("geral", on=[{"message": [], "repeat": "always"}], steps=[{"id": "s", "say": "Geral!"}])
+    agent, _, _ = build([VENDAS, geral], {"understand": [{"flows": {"vendas": 90}}, {"flows": {"vendas": 0}}],
+                                          "speak": [{"message": "CPF?"}, {"message": "CPF?"}]})
+    t1 = agent.turn(session_id="s1", message="quero comprar", id="m1")
+    t2 = agent.turn(session_id="s1", session=t1.session, message="oi", id="m2")
+    assert t2.started == [] and t2.skipped == [] and [m.key for m in t2.messages] == ["vendas#m1:q:1"]
+
+
 def test_without_an_asker_a_score_of_exactly_40_starts_and_ties_go_to_agent_order():
     """runtime.md §3.5 rule 3 (no asker): the best eligible flow at >= 40; on a tie the earlier flow."""
     agent, _, _ = build([VENDAS, SUPORTE, TROCA], {"understand": [{"flows": {"suporte": 40, "troca": 40}}],
@@ -457,7 +618,23 @@ def test_scores_for_flows_that_were_not_candidates_are_never_read():
     assert [s.flow_id for s in r.started] == ["geral"] and [m.text for m in r.messages] == ["Geral!"]
 
 
-# §3.5 rule 5, §4.5: routing to a flow with a suspended run ----------------------------------------------------
+def test_scores_and_mentions_under_aliases_are_mapped_back_before_routing():
+    """model-calls.md §2.8, §3.5 ("Keys are mapped back from aliases"), runtime.md §3.5 rules 3-4: ids that are
+    not valid property names travel as `f<n>` (one counter shared by all prefixes, kept real ids never minted);
+    the reply under those aliases routes and starts the real flows."""
+    anotar, log = noop()
+    v = flow("vendas b2b", on=[{"message": ["quer comprar"]}], steps=[{"id": "q", "collect": ["cpf"]}])
+    m = flow("conc:x", on=[{"mention": ["cita um concorrente"]}], steps=[{"id": "d", "do": "anotar"}])
+    agent, provider, _ = build([v, SUPORTE, m], {"understand": [{"flows": {"f1": 90}, "mentions": {"f2": True}}],
+                                                 "speak": [{"message": "CPF?"}]}, actions={"anotar": anotar})
+    r = agent.turn(session_id="s1", message="quero comprar; a ACME é melhor", id="m1")
+    call = understand_calls(provider)[0]
+    assert section(call, "flows") == ["f1", "suporte"] and section(call, "mentions") == ["f2"]
+    assert [s.run_id for s in r.started] == ["conc:x#m1", "vendas b2b#m1"] and log == ["conc:x#m1:d:1"]
+
+
+# §3.5 rule 5, §4.5: routing to a flow with a suspended run --------------------------------------------------------
+
 
 def a_and_b(a_trigger, a_steps=None, script_understand=(), speak=()):
     """a (with `a_trigger`) asks x, then b is routed to and asks y: a is suspended behind b."""
@@ -533,12 +710,15 @@ def test_a_once_flow_with_a_suspended_run_is_not_a_candidate_and_comes_back_only
                                                                             ("b#m2", "asking")]
 
 
-# §3.5 rules 6 and 8, §3.5.2: which asker fires its branches -------------------------------------------------
+# §3.5 rules 6-8, §3.5.2: judged fields, then the branches of the asker that kept the floor ------------------------
+
 
 MENU = flow("menu", on=[{"message": ["quer o menu"]}], steps=[
     {"id": "q", "collect": ["cpf"], "branches": [{"if": {"known": ["plano"]}, "then": "pro"},
                                                  {"when": "a pessoa pede um humano", "then": "humano"}]},
     {"id": "pro", "say": "Plano pro!", "then": "end"}, {"id": "humano", "say": "Chamando um humano."}])
+
+
 LOG = flow("log", on=[{"message": ["reclama"]}], steps=[{"id": "d", "do": "anotar"}])
 
 
@@ -630,7 +810,49 @@ def test_branches_are_not_fired_when_a_suspended_run_is_routed_back_to():
                                                                             ("b#m2", "suspended")]
 
 
-# §3.5 rule 4: mention runs and their payloads -----------------------------------------------------------------
+def test_a_routed_runs_clear_on_start_happens_before_the_judged_values_land():
+    """runtime.md §3.5 closing note ("a routed run's `clearOnStart` ... happens before the judged values land"),
+    model-calls.md §3.5 (a `fields` key the model added on its own is still applied): the stale value is cleared
+    by the start, then the value from this message is written."""
+    f = flow("pedido", on=[{"message": ["quer fazer um pedido"]}], clearOnStart=["cidade", "pedido"],
+             steps=[{"id": "q", "collect": ["cidade", "pedido"]}])
+    agent, provider, _ = build([f], {"understand": [{"flows": {"pedido": 90}, "fields": {"cidade": "Recife"}}],
+                                     "speak": [{"message": "Qual o pedido?"}]})
+    blob = {"id": "s1", "v": 4, "version": 0, "data": {"cidade": "Natal", "pedido": "antigo"}, "runs": [],
+            "claims": {}, "inputs": [], "metadata": {}}
+    r = agent.turn(session_id="s1", session=blob, message="quero pedir em Recife", id="m1")
+    assert section(understand_calls(provider)[0], "fields") is None          # both known: none offered
+    assert r.session.data == {"cidade": "Recife"} and r.messages[0].key == "pedido#m1:q:1"
+
+
+def test_judged_fields_are_written_before_the_askers_branches_are_judged():
+    """runtime.md §3.5 rules 7-8, flows.md §6 rule 3: an `if` branch sees the value the same message gave, and
+    a branch target whose fields the message completed is skipped `already-known`."""
+    f = flow("f", on=[{"message": []}], steps=[
+        {"id": "q", "collect": ["cpf"], "branches": [{"if": {"known": ["plano"]}, "then": "r"}]},
+        {"id": "x", "say": "Nunca."}, {"id": "r", "collect": ["cidade"]}, {"id": "fim", "say": "Plano {{data.plano}} em {{data.cidade}}."}])
+    f["collect"] = ["plano"]
+    agent, _, _ = build([f], {"understand": [{"fields": {"plano": "pro", "cidade": "Recife"}}],
+                              "speak": [{"message": "CPF?"}]})
+    t1 = agent.turn(session_id="s1", message="oi", id="m1")
+    t2 = agent.turn(session_id="s1", session=t1.session, message="plano pro, Recife", id="m2")
+    assert [(o.kind, o.status, o.code, o.next) for o in t2.outcomes][:2] == [
+        ("collect", "ok", "branch", "r"), ("collect", "skipped", "already-known", None)]
+    assert [m.text for m in t2.messages] == ["Plano pro em Recife."]
+
+
+def test_a_malformed_reply_still_lets_the_askers_if_branch_fire():
+    """model-calls.md §3.5 item 2 ("`if` branches still happen"), runtime.md §3.5 rule 8."""
+    agent, _, _ = build([MENU, SUPORTE], {"understand": [{"flows": {"menu": 90}}, "{broken"],
+                                          "speak": [{"message": "CPF?"}]})
+    t1 = agent.turn(session_id="s1", message="quero o menu", id="m1")
+    t1.session.data["plano"] = "pro"
+    t2 = agent.turn(session_id="s1", session=t1.session, message="...", id="m2")
+    assert t2.llm_calls == 1 and [(o.code, o.next) for o in t2.outcomes][0] == ("branch", "pro")
+
+
+# §3.5 rule 4: mention runs and their payloads ---------------------------------------------------------------------
+
 
 def mention_flow(extract=True, **trigger):
     on = {"mention": ["cita um concorrente"], **trigger}
@@ -712,6 +934,32 @@ def test_mention_runs_start_before_the_routed_run_and_only_the_first_mention_tri
     assert "cita um concorrente" in prompt and "fala de preço" not in prompt
 
 
+@pytest.mark.parametrize("order", [("conc", "det"), ("det", "conc")])
+def test_mention_runs_start_in_agent_order_whether_judged_or_code_only(order):
+    """runtime.md §3.5 rule 4: "for every flow that has a `mention` trigger (its first one), in agent order"."""
+    anotar, _ = noop()
+    flows = {"conc": flow("conc", on=[{"mention": ["cita um concorrente"]}], steps=[{"id": "d", "do": "anotar"}]),
+             "det": flow("det", on=[{"mention": []}], steps=[{"id": "d", "do": "anotar"}])}
+    agent, _, _ = build([flows[fid] for fid in order], {"understand": [{"mentions": {"conc": True}}],
+                                                        "speak": [{"message": "Oi"}]}, actions={"anotar": anotar})
+    r = agent.turn(session_id="s1", message="a ACME é melhor", id="m1")
+    assert [s.flow_id for s in r.started] == list(order)
+
+
+def test_a_malformed_understand_reply_judges_nothing_but_code_only_decisions_still_happen(caplog):
+    """model-calls.md §3.5 item 2: the call counts, nothing is routed, mentioned or branched by the model, but
+    the catch-all still starts and code-only mention detectors still run."""
+    anotar, log = noop()
+    geral = flow("geral", on=[{"message": []}], steps=[{"id": "s", "say": "Geral!"}])
+    conc = flow("conc", on=[{"mention": ["cita um concorrente"]}], steps=[{"id": "d", "do": "anotar"}])
+    det = flow("det", on=[{"mention": []}], steps=[{"id": "d", "do": "anotar"}])
+    agent, provider, _ = build([VENDAS, geral, conc, det], {"understand": ["não sei responder"]},
+                               actions={"anotar": anotar})
+    r = agent.turn(session_id="s1", message="quero comprar", id="m1")
+    assert r.llm_calls == 1 and [s.flow_id for s in r.started] == ["det", "geral"]
+    assert log == ["det#m1:d:1"] and [m.text for m in r.messages] == ["Geral!"]
+
+
 @pytest.mark.xfail(reason="engine: Decide starts every mention flow the reply marks true, even one that was not "
                           "asked (claimed), writing an already-claimed skip", strict=True)
 def test_a_mention_that_was_not_asked_is_never_read_even_if_the_reply_marks_it_true():
@@ -732,7 +980,8 @@ def test_a_mention_that_was_not_asked_is_never_read_even_if_the_reply_marks_it_t
     assert t2.skipped == [] and t2.started == []
 
 
-# flows.md §4 "Which trigger object is used": a flow with a phrased and an empty message trigger -----------------
+# flows.md §4 "Which trigger object is used": a flow with a phrased and an empty message trigger -------------------
+
 
 def both(phrased_extra=None, empty_extra=None):
     return flow("ambos", on=[{"message": ["quer um orçamento"], **(phrased_extra or {})},
@@ -794,657 +1043,3 @@ def test_the_premise_of_a_run_started_through_one_message_trigger_reads_them_all
     t1.session.data["plano"] = "pro"                      # the catch-all's own `if` no longer holds
     t2 = agent.turn(session_id="s1", session=t1.session, message="hm", id="m2")
     assert "premise-changed" not in [o.code for o in t2.outcomes] and status(t2) == [("ambos#m1", "asking")]
-
-
-# §3.6 steps 3-5, §4.6: hand-back, another-reply and the fixed question -----------------------------------------
-
-def test_hand_back_walks_down_the_whole_stack_until_a_run_answers():
-    """runtime.md §3.6 step 3, §4.6: the asker ends silently; the most recently suspended run resumes, moves and
-    ends silently too; the next one down does the same; the bottom one answers the same message. Each resumed
-    run moves as a resuming asker (`ok`, not `already-known`, when the understand call completed its step)."""
-    fields = dict(FIELDS)
-    steps = lambda slug: [{"id": "q", "collect": [slug]}, {"id": "d", "do": "anotar"}]    # noqa: E731
-    a = flow("a", on=[{"message": ["quer A"]}], steps=[{"id": "q", "collect": ["cpf"]}])
-    b = flow("b", on=[{"message": ["quer B"]}], steps=steps("x"))
-    c = flow("c", on=[{"message": ["quer C"]}], steps=steps("y"))
-    d = flow("d", on=[{"message": ["quer D"]}], steps=steps("pedido"))
-    anotar, log = noop()
-    agent, provider, clock = build([a, b, c, d], {
-        "understand": [{"flows": {"a": 90}}, {"flows": {"b": 90}}, {"flows": {"c": 90}}, {"flows": {"d": 90}},
-                       {"fields": {"x": "1", "y": "2", "pedido": "3"}}],
-        "speak": [{"message": "CPF?"}, {"message": "x?"}, {"message": "y?"}, {"message": "pedido?"},
-                  {"message": "Anotei tudo. E o CPF?"}]}, fields=fields, actions={"anotar": anotar})
-    r = agent.turn(session_id="s1", message="quero A", id="m1")
-    for n, fid in enumerate("bcd", start=2):
-        clock.advance("1s")
-        r = agent.turn(session_id="s1", session=r.session, message=f"quero {fid.upper()}", id=f"m{n}")
-    assert status(r) == [("a#m1", "suspended"), ("b#m2", "suspended"), ("c#m3", "suspended"), ("d#m4", "asking")]
-    clock.advance("1s")
-    r = agent.turn(session_id="s1", session=r.session, message="x 1, y 2, pedido 3", id="m5")
-    assert log == ["d#m4:d:1", "c#m3:d:1", "b#m2:d:1"]
-    assert [(o.run_id, o.status, o.code) for o in r.outcomes if o.kind == "collect"] == [
-        ("d#m4", "ok", None), ("c#m3", "ok", None), ("b#m2", "ok", None), ("a#m1", "ok", None)]
-    assert [(m.text, m.key) for m in r.messages] == [("Anotei tudo. E o CPF?", "a#m1:q:1")]
-    assert status(r) == [("a#m1", "asking")] and r.llm_calls == 2
-
-
-def test_the_hand_back_judges_a_resumed_runs_if_branches_first():
-    """runtime.md §3.6 step 3 ("resume ..., branches included"), §4.5: the run handed the message has its talk
-    step's `if` branches judged before it moves."""
-    a = flow("a", on=[{"message": ["quer A"]}], steps=[
-        {"id": "q", "collect": ["cpf"], "branches": [{"if": {"known": ["x"]}, "then": "pronto"}]},
-        {"id": "pronto", "say": "Com x, seguimos."}])
-    b = flow("b", on=[{"message": ["quer B"]}], steps=[{"id": "q", "collect": ["x"]}, {"id": "d", "do": "anotar"}])
-    anotar, log = noop()
-    agent, _, clock = build([a, b], {
-        "understand": [{"flows": {"a": 90}}, {"flows": {"b": 90}}, {"fields": {"x": "1"}}],
-        "speak": [{"message": "CPF?"}, {"message": "x?"}]}, actions={"anotar": anotar})
-    r = agent.turn(session_id="s1", message="quero A", id="m1")
-    clock.advance("1s")
-    r = agent.turn(session_id="s1", session=r.session, message="quero B", id="m2")
-    clock.advance("1s")
-    r = agent.turn(session_id="s1", session=r.session, message="x é 1", id="m3")
-    assert [(o.run_id, o.code, o.next) for o in r.outcomes if o.code == "branch"] == [("a#m1", "branch", "pronto")]
-    assert [m.text for m in r.messages] == ["Com x, seguimos."] and r.session.runs == []
-
-
-def test_no_hand_back_after_a_say_answered_the_message():
-    """runtime.md §3.6 step 3: the loop runs only "while ... nobody has spoken yet": a `say` counts, so the
-    suspended run stays suspended until Settle's resume (§3.8 item 5), which judges no branch and speaks not."""
-    a = flow("a", on=[{"message": ["quer A"]}], steps=[{"id": "q", "collect": ["cpf"]}])
-    b = flow("b", on=[{"message": ["quer B"]}], steps=[{"id": "q", "collect": ["x"]}, {"id": "s", "say": "Ok!"}])
-    agent, _, clock = build([a, b], {
-        "understand": [{"flows": {"a": 90}}, {"flows": {"b": 90}}, {"fields": {"x": "1"}}],
-        "speak": [{"message": "CPF?"}, {"message": "x?"}]})
-    r = agent.turn(session_id="s1", message="quero A", id="m1")
-    clock.advance("1s")
-    r = agent.turn(session_id="s1", session=r.session, message="quero B", id="m2")
-    r = agent.turn(session_id="s1", session=r.session, message="x é 1", id="m3")
-    assert [m.text for m in r.messages] == ["Ok!"] and r.llm_calls == 1
-    assert status(r) == [("a#m1", "asking")] and [o.run_id for o in r.outcomes].count("a#m1") == 0
-
-
-def test_another_reply_is_checked_before_the_fixed_question():
-    """runtime.md §3.6 step 5, §3.6.6 rule 2, §3.6.7 ("after the another-reply check"): a mention run's `say`
-    answered the message, so the routed run's step writes `another-reply`, sends no fixed question and counts no
-    ask; on the next message the fixed question goes out."""
-    fields = {"nome": {"type": "string", "extract": "asked", "ask": "Pergunte o nome."}}
-    geral = flow("geral", on=[{"message": []}], steps=[{"id": "q", "collect": ["nome"], "question": "Seu nome?"}])
-    oi = flow("oi", on=[{"mention": []}], steps=[{"id": "s", "say": "Bem-vindo!"}])
-    agent, provider, _ = build([oi, geral], {}, fields=fields)
-    t1 = agent.turn(session_id="s1", message="oi", id="m1")
-    assert [m.text for m in t1.messages] == ["Bem-vindo!"]
-    assert [(o.run_id, o.kind, o.status, o.code, o.key) for o in t1.outcomes if o.run_id == "geral#m1"] == [
-        ("geral#m1", "collect", "skipped", "another-reply", "geral#m1:q:1")]
-    run = t1.session.runs[0]
-    assert (run.id, run.status, run.asked) == ("geral#m1", "asking", {})
-    t2 = agent.turn(session_id="s1", session=t1.session, message="oi?", id="m2")
-    assert [(m.text, m.kind, m.key) for m in t2.messages] == [("Seu nome?", "verbatim", "geral#m1:q:1")]
-    assert t2.llm_calls == 0 and provider.calls == [] and t2.session.runs[0].asked == {"nome": 1}
-
-
-def test_a_runs_own_say_does_not_block_its_talk_step():
-    """runtime.md §3.6.6 rule 2: only a run *other than* the talk's run blocks it with `another-reply`."""
-    f = flow("f", on=[{"message": []}], steps=[{"id": "s", "say": "Olá!"}, {"id": "q", "collect": ["cpf"]}])
-    agent, _, _ = build([f], {"speak": [{"message": "Qual o CPF?"}]})
-    r = agent.turn(session_id="s1", message="oi", id="m1")
-    assert [m.text for m in r.messages] == ["Olá!", "Qual o CPF?"]
-    assert "another-reply" not in [o.code for o in r.outcomes]
-
-
-# §9: silenced with `understand: True` -------------------------------------------------------------------------
-
-QUIET = {"reason": "humano assumiu", "understand": True}
-
-
-def test_understand_true_fires_the_askers_when_branch_and_a_fresh_talk_step_then_ends_silenced():
-    """runtime.md §9 (`understand: True`: "routing, mentions, branches and field extraction happen"), §3.5.2,
-    §3.6.3 talk rule 3: the `when` branch fires; its `do` target runs; the next talk step, reached fresh, ends
-    the run `silenced`. Only the understand call is spent."""
-    f = flow("f", on=[{"message": []}], steps=[
-        {"id": "q", "collect": ["cpf"], "branches": [{"when": "a pessoa desiste", "then": "d"}]},
-        {"id": "d", "do": "anotar"}, {"id": "p", "prompt": "Despeça-se."}])
-    anotar, log = noop()
-    agent, provider, _ = build([f], {"understand": [{"branches": {"q1": True}}], "speak": [{"message": "CPF?"}]},
-                               actions={"anotar": anotar})
-    t1 = agent.turn(session_id="s1", message="oi", id="m1")
-    t2 = agent.turn(session_id="s1", session=t1.session, message="desisto", id="m2", silenced=QUIET)
-    assert t2.llm_calls == 1 and t2.messages == [] and log == ["f#m1:d:1"]
-    assert [(o.kind, o.status, o.code) for o in t2.outcomes] == [
-        ("collect", "ok", "branch"), ("do", "ok", None), ("prompt", "skipped", "silenced")]
-    assert [(e.id, e.reason) for e in t2.ended] == [("f#m1", "skipped")]
-
-
-def test_understand_true_routes_away_but_the_asker_keeps_asking_and_the_routed_run_ends_silenced():
-    """runtime.md §9 and its Note, §3.6.3 talk rule 3: the routed run starts (claim written) and ends `silenced`
-    at its talk step; the displaced asker moves as a resuming asker and stays `asking` with no line."""
-    agent, provider, _ = build([VENDAS, SUPORTE], {
-        "understand": [{"flows": {"vendas": 90}}, {"flows": {"vendas": 0, "suporte": 90}}],
-        "speak": [{"message": "CPF?"}]})
-    t1 = agent.turn(session_id="s1", message="quero comprar", id="m1")
-    t2 = agent.turn(session_id="s1", session=t1.session, message="meu pedido!", id="m2", silenced=QUIET)
-    assert [s.run_id for s in t2.started] == ["suporte#m2"] and "suporte:s1:" in t2.session.claims
-    assert [(o.run_id, o.code) for o in t2.outcomes] == [("suporte#m2", "silenced")]
-    assert status(t2) == [("vendas#m1", "asking")] and t2.messages == [] and t2.llm_calls == 1
-
-
-def test_understand_true_starts_a_mention_judged_true_and_writes_judged_fields():
-    """runtime.md §9: mentions and field extraction happen under `understand: True`; a mention run's `say`
-    ends it `silenced`; the asker stays asking; no speak call."""
-    m = flow("conc", on=[{"mention": ["cita um concorrente"]}], steps=[{"id": "s", "say": "Somos melhores."}])
-    agent, _, _ = build([VENDAS, m], {
-        "understand": [{"flows": {"vendas": 90}}, {"mentions": {"conc": True}, "fields": {"nome": "Bia"}}],
-        "speak": [{"message": "CPF?"}]})
-    t1 = agent.turn(session_id="s1", message="quero comprar", id="m1")
-    t2 = agent.turn(session_id="s1", session=t1.session, message="Bia; a ACME é melhor", id="m2", silenced=QUIET)
-    assert [s.run_id for s in t2.started] == ["conc#m2"] and t2.session.data == {"nome": "Bia"}
-    assert [(o.run_id, o.kind, o.code) for o in t2.outcomes] == [("conc#m2", "say", "silenced")]
-    assert status(t2) == [("vendas#m1", "asking")] and t2.llm_calls == 1
-
-
-def test_understand_true_makes_no_hand_back():
-    """runtime.md §3.6 step 3: the hand-back loop runs only on a message turn "that is not silenced": the asker
-    finishes silently and the suspended run comes back only through Settle's resume, without speaking."""
-    a = flow("a", on=[{"message": ["quer A"]}], steps=[{"id": "q", "collect": ["cpf"]}])
-    b = flow("b", on=[{"message": ["quer B"]}], steps=[{"id": "q", "collect": ["x"]}, {"id": "d", "do": "anotar"}])
-    anotar, log = noop()
-    agent, _, clock = build([a, b], {
-        "understand": [{"flows": {"a": 90}}, {"flows": {"b": 90}}, {"fields": {"x": "1"}}],
-        "speak": [{"message": "CPF?"}, {"message": "x?"}]}, actions={"anotar": anotar})
-    r = agent.turn(session_id="s1", message="quero A", id="m1")
-    clock.advance("1s")
-    r = agent.turn(session_id="s1", session=r.session, message="quero B", id="m2")
-    r = agent.turn(session_id="s1", session=r.session, message="x é 1", id="m3", silenced=QUIET)
-    assert log == ["b#m2:d:1"] and r.messages == [] and status(r) == [("a#m1", "asking")]
-    assert [o.run_id for o in r.outcomes if o.run_id == "a#m1"] == []
-
-
-def test_a_plain_reason_judges_no_when_branch_but_the_lone_unscored_flow_is_routed():
-    """runtime.md §9 (plain reason: "no `when` branch fires"; "The lone eligible flow of the unscored-start rule
-    ... starts the same way"), §3.5 rule 3: zero calls, the unscored flow starts and its `do` runs."""
-    f = flow("f", on=[{"message": ["quer um orçamento"]}], steps=[{"id": "d", "do": "anotar"}])
-    anotar, log = noop()
-    agent, provider, _ = build([f], {}, idle="silent", actions={"anotar": anotar})
-    r = agent.turn(session_id="s1", message="oi", id="m1", silenced="pausa")
-    assert provider.calls == [] and [s.run_id for s in r.started] == ["f#m1"] and log == ["f#m1:d:1"]
-
-
-# §4.7: staying (`onEnd: "stay"`) and the floor ------------------------------------------------------------------
-
-def stay_flow(fid, on=None, first=None):
-    """A stay flow whose only talk step `p` sits after the step that ends it, so it is reached only by the stay."""
-    return flow(fid, on=on, onEnd="stay", steps=[first or {"id": "d", "do": "anotar", "then": "end"},
-                                                 {"id": "p", "prompt": "Responda dúvidas."}])
-
-
-def test_a_routed_run_that_reaches_stay_takes_the_conversation_from_the_asker_and_answers():
-    """runtime.md §4.7 rules 2-5, flows.md §3.6 rule 5: the message was routed to this flow, so when it reaches
-    its end the other asker is suspended (its queued talk request dropped) and the stay step answers now."""
-    anotar, log = noop()
-    agent, provider, _ = build([VENDAS, stay_flow("faq", on=[{"message": ["tem uma dúvida"]}])], {
-        "understand": [{"flows": {"vendas": 90}}, {"flows": {"vendas": 0, "faq": 90}}],
-        "speak": [{"message": "CPF?"}, {"message": "Abrimos às 9h."}]}, actions={"anotar": anotar})
-    t1 = agent.turn(session_id="s1", message="quero comprar", id="m1")
-    t2 = agent.turn(session_id="s1", session=t1.session, message="que horas abrem?", id="m2")
-    assert log == ["faq#m2:d:1"] and [(m.text, m.key) for m in t2.messages] == [("Abrimos às 9h.", "faq#m2:p:1")]
-    assert status(t2) == [("vendas#m1", "suspended"), ("faq#m2", "asking")]
-    faq = t2.session.runs[1]
-    assert (faq.staying, faq.visits) == (True, {"d": 1, "p": 2})
-    assert "another-reply" not in [o.code for o in t2.outcomes]
-
-
-def test_a_run_beside_the_conversation_that_reaches_stay_waits_behind_the_asker():
-    """runtime.md §4.7 rule 3: a code-only mention run (not the turn's floor run) reaches its end while the
-    asker keeps the floor: it is suspended, staying, on its stay step (a new visit); the asker answers."""
-    anotar, log = noop()
-    agent, _, _ = build([VENDAS, stay_flow("det", on=[{"mention": []}])], {
-        "speak": [{"message": "CPF?"}, {"message": "E o CPF?"}]}, actions={"anotar": anotar})
-    t1 = agent.turn(session_id="s1", start={"flow": "vendas", "key": "k1"})
-    t2 = agent.turn(session_id="s1", session=t1.session, message="hm", id="m1")
-    assert [s.flow_id for s in t2.started] == ["det"] and log == ["det#m1:d:1"]
-    assert status(t2) == [("vendas#k1", "asking"), ("det#m1", "suspended")]
-    det = t2.session.runs[1]
-    assert (det.step_id, det.staying, det.visits, det.suspended_at) == ("p", True, {"d": 1, "p": 1}, T0)
-    assert [m.key for m in t2.messages] == ["vendas#k1:q:1"]
-
-
-def test_with_nobody_asking_a_side_run_that_stays_asks_but_a_later_talk_step_takes_the_floor():
-    """runtime.md §4.7 rules 4-5 then §3.6.3 talk rule 4: with no asker the mention run (started before the
-    routed run, §3.5) reaches `stay` first and starts answering; the routed run's talk step, later in the
-    queue, then suspends it and becomes the speaker."""
-    anotar, log = noop()
-    agent, _, _ = build([VENDAS, stay_flow("det", on=[{"mention": []}])], {
-        "understand": [{"flows": {"vendas": 90}}], "speak": [{"message": "CPF?"}]}, actions={"anotar": anotar})
-    t1 = agent.turn(session_id="s1", message="quero comprar", id="m1")
-    assert [s.flow_id for s in t1.started] == ["det", "vendas"]
-    assert status(t1) == [("det#m1", "suspended"), ("vendas#m1", "asking")]
-    assert [m.key for m in t1.messages] == ["vendas#m1:q:1"]
-    assert t1.session.runs[0].visits == {"d": 1, "p": 1}
-
-
-def test_a_stay_reached_on_a_message_the_runs_own_say_answered_waits_for_the_next_message():
-    """runtime.md §4.7 rule 5, flows.md §3.6 rules 4-5: the run's own `say` already answered, so the stay step
-    is entered and asks, but does not speak now; the next message gets it (a resuming, staying asker)."""
-    f = stay_flow("faq", on=[{"message": []}], first={"id": "s", "say": "Pronto.", "then": "end"})
-    agent, provider, _ = build([f], {"speak": [{"message": "Posso ajudar em mais algo?"}]})
-    t1 = agent.turn(session_id="s1", message="oi", id="m1")
-    assert [m.text for m in t1.messages] == ["Pronto."] and t1.llm_calls == 0
-    run = t1.session.runs[0]
-    assert (run.status, run.step_id, run.staying, run.visits) == ("asking", "p", True, {"s": 1, "p": 1})
-    t2 = agent.turn(session_id="s1", session=t1.session, message="sim", id="m2")
-    assert [m.key for m in t2.messages] == ["faq#m1:p:1"] and t2.session.runs[0].visits == {"s": 1, "p": 2}
-
-
-def test_a_reply_wait_resolved_into_stay_during_ingest_takes_the_conversation_and_answers():
-    """runtime.md §3.2 I-R rule 4 ("so a `stay` it reaches answers this message"), §4.7 rules 3-5, flows.md §3.6
-    rule 5 ("it resolved this run's `wait`"): reaching `stay` in Ingest, the run is the floor run, so the asker
-    is suspended; it stays `asking` through Ingest and answers in Run. No route is made (I-F)."""
-    espera = flow("espera", onEnd="stay", steps=[{"id": "w", "wait": "1h", "else": "end"},
-                                                 {"id": "x", "say": "Sem resposta."},
-                                                 {"id": "p", "prompt": "Retome a conversa."}])
-    agent, provider, _ = build([espera, VENDAS, SUPORTE], {
-        "understand": [{"flows": {"espera": 0, "vendas": 0, "suporte": 99}}],
-        "speak": [{"message": "CPF?"}, {"message": "Que bom que voltou!"}]})
-    t1 = agent.turn(session_id="s1", start={"flow": "espera", "key": "k1"})
-    t2 = agent.turn(session_id="s1", session=t1.session, start={"flow": "vendas", "key": "k2"})
-    assert status(t2) == [("espera#k1", "waiting"), ("vendas#k2", "asking")]
-    t3 = agent.turn(session_id="s1", session=t2.session, message="voltei, e meu pedido?", id="m2")
-    call = understand_calls(provider)[0]
-    assert section(call, "flows") == ["espera", "vendas", "suporte"] and section(call, "branches") is None
-    assert t3.started == [] and [(m.text, m.key) for m in t3.messages] == [("Que bom que voltou!", "espera#k1:p:1")]
-    assert status(t3) == [("espera#k1", "asking"), ("vendas#k2", "suspended")]
-
-
-def test_a_staying_run_skips_if_branches_back_onto_its_path_but_takes_a_flow_branch():
-    """runtime.md §3.5.2, §4.7, flows.md §3.6 rule 6: on a staying run an `if` branch whose target is `"end"` or
-    an already visited step is never taken; an `if` branch to a `{flow}` still fires."""
-    humano = flow("humano", steps=[{"id": "s", "say": "Chamando um humano."}])
-    f = flow("faq", on=[{"message": []}], onEnd="stay", steps=[
-        {"id": "p", "prompt": "Responda.", "branches": [
-            {"if": {"known": ["plano"]}, "then": "p"}, {"if": {"known": ["plano"]}, "then": "end"},
-            {"if": {"known": ["plano"]}, "then": {"step": "p", "clear": ["cpf"]}},
-            {"if": {"known": ["cidade"]}, "then": {"flow": "humano"}}]}])
-    agent, _, _ = build([f, humano], {"speak": [{"message": "Oi!"}, {"message": "Mais uma resposta."}]})
-    t1 = agent.turn(session_id="s1", message="oi", id="m1")
-    assert t1.session.runs[0].staying is True
-    t1.session.data["plano"] = "pro"
-    t2 = agent.turn(session_id="s1", session=t1.session, message="e aí?", id="m2")
-    assert "branch" not in [o.code for o in t2.outcomes] and [m.key for m in t2.messages] == ["faq#m1:p:2"]
-    t2.session.data["cidade"] = "Recife"
-    t3 = agent.turn(session_id="s1", session=t2.session, message="quero gente", id="m3")
-    assert [(o.code, o.next) for o in t3.outcomes][0] == ("branch", "flow:humano")
-    assert [m.text for m in t3.messages] == ["Chamando um humano."]
-
-
-def test_a_staying_askers_when_branch_is_sent_and_a_branch_to_end_stays_and_answers_the_same_message():
-    """flows.md §3.6 rule 6, runtime.md §3.4 item 6, §3.5.2, §4.7 rules 2 and 5: the stay step's `when` branch
-    is asked on every message and still moves the run; `then: "end"` finishes the flow, which stays again
-    (a new visit) and, being the floor run with nobody having spoken, answers this message."""
-    f = flow("faq", on=[{"message": []}], onEnd="stay", steps=[
-        {"id": "p", "prompt": "Responda.", "branches": [{"when": "a pessoa agradece", "then": "end"}]}])
-    agent, provider, _ = build([f], {"understand": [{"branches": {"q1": True}}],
-                                     "speak": [{"message": "Oi!"}, {"message": "Por nada!"}]})
-    t1 = agent.turn(session_id="s1", message="oi", id="m1")
-    t2 = agent.turn(session_id="s1", session=t1.session, message="obrigada", id="m2")
-    assert section(understand_calls(provider)[0], "branches") == ["q1"]
-    assert [(o.code, o.next, o.key) for o in t2.outcomes][0] == ("branch", "end", "faq#m1:p:2")
-    assert [m.key for m in t2.messages] == ["faq#m1:p:3"] and t2.session.runs[0].visits == {"p": 4}
-
-
-# §3.5 order of rules: clearOnStart, judged fields, branches -----------------------------------------------------
-
-def test_a_routed_runs_clear_on_start_happens_before_the_judged_values_land():
-    """runtime.md §3.5 closing note ("a routed run's `clearOnStart` ... happens before the judged values land"),
-    model-calls.md §3.5 (a `fields` key the model added on its own is still applied): the stale value is cleared
-    by the start, then the value from this message is written."""
-    f = flow("pedido", on=[{"message": ["quer fazer um pedido"]}], clearOnStart=["cidade", "pedido"],
-             steps=[{"id": "q", "collect": ["cidade", "pedido"]}])
-    agent, provider, _ = build([f], {"understand": [{"flows": {"pedido": 90}, "fields": {"cidade": "Recife"}}],
-                                     "speak": [{"message": "Qual o pedido?"}]})
-    blob = {"id": "s1", "v": 4, "version": 0, "data": {"cidade": "Natal", "pedido": "antigo"}, "runs": [],
-            "claims": {}, "inputs": [], "metadata": {}}
-    r = agent.turn(session_id="s1", session=blob, message="quero pedir em Recife", id="m1")
-    assert section(understand_calls(provider)[0], "fields") is None          # both known: none offered
-    assert r.session.data == {"cidade": "Recife"} and r.messages[0].key == "pedido#m1:q:1"
-
-
-def test_judged_fields_are_written_before_the_askers_branches_are_judged():
-    """runtime.md §3.5 rules 7-8, flows.md §6 rule 3: an `if` branch sees the value the same message gave, and
-    a branch target whose fields the message completed is skipped `already-known`."""
-    f = flow("f", on=[{"message": []}], steps=[
-        {"id": "q", "collect": ["cpf"], "branches": [{"if": {"known": ["plano"]}, "then": "r"}]},
-        {"id": "x", "say": "Nunca."}, {"id": "r", "collect": ["cidade"]}, {"id": "fim", "say": "Plano {{data.plano}} em {{data.cidade}}."}])
-    f["collect"] = ["plano"]
-    agent, _, _ = build([f], {"understand": [{"fields": {"plano": "pro", "cidade": "Recife"}}],
-                              "speak": [{"message": "CPF?"}]})
-    t1 = agent.turn(session_id="s1", message="oi", id="m1")
-    t2 = agent.turn(session_id="s1", session=t1.session, message="plano pro, Recife", id="m2")
-    assert [(o.kind, o.status, o.code, o.next) for o in t2.outcomes][:2] == [
-        ("collect", "ok", "branch", "r"), ("collect", "skipped", "already-known", None)]
-    assert [m.text for m in t2.messages] == ["Plano pro em Recife."]
-
-
-def test_an_asker_that_leaves_in_decide_lets_the_start_of_run_resume_the_stack_with_its_if_branches():
-    """runtime.md §3.6 step 1, §4.5: the asker's branch ends it in Decide, so nobody asks when Run begins: the
-    most recently suspended run returns to asking and, on this message turn, its `if` branches are judged."""
-    a = flow("a", on=[{"message": ["quer A"]}], steps=[
-        {"id": "q", "collect": ["cpf"], "branches": [{"if": {"known": ["plano"]}, "then": "pro"}]},
-        {"id": "x", "say": "Nunca."}, {"id": "pro", "say": "A: plano pro!"}])
-    b = flow("b", on=[{"message": ["quer B"]}], steps=[
-        {"id": "q", "collect": ["x"], "branches": [{"if": {"known": ["plano"]}, "then": "end"}]}])
-    agent, _, clock = build([a, b], {"understand": [{"flows": {"a": 90}}, {"flows": {"b": 90}},
-                                                    {"fields": {"plano": "pro"}}],
-                                     "speak": [{"message": "CPF?"}, {"message": "x?"}]})
-    r = agent.turn(session_id="s1", message="quero A", id="m1")
-    clock.advance("1s")
-    r = agent.turn(session_id="s1", session=r.session, message="quero B", id="m2")
-    r = agent.turn(session_id="s1", session=r.session, message="sou do plano pro", id="m3")
-    assert [(o.run_id, o.code, o.next) for o in r.outcomes if o.code == "branch"] == [
-        ("b#m2", "branch", "end"), ("a#m1", "branch", "pro")]
-    assert [m.text for m in r.messages] == ["A: plano pro!"] and r.session.runs == []
-
-
-def test_with_an_asker_the_catch_all_never_starts_even_when_nothing_scores():
-    """runtime.md §3.5 rule 3, §3.5.0 item 3: the catch-all starts only "with no asker"; with an asker and no
-    flow over the bar nothing starts (no skip) and the asker answers."""
-    geral = flow("geral", on=[{"message": [], "repeat": "always"}], steps=[{"id": "s", "say": "Geral!"}])
-    agent, _, _ = build([VENDAS, geral], {"understand": [{"flows": {"vendas": 90}}, {"flows": {"vendas": 0}}],
-                                          "speak": [{"message": "CPF?"}, {"message": "CPF?"}]})
-    t1 = agent.turn(session_id="s1", message="quero comprar", id="m1")
-    t2 = agent.turn(session_id="s1", session=t1.session, message="oi", id="m2")
-    assert t2.started == [] and t2.skipped == [] and [m.key for m in t2.messages] == ["vendas#m1:q:1"]
-
-
-def test_eligibility_judges_a_message_triggers_if_on_a_draft_run():
-    """runtime.md §3.4 (draft run), flows.md §7.5 rows 1 and 3: the eligibility `if` sees `run.id` = "<flowId>#<triggerKey>",
-    `stepId` None, status running, trigger {kind, key}, hop 0, empty asked/visits/outcomes, a dedupe key with an
-    empty nonce even for `repeat: "always"`, and `input` None."""
-    seen = []
-
-    def gate(ctx):
-        run = ctx.run
-        seen.append((run.id, run.flow_id, run.anchor, run.dedupe_key, run.step_id, run.status, run.trigger,
-                     run.input, run.hop, run.started_at, run.asked, run.visits, run.outcomes, ctx.input))
-        return True
-    f = flow("f", on=[{"message": ["quer um orçamento"], "repeat": "always", "if": gate}],
-             steps=[{"id": "s", "say": "Ok"}])
-    agent, _, _ = build([f], {}, idle="silent")
-    r = agent.turn(session_id="s1", message="oi", id="m1")
-    assert seen[0] == ("f#m1", "f", "s1", "f:s1:", None, "running", {"kind": "message", "key": "m1"}, None, 0,
-                       T0, {}, {}, [], None)
-    # §5 rule 2, flows.md §7.5 row 3: at start the same `if` is judged again on the real candidate run (its
-    # claim carries the key); §3.6.2 rule 3: then once more as the premise, before the run first moves
-    assert [entry[3] for entry in seen] == ["f:s1:", "f:s1:m1", "f:s1:m1"]
-    assert [s.run_id for s in r.started] == ["f#m1"]
-
-
-def test_a_displaced_asker_later_routed_run_moves_first_and_may_leave_its_step():
-    """runtime.md §3.5 "The displaced asker": routing never suspends the asker; when the routed run comes later
-    in `session.runs`, the asker moves first as a resuming asker (its step completed by this message's value:
-    `ok`, next step entered and asking), then the routed run's talk step suspends it and speaks."""
-    vendas = flow("vendas", on=[{"message": ["quer comprar"]}], steps=[
-        {"id": "q", "collect": ["nome"]}, {"id": "fim", "prompt": "Agradeça."}])
-    agent, _, _ = build([vendas, SUPORTE], {
-        "understand": [{"flows": {"vendas": 90}}, {"flows": {"vendas": 0, "suporte": 90}, "fields": {"nome": "Bia"}}],
-        "speak": [{"message": "Nome?"}, {"message": "Qual o pedido?"}]})
-    t1 = agent.turn(session_id="s1", message="quero comprar", id="m1")
-    t2 = agent.turn(session_id="s1", session=t1.session, message="sou a Bia e meu pedido sumiu", id="m2")
-    assert [(o.run_id, o.kind, o.status, o.code, o.next) for o in t2.outcomes] == [
-        ("vendas#m1", "collect", "ok", None, None), ("suporte#m2", "collect", "ok", None, None)]
-    assert [m.key for m in t2.messages] == ["suporte#m2:q:1"]
-    vendas_run = t2.session.runs[0]
-    assert (vendas_run.status, vendas_run.step_id, vendas_run.visits) == ("suspended", "fim", {"q": 1, "fim": 1})
-
-
-@pytest.mark.parametrize("claims, advance, eligible", [
-    ({"held": {"vendas:s1:": T0}}, None, False),              # a "once" claim held in another session
-    ({"active": ["vendas:s1"]}, None, True),                  # `active` refuses only the start, not eligibility
-    (None, "59m", False),                                     # cooldown not yet passed
-    (None, "61m", True),
-])
-def test_eligibility_reads_the_repeat_with_session_and_host_claims_without_writing(claims, advance, eligible):
-    """runtime.md §3.4 item 2 ("its `repeat` allows a start under this turn's trigger key (§6.1, checked without
-    writing)"), §6.4: host-held claims count; `claims.active` is a start check (§5 rule 5), not a repeat one."""
-    v = flow("vendas", on=[{"message": ["quer comprar"], **({} if claims else {"repeat": {"cooldown": "1h"}})}],
-             steps=[{"id": "s", "say": "Vendas!"}])
-    agent, provider, clock = build([v, SUPORTE], {"understand": [{}]})
-    session = None
-    if advance:                      # the cooldown flow started at T0
-        session = {"id": "s1", "v": 4, "version": 0, "data": {}, "runs": [], "claims": {"vendas:s1:": {"at": T0}},
-                   "inputs": [], "metadata": {}}
-        clock.advance(advance)
-    before = dict(session["claims"]) if session else {}
-    r = agent.turn(session_id="s1", session=session, message="oi", id="m1", claims=claims)
-    assert section(understand_calls(provider)[0], "flows") == (["vendas", "suporte"] if eligible else ["suporte"])
-    assert {k: v for k, v in r.session.claims.items() if k.startswith("vendas")} == before
-
-
-def test_only_the_first_phrased_message_trigger_decides_eligibility():
-    """runtime.md §3.4 item 2, flows.md §4.1 ("flows whose first non-empty message trigger passes `if`"): a
-    second phrased trigger whose `if` holds does not make the flow eligible when the first one fails."""
-    f = flow("f", on=[{"message": ["quer A"], "if": {"known": ["plano"]}}, {"message": ["quer B"]}],
-             steps=[{"id": "s", "say": "F"}])
-    agent, provider, _ = build([f, SUPORTE], {"understand": [{}]})
-    agent.turn(session_id="s1", message="oi", id="m1")
-    assert section(understand_calls(provider)[0], "flows") == ["suporte"]
-
-
-@pytest.mark.parametrize("value", [0, False, "0", []])
-def test_a_known_value_that_is_falsy_is_still_known_and_never_offered(value):
-    """runtime.md §0 (known), §3.4 item 7, flows.md §2.2: any value but absent, None and "" is known."""
-    f = flow("f", on=[{"message": ["quer A"]}], steps=[{"id": "q", "collect": ["x", "y"]}])
-    agent, provider, _ = build([f, SUPORTE], {"understand": [{}]})
-    blob = {"id": "s1", "v": 4, "version": 0, "data": {"x": value, "y": ""}, "runs": [], "claims": {},
-            "inputs": [], "metadata": {}}
-    agent.turn(session_id="s1", session=blob, message="oi", id="m1")
-    assert section(understand_calls(provider)[0], "fields") == ["y", "pedido"]
-
-
-def test_a_routed_run_reaching_stay_after_another_runs_say_takes_the_floor_but_does_not_answer():
-    """runtime.md §4.7 rules 4-5 (the stay step answers only when "nobody spoke yet"), flows.md §3.6 rule 4:
-    a mention run's `say` answered the message; the routed run reaching `stay` still takes the conversation
-    (the asker is suspended and its queued talk request dropped, so no `another-reply` line) but waits for the
-    next message. No speak call."""
-    anotar, log = noop()
-    oi = flow("oi", on=[{"mention": []}], steps=[{"id": "s", "say": "Bem-vindo!"}])
-    agent, provider, _ = build([oi, VENDAS, stay_flow("faq", on=[{"message": ["tem uma dúvida"]}])], {
-        "understand": [{"flows": {"vendas": 0, "faq": 90}}], "speak": [{"message": "CPF?"}]},
-        actions={"anotar": anotar})
-    t1 = agent.turn(session_id="s1", start={"flow": "vendas", "key": "k1"})
-    t2 = agent.turn(session_id="s1", session=t1.session, message="que horas abrem?", id="m2")
-    assert [m.text for m in t2.messages] == ["Bem-vindo!"] and t2.llm_calls == 1
-    assert status(t2) == [("vendas#k1", "suspended"), ("faq#m2", "asking")]
-    assert [(o.run_id, o.code) for o in t2.outcomes] == [("oi#m2", None), ("faq#m2", None)]
-    faq = t2.session.runs[1]
-    assert (faq.step_id, faq.staying, faq.visits) == ("p", True, {"d": 1, "p": 1})
-
-
-def test_a_suspended_runs_flow_gives_no_fields_unless_it_is_eligible():
-    """runtime.md §3.4 item 7, flows.md §2.3: only the floor flow's and eligible flows' fields are offered; a
-    suspended "once" run's unknown field is not (it is neither), though a value the model adds on its own is
-    still applied (model-calls.md §3.5)."""
-    a = flow("a", on=[{"message": ["quer A"]}], steps=[{"id": "q", "collect": ["email"]}])
-    b = flow("b", on=[{"message": ["quer B"]}], steps=[{"id": "q", "collect": ["nome"]}])
-    agent, provider, clock = build([a, b], {
-        "understand": [{"flows": {"a": 90}}, {"flows": {"b": 90}}, {"fields": {"email": "a@b.c"}}],
-        "speak": [{"message": "E-mail?"}, {"message": "Nome?"}, {"message": "Nome, por favor?"}]})
-    r = agent.turn(session_id="s1", message="quero A", id="m1")
-    clock.advance("1s")
-    r = agent.turn(session_id="s1", session=r.session, message="quero B", id="m2")
-    r = agent.turn(session_id="s1", session=r.session, message="meu e-mail é a@b.c", id="m3")
-    call = understand_calls(provider)[2]
-    assert section(call, "fields") == ["nome"] and section(call, "flows") == ["b"]
-    assert r.session.data == {"email": "a@b.c"}
-
-
-def test_a_child_chained_from_a_reply_wait_in_ingest_takes_the_floor_in_ingest():
-    """runtime.md §3.2 I-F ("A child chained while Ingest is running ... takes the floor in Ingest when it
-    inherits the floor"), §3.6.4 chaining rule 6: the child is the floor run: its flow leads the candidates and
-    gives the fields, and no routing happens even at 95."""
-    espera = flow("espera", steps=[{"id": "w", "wait": "1h", "else": {"flow": "filho"}},
-                                   {"id": "x", "say": "Sem resposta."}])
-    filho = flow("filho", steps=[{"id": "q", "collect": ["email"]}])
-    agent, provider, _ = build([espera, filho, VENDAS], {
-        "understand": [{"flows": {"filho": 0, "vendas": 95}}], "speak": [{"message": "Seu e-mail?"}]})
-    t1 = agent.turn(session_id="s1", start={"flow": "espera", "key": "k1"})
-    t2 = agent.turn(session_id="s1", session=t1.session, message="quero comprar", id="m1")
-    call = understand_calls(provider)[0]
-    assert section(call, "flows") == ["filho", "vendas"] and section(call, "fields") == ["email"]
-    assert "## Current flow" in call.prompt
-    assert [s.run_id for s in t2.started] == ["filho#espera#k1:w:1"]
-    assert [m.key for m in t2.messages] == ["filho#espera#k1:w:1:q:1"]
-
-
-def test_a_reply_wait_that_ends_in_ingest_does_not_hold_the_floor_so_the_message_is_routed():
-    """runtime.md §3.2 I-R rule 4 and I-F ("if it is still live"): the resolved run ended, so no run took the
-    floor in Ingest; there is no floor run (§3.4 item 1) and routing proceeds as usual."""
-    espera = flow("espera", steps=[{"id": "w", "wait": "1h", "else": "end"}, {"id": "x", "say": "Sem resposta."}])
-    agent, provider, _ = build([espera, VENDAS, SUPORTE], {
-        "understand": [{"flows": {"vendas": 95, "suporte": 0}}], "speak": [{"message": "CPF?"}]})
-    t1 = agent.turn(session_id="s1", start={"flow": "espera", "key": "k1"})
-    t2 = agent.turn(session_id="s1", session=t1.session, message="quero comprar", id="m1")
-    call = understand_calls(provider)[0]
-    assert section(call, "flows") == ["vendas", "suporte"] and "## Current flow" not in call.prompt
-    assert [(e.id, e.reason) for e in t2.ended] == [("espera#k1", "end")]
-    assert [s.run_id for s in t2.started] == ["vendas#m1"] and [m.key for m in t2.messages] == ["vendas#m1:q:1"]
-
-
-def test_a_staying_runs_when_branch_may_lead_back_onto_its_path_unlike_an_if_branch():
-    """runtime.md §3.5.2, §4.7: the "already been through" exclusion is for `if` branches only; a `when` branch
-    to the visited stay step fires (a new visit: `staying` is removed by the entry, and the step answers)."""
-    f = flow("faq", on=[{"message": []}], onEnd="stay", steps=[
-        {"id": "p", "prompt": "Responda.", "branches": [{"when": "a pessoa recomeça", "then": "p"}]}])
-    agent, _, _ = build([f], {"understand": [{"branches": {"q1": True}}],
-                              "speak": [{"message": "Oi!"}, {"message": "Recomeçando."}]})
-    t1 = agent.turn(session_id="s1", message="oi", id="m1")
-    t2 = agent.turn(session_id="s1", session=t1.session, message="vamos recomeçar", id="m2")
-    assert [(o.code, o.next, o.key) for o in t2.outcomes][0] == ("branch", "p", "faq#m1:p:2")
-    assert [m.key for m in t2.messages] == ["faq#m1:p:3"]
-
-
-def test_under_understand_true_a_routed_run_reaching_stay_takes_the_floor_but_does_not_speak():
-    """runtime.md §9 (`understand: True` keeps routing), §4.7 rules 4-5 (the stay step answers only when "not
-    silenced"): the routed run reaches its end, suspends the asker and stays `asking` without a word."""
-    anotar, log = noop()
-    agent, _, _ = build([VENDAS, stay_flow("faq", on=[{"message": ["tem uma dúvida"]}])], {
-        "understand": [{"flows": {"vendas": 0, "faq": 90}}], "speak": [{"message": "CPF?"}]},
-        actions={"anotar": anotar})
-    t1 = agent.turn(session_id="s1", start={"flow": "vendas", "key": "k1"})
-    t2 = agent.turn(session_id="s1", session=t1.session, message="que horas abrem?", id="m2", silenced=QUIET)
-    assert log == ["faq#m2:d:1"] and t2.messages == [] and t2.llm_calls == 1
-    assert status(t2) == [("vendas#k1", "suspended"), ("faq#m2", "asking")]
-    assert t2.session.runs[1].staying is True
-
-
-@pytest.mark.parametrize("order", [("conc", "det"), ("det", "conc")])
-def test_mention_runs_start_in_agent_order_whether_judged_or_code_only(order):
-    """runtime.md §3.5 rule 4: "for every flow that has a `mention` trigger (its first one), in agent order"."""
-    anotar, _ = noop()
-    flows = {"conc": flow("conc", on=[{"mention": ["cita um concorrente"]}], steps=[{"id": "d", "do": "anotar"}]),
-             "det": flow("det", on=[{"mention": []}], steps=[{"id": "d", "do": "anotar"}])}
-    agent, _, _ = build([flows[fid] for fid in order], {"understand": [{"mentions": {"conc": True}}],
-                                                        "speak": [{"message": "Oi"}]}, actions={"anotar": anotar})
-    r = agent.turn(session_id="s1", message="a ACME é melhor", id="m1")
-    assert [s.flow_id for s in r.started] == list(order)
-
-
-def test_mentions_are_asked_even_while_a_run_holds_the_floor_from_ingest():
-    """runtime.md §3.4 item 5, flows.md §4.2 ("reaches the understand call on every message turn while `repeat`
-    allows it"): routing is skipped (I-F) but mentions are still judged and started (§3.5 rule 4)."""
-    anotar, log = noop()
-    espera = flow("espera", steps=[{"id": "w", "wait": "1h", "else": "d"}, {"id": "x", "say": "Sem resposta."},
-                                   {"id": "d", "do": "anotar"}])
-    conc = flow("conc", on=[{"mention": ["cita um concorrente"]}], steps=[{"id": "d", "do": "anotar"}])
-    agent, provider, _ = build([espera, conc], {"understand": [{"mentions": {"conc": True}}]}, idle="silent",
-                               actions={"anotar": anotar})
-    t1 = agent.turn(session_id="s1", start={"flow": "espera", "key": "k1"})
-    t2 = agent.turn(session_id="s1", session=t1.session, message="a ACME é melhor", id="m1")
-    assert section(understand_calls(provider)[0], "mentions") == ["conc"]
-    assert [s.run_id for s in t2.started] == ["conc#m1"] and log == ["espera#k1:d:1", "conc#m1:d:1"]
-
-
-def test_scores_and_mentions_under_aliases_are_mapped_back_before_routing():
-    """model-calls.md §2.8, §3.5 ("Keys are mapped back from aliases"), runtime.md §3.5 rules 3-4: ids that are
-    not valid property names travel as `f<n>` (one counter shared by all prefixes, kept real ids never minted);
-    the reply under those aliases routes and starts the real flows."""
-    anotar, log = noop()
-    v = flow("vendas b2b", on=[{"message": ["quer comprar"]}], steps=[{"id": "q", "collect": ["cpf"]}])
-    m = flow("conc:x", on=[{"mention": ["cita um concorrente"]}], steps=[{"id": "d", "do": "anotar"}])
-    agent, provider, _ = build([v, SUPORTE, m], {"understand": [{"flows": {"f1": 90}, "mentions": {"f2": True}}],
-                                                 "speak": [{"message": "CPF?"}]}, actions={"anotar": anotar})
-    r = agent.turn(session_id="s1", message="quero comprar; a ACME é melhor", id="m1")
-    call = understand_calls(provider)[0]
-    assert section(call, "flows") == ["f1", "suporte"] and section(call, "mentions") == ["f2"]
-    assert [s.run_id for s in r.started] == ["conc:x#m1", "vendas b2b#m1"] and log == ["conc:x#m1:d:1"]
-
-
-def test_a_routed_say_only_flow_answers_so_the_kept_asker_writes_another_reply():
-    """runtime.md §3.5 "The displaced asker" ("it keeps the floor and answers the message, unless another run's
-    `say` already did"), §3.6.6 rule 2."""
-    aviso = flow("aviso", on=[{"message": ["pergunta o horário"]}], steps=[{"id": "s", "say": "Abrimos às 9h."}])
-    agent, _, _ = build([VENDAS, aviso], {"understand": [{"flows": {"vendas": 90}},
-                                                         {"flows": {"vendas": 0, "aviso": 90}}],
-                                          "speak": [{"message": "CPF?"}]})
-    t1 = agent.turn(session_id="s1", message="quero comprar", id="m1")
-    t2 = agent.turn(session_id="s1", session=t1.session, message="que horas abrem?", id="m2")
-    assert [m.text for m in t2.messages] == ["Abrimos às 9h."] and t2.llm_calls == 1
-    assert [(o.run_id, o.code) for o in t2.outcomes] == [("aviso#m2", None), ("vendas#m1", "another-reply")]
-    assert status(t2) == [("vendas#m1", "asking")]
-
-
-@pytest.mark.parametrize("lead, eligible", [("lead-1", False), ("lead-2", True)])
-def test_eligibility_checks_the_claim_under_the_flows_anchor(lead, eligible):
-    """runtime.md §3.4 item 2 and the draft run (anchor), §6.1, §6.3: an anchored "once" flow is eligible per
-    host anchor key, not per session."""
-    v = flow("vendas", on=[{"message": ["quer comprar"]}], anchor="lead", steps=[{"id": "s", "say": "Vendas!"}])
-    agent, provider, _ = build([v, SUPORTE], {"understand": [{}]})
-    blob = {"id": "s1", "v": 4, "version": 0, "data": {}, "runs": [], "claims": {"vendas:lead-1:": {"at": T0}},
-            "inputs": [], "metadata": {}}
-    agent.turn(session_id="s1", session=blob, message="oi", id="m1", anchors={"lead": {"key": lead}})
-    assert section(understand_calls(provider)[0], "flows") == (["vendas", "suporte"] if eligible else ["suporte"])
-
-
-def test_a_malformed_understand_reply_judges_nothing_but_code_only_decisions_still_happen(caplog):
-    """model-calls.md §3.5 item 2: the call counts, nothing is routed, mentioned or branched by the model, but
-    the catch-all still starts and code-only mention detectors still run."""
-    anotar, log = noop()
-    geral = flow("geral", on=[{"message": []}], steps=[{"id": "s", "say": "Geral!"}])
-    conc = flow("conc", on=[{"mention": ["cita um concorrente"]}], steps=[{"id": "d", "do": "anotar"}])
-    det = flow("det", on=[{"mention": []}], steps=[{"id": "d", "do": "anotar"}])
-    agent, provider, _ = build([VENDAS, geral, conc, det], {"understand": ["não sei responder"]},
-                               actions={"anotar": anotar})
-    r = agent.turn(session_id="s1", message="quero comprar", id="m1")
-    assert r.llm_calls == 1 and [s.flow_id for s in r.started] == ["det", "geral"]
-    assert log == ["det#m1:d:1"] and [m.text for m in r.messages] == ["Geral!"]
-
-
-def test_a_malformed_reply_still_lets_the_askers_if_branch_fire():
-    """model-calls.md §3.5 item 2 ("`if` branches still happen"), runtime.md §3.5 rule 8."""
-    agent, _, _ = build([MENU, SUPORTE], {"understand": [{"flows": {"menu": 90}}, "{broken"],
-                                          "speak": [{"message": "CPF?"}]})
-    t1 = agent.turn(session_id="s1", message="quero o menu", id="m1")
-    t1.session.data["plano"] = "pro"
-    t2 = agent.turn(session_id="s1", session=t1.session, message="...", id="m2")
-    assert t2.llm_calls == 1 and [(o.code, o.next) for o in t2.outcomes][0] == ("branch", "pro")
-
-
-def test_a_run_resumed_at_the_start_of_run_has_no_when_branch_judged_even_if_the_reply_names_it():
-    """runtime.md §3.6 step 1 ("`when` branches cannot fire: there is no judgement for it"), flows.md §6 rule 5:
-    the suspended run's `when` branch is not in the call (it was not the floor run), and a reply that still
-    answers it true under its real key does not move it; it asks again instead."""
-    a = flow("a", on=[{"message": ["quer A"]}], steps=[
-        {"id": "q", "collect": ["cpf"], "branches": [{"when": "a pessoa desiste", "then": "fim"}]},
-        {"id": "fim", "say": "Tchau."}])
-    b = flow("b", on=[{"message": ["quer B"]}], steps=[
-        {"id": "q", "collect": ["x"], "branches": [{"if": {"known": ["plano"]}, "then": "end"}]}])
-    agent, provider, clock = build([a, b], {
-        "understand": [{"flows": {"a": 90}}, {"flows": {"b": 90}}, {"branches": {"a#m1/q/0": True}}],
-        "speak": [{"message": "CPF?"}, {"message": "x?"}, {"message": "Voltando: CPF?"}]})
-    r = agent.turn(session_id="s1", message="quero A", id="m1")
-    clock.advance("1s")
-    r = agent.turn(session_id="s1", session=r.session, message="quero B", id="m2")
-    r.session.data["plano"] = "pro"
-    r = agent.turn(session_id="s1", session=r.session, message="desisto", id="m3")
-    assert section(understand_calls(provider)[2], "branches") is None
-    assert [(o.run_id, o.code) for o in r.outcomes if o.code == "branch"] == [("b#m2", "branch")]
-    assert [m.key for m in r.messages] == ["a#m1:q:1"] and status(r) == [("a#m1", "asking")]
