@@ -969,14 +969,15 @@ def test_a_mention_that_was_not_asked_is_never_read_even_if_the_reply_marks_it_t
     must not start it, so no `already-claimed` skip appears."""
     anotar, log = noop()
     m = flow("conc", on=[{"mention": ["cita um concorrente"]}], steps=[{"id": "d", "do": "anotar"}])
-    agent, provider, _ = build([VENDAS, m], {
+    agent, provider, _ = build([VENDAS, SUPORTE, m], {
         "understand": [{"flows": {"vendas": 90}, "mentions": {"conc": True}},
-                       {"flows": {"vendas": 90}, "mentions": {"conc": True}}],
+                       {"flows": {"vendas": 90, "suporte": 0}, "mentions": {"conc": True}}],
         "speak": [{"message": "CPF?"}, {"message": "E o CPF?"}]}, actions={"anotar": anotar})
     t1 = agent.turn(session_id="s1", message="quero comprar; a ACME é melhor", id="m1")
     assert log == ["conc#m1:d:1"]
     t2 = agent.turn(session_id="s1", session=t1.session, message="a ACME é melhor mesmo", id="m2")
-    assert section(understand_calls(provider)[1], "mentions") is None
+    call = understand_calls(provider)[1]                   # made to score suporte against the asker
+    assert section(call, "flows") == ["vendas", "suporte"] and section(call, "mentions") is None
     assert t2.skipped == [] and t2.started == []
 
 

@@ -237,8 +237,11 @@ def test_understand_true_starts_a_mention_judged_true_and_writes_judged_fields()
 
 def test_understand_true_makes_no_hand_back():
     """runtime.md §3.6 step 3: the hand-back loop runs only on a message turn "that is not silenced": the asker
-    finishes silently and the suspended run comes back only through Settle's resume, without speaking."""
-    a = flow("a", on=[{"message": ["quer A"]}], steps=[{"id": "q", "collect": ["cpf"]}])
+    finishes silently and the suspended run comes back only through Settle's resume (§3.8 item 5), which judges
+    no branch, so its `if` branch that now holds does not fire (a hand-back would have fired it, §4.5)."""
+    a = flow("a", on=[{"message": ["quer A"]}], steps=[
+        {"id": "q", "collect": ["cpf"], "branches": [{"if": {"known": ["x"]}, "then": "d"}]},
+        {"id": "d", "do": "anotar"}])
     b = flow("b", on=[{"message": ["quer B"]}], steps=[{"id": "q", "collect": ["x"]}, {"id": "d", "do": "anotar"}])
     anotar, log = noop()
     agent, _, clock = build([a, b], {
@@ -250,6 +253,24 @@ def test_understand_true_makes_no_hand_back():
     r = agent.turn(session_id="s1", session=r.session, message="x é 1", id="m3", silenced=QUIET)
     assert log == ["b#m2:d:1"] and r.messages == [] and status(r) == [("a#m1", "asking")]
     assert [o.run_id for o in r.outcomes if o.run_id == "a#m1"] == []
+
+
+def test_without_silence_the_same_message_is_handed_back_and_fires_the_resumed_runs_if_branch():
+    """The control case of the test above (runtime.md §3.6 step 3, §4.5-§4.6): unsilenced, the hand-back resumes
+    the suspended run with its `if` branches judged, so the branch fires and its `do` runs."""
+    a = flow("a", on=[{"message": ["quer A"]}], steps=[
+        {"id": "q", "collect": ["cpf"], "branches": [{"if": {"known": ["x"]}, "then": "d"}]},
+        {"id": "d", "do": "anotar"}])
+    b = flow("b", on=[{"message": ["quer B"]}], steps=[{"id": "q", "collect": ["x"]}, {"id": "d", "do": "anotar"}])
+    anotar, log = noop()
+    agent, _, clock = build([a, b], {
+        "understand": [{"flows": {"a": 90}}, {"flows": {"b": 90}}, {"fields": {"x": "1"}}],
+        "speak": [{"message": "CPF?"}, {"message": "x?"}]}, actions={"anotar": anotar}, idle="silent")
+    r = agent.turn(session_id="s1", message="quero A", id="m1")
+    clock.advance("1s")
+    r = agent.turn(session_id="s1", session=r.session, message="quero B", id="m2")
+    r = agent.turn(session_id="s1", session=r.session, message="x é 1", id="m3")
+    assert log == ["b#m2:d:1", "a#m1:d:1"] and r.session.runs == []
 
 
 def test_a_plain_reason_judges_no_when_branch_but_the_lone_unscored_flow_is_routed():
@@ -429,3 +450,20 @@ def test_a_staying_askers_when_branch_is_sent_and_a_branch_to_end_stays_and_answ
     assert section(understand_calls(provider)[0], "branches") == ["q1"]
     assert [(o.code, o.next, o.key) for o in t2.outcomes][0] == ("branch", "end", "faq#m1:p:2")
     assert [m.key for m in t2.messages] == ["faq#m1:p:3"] and t2.session.runs[0].visits == {"p": 4}
+
+
+def test_the_stay_step_is_the_talk_step_the_run_last_took_not_the_last_in_list_order():
+    """runtime.md §4.7 rule 1, flows.md §3.6 rule 1: the newest `prompt`/`collect` line of the run names the stay
+    step (here the branch line written on `q1`), so the run stays on `q1` although `q2` comes later."""
+    f = flow("faq", on=[{"message": []}], onEnd="stay", steps=[
+        {"id": "q1", "collect": ["cpf"], "branches": [{"when": "a pessoa encerra", "then": "end"}]},
+        {"id": "q2", "prompt": "Nunca alcançado."}])
+    agent, _, _ = build([f], {"understand": [{"branches": {"q1": True}}],
+                              "speak": [{"message": "Oi!"}, {"message": "Até mais, estou por aqui."}]})
+    t1 = agent.turn(session_id="s1", message="oi", id="m1")
+    assert t1.session.runs[0].step_id == "q1" and t1.session.runs[0].status == "asking"
+    t2 = agent.turn(session_id="s1", session=t1.session, message="é só isso", id="m2")
+    assert [(o.code, o.next) for o in t2.outcomes][0] == ("branch", "end")
+    run = t2.session.runs[0]
+    assert [m.key for m in t2.messages] == ["faq#m1:q1:2"]
+    assert (run.step_id, run.staying, run.visits) == ("q1", True, {"q1": 3})
