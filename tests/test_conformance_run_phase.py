@@ -386,21 +386,27 @@ def test_a_stay_reached_on_a_message_the_runs_own_say_answered_waits_for_the_nex
 def test_a_reply_wait_resolved_into_stay_during_ingest_takes_the_conversation_and_answers():
     """runtime.md §3.2 I-R rule 4 ("so a `stay` it reaches answers this message"), §4.7 rules 3-5, flows.md §3.6
     rule 5 ("it resolved this run's `wait`"): reaching `stay` in Ingest, the run is the floor run, so the asker
-    is suspended; it stays `asking` through Ingest and answers in Run. No route is made (I-F)."""
+    is suspended; it stays `asking` through Ingest (rule 5: "If Ingest is over ..."), so Run does not resume
+    the suspended asker (whose `if` branch would now hold), and it answers in Run. No route is made (I-F)."""
     espera = flow("espera", onEnd="stay", steps=[{"id": "w", "wait": "1h", "else": "end"},
                                                  {"id": "x", "say": "Sem resposta."},
                                                  {"id": "p", "prompt": "Retome a conversa."}])
-    agent, provider, _ = build([espera, VENDAS, SUPORTE], {
+    vendas = flow("vendas", on=[{"message": ["quer comprar"]}], steps=[
+        {"id": "q", "collect": ["cpf"], "branches": [{"if": {"known": ["plano"]}, "then": "fim"}]},
+        {"id": "fim", "say": "Vendas encerrou."}])
+    agent, provider, _ = build([espera, vendas, SUPORTE], {
         "understand": [{"flows": {"espera": 0, "vendas": 0, "suporte": 99}}],
         "speak": [{"message": "CPF?"}, {"message": "Que bom que voltou!"}]})
     t1 = agent.turn(session_id="s1", start={"flow": "espera", "key": "k1"})
     t2 = agent.turn(session_id="s1", session=t1.session, start={"flow": "vendas", "key": "k2"})
     assert status(t2) == [("espera#k1", "waiting"), ("vendas#k2", "asking")]
+    t2.session.data["plano"] = "pro"
     t3 = agent.turn(session_id="s1", session=t2.session, message="voltei, e meu pedido?", id="m2")
     call = understand_calls(provider)[0]
     assert section(call, "flows") == ["espera", "vendas", "suporte"] and section(call, "branches") is None
     assert t3.started == [] and [(m.text, m.key) for m in t3.messages] == [("Que bom que voltou!", "espera#k1:p:1")]
     assert status(t3) == [("espera#k1", "asking"), ("vendas#k2", "suspended")]
+    assert "branch" not in [o.code for o in t3.outcomes]
 
 
 def test_a_staying_run_skips_if_branches_back_onto_its_path_but_takes_a_flow_branch():
