@@ -2540,7 +2540,7 @@ def decide(turn: Turn, understood: tuple[Judgement, Eligibility]) -> None:
             continue
         if not trigger["mention"]:
             start_run(turn, flow, "mention", turn.trigger_key, trigger=trigger)
-        elif judgement.mentions.get(flow["id"]) is True:
+        elif flow in found.mentions and judgement.mentions.get(flow["id"]) is True:   # asked ones only
             values = judgement.extract.get(flow["id"])
             payload = ({k: v for k, v in values.items() if v is not None and v != ""}
                        if trigger.get("extract") and isinstance(values, dict) else None)

@@ -960,8 +960,6 @@ def test_a_malformed_understand_reply_judges_nothing_but_code_only_decisions_sti
     assert log == ["det#m1:d:1"] and [m.text for m in r.messages] == ["Geral!"]
 
 
-@pytest.mark.xfail(reason="engine: Decide starts every mention flow the reply marks true, even one that was not "
-                          "asked (claimed), writing an already-claimed skip", strict=True)
 def test_a_mention_that_was_not_asked_is_never_read_even_if_the_reply_marks_it_true():
     """model-calls.md §3.5 last paragraph ("scores, mentions and branches for ids that were not asked about are
     simply never read"), flows.md §4.2 ("a claimed "once" mention is simply not asked and writes nothing"),
