@@ -922,6 +922,16 @@ TRUE_WORDS = ("true", "sim", "yes", "1")
 FALSE_WORDS = ("false", "não", "nao", "no", "0")
 
 
+def read_boolean(raw: Any) -> bool | None:
+    """The boolean coercion of model-calls.md §4, or None when raw is not one."""
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str):
+        word = raw.strip().lower()
+        return True if word in TRUE_WORDS else False if word in FALSE_WORDS else None
+    return None
+
+
 def coerce_field(definition: dict, raw: Any) -> tuple[str, Any]:
     """Check a model-given value against its field (flows.md §2.4, model-calls.md §4).
 
@@ -946,11 +956,7 @@ def coerce_field(definition: dict, raw: Any) -> tuple[str, Any]:
             if number is not None and math.isfinite(number):
                 value = int(number) if kind == "integer" or float(number).is_integer() else number
         elif kind == "boolean":
-            if isinstance(raw, bool):
-                value = raw
-            elif isinstance(raw, str):
-                word = raw.strip().lower()
-                value = True if word in TRUE_WORDS else False if word in FALSE_WORDS else None
+            value = read_boolean(raw)
     except OverflowError:
         value = None
     if value is None:
@@ -959,16 +965,6 @@ def coerce_field(definition: dict, raw: Any) -> tuple[str, Any]:
                                         for e in definition["enum"]):
         return "not-in-enum", None
     return "ok", value
-
-
-def read_boolean(raw: Any) -> bool | None:
-    """The boolean coercion of model-calls.md §4, or None when raw is not one."""
-    if isinstance(raw, bool):
-        return raw
-    if isinstance(raw, str):
-        word = raw.strip().lower()
-        return True if word in TRUE_WORDS else False if word in FALSE_WORDS else None
-    return None
 
 
 def nullable_property(definition: dict) -> dict:
