@@ -1143,7 +1143,16 @@ class Agent:
 RESERVED_CONDITIONS = ("equals", "known", "silenced")
 TRIGGER_KINDS = ("message", "mention", "silence", "event")
 INSTRUCTION_KINDS = ("must", "never", "should")
-_KEY_ABSENT = object()   # "the key is not there", which show() prints as "missing"
+
+
+class _Absent:
+    """The value of a key that is not there: ``show`` and ``describe_blob_value`` print it as `missing`."""
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT = _Absent()
 
 
 def _flow_error(where: str, what: str, fix: str) -> None:
@@ -1189,7 +1198,7 @@ def show(value: Any) -> str:
     A string is its JSON literal, cut to 37 characters plus "..." past 40
     (characters are code points; JavaScript counts UTF-16 units).
     """
-    if value is _KEY_ABSENT:
+    if value is ABSENT:
         return "missing"
     if value is None or isinstance(value, (bool, int, float)):
         return json_literal(value)
@@ -1317,7 +1326,7 @@ def _off_list(definition: dict, value: Any) -> tuple[str, str] | None:
 
 def _list_check(value: Any, label: str, where: str, objects: bool = False) -> None:
     """A list (or tuple) whose entries are all strings, or all dicts; absent passes."""
-    if value is _KEY_ABSENT:
+    if value is ABSENT:
         return
     if not isinstance(value, (list, tuple)):
         fix = (f"Write {label}: {json_literal([value])}." if isinstance(value, str) and not objects
@@ -1332,26 +1341,26 @@ def _list_check(value: Any, label: str, where: str, objects: bool = False) -> No
 
 
 def _condition_check(value: Any, label: str, where: str) -> None:
-    if value is _KEY_ABSENT or callable(value) or isinstance(value, dict):
+    if value is ABSENT or callable(value) or isinstance(value, dict):
         return
     _flow_error(where, f"{label} is {show(value)}, not a condition",
                 'Write it as an object, e.g. { known: ["nome"] }.')
 
 
 def _target_check(value: Any, label: str, where: str) -> None:
-    if value is _KEY_ABSENT or isinstance(value, str):
+    if value is ABSENT or isinstance(value, str):
         return
     if isinstance(value, dict) and (isinstance(value.get("step"), str) or isinstance(value.get("flow"), str)):
-        _list_check(value.get("clear", _KEY_ABSENT), f"{label}.clear", where)
+        _list_check(value.get("clear", ABSENT), f"{label}.clear", where)
         return
     _flow_error(where, f"{label} is {show(value)}, not a step id or a target",
                 'Write a step id, "end", { step: "id" } or { flow: "id" }.')
 
 
 def _instructions_check(owner: dict, where: str) -> None:
-    instructions = owner.get("instructions", _KEY_ABSENT)
+    instructions = owner.get("instructions", ABSENT)
     _list_check(instructions, "instructions", where, objects=True)
-    if instructions is _KEY_ABSENT:
+    if instructions is ABSENT:
         return
     for i, instruction in enumerate(instructions):
         label = f"instructions[{i}]"
@@ -1359,12 +1368,12 @@ def _instructions_check(owner: dict, where: str) -> None:
             what = f'{label}.kind is {show(instruction["kind"])}, which is not one of "must", "never", "should"'
             _flow_error(where, what, "Use one of them.")
         if not isinstance(instruction.get("prompt"), str):
-            _flow_error(where, f"{label}.prompt is {show(instruction.get('prompt', _KEY_ABSENT))}, not text",
+            _flow_error(where, f"{label}.prompt is {show(instruction.get('prompt', ABSENT))}, not text",
                         "Write the rule as a sentence.")
-        when = instruction.get("when", _KEY_ABSENT)
+        when = instruction.get("when", ABSENT)
         if not isinstance(when, str):
             _list_check(when, f"{label}.when", where)
-        _condition_check(instruction.get("if", _KEY_ABSENT), f"{label}.if", where)
+        _condition_check(instruction.get("if", ABSENT), f"{label}.if", where)
 
 
 def body_kinds(step: dict) -> list[str]:
@@ -1398,8 +1407,8 @@ def _step_shape(step: dict, where: str) -> None:
     for key in ("say", "prompt", "question"):
         if key in step and not isinstance(step[key], str):
             _flow_error(where, f"{key} is {show(step[key])}, not text", f"Write {key} as a string.")
-    _list_check(step.get("collect", _KEY_ABSENT), "collect", where)
-    _list_check(step.get("tools", _KEY_ABSENT), "tools", where)
+    _list_check(step.get("collect", ABSENT), "collect", where)
+    _list_check(step.get("tools", ABSENT), "tools", where)
     if "ask" in step and not isinstance(step["ask"], dict):
         _flow_error(where, f"ask is {show(step['ask'])}, not an object", 'Write ask as { field: "how to ask" }.')
     if "with" in step and not isinstance(step["with"], dict):
@@ -1408,23 +1417,23 @@ def _step_shape(step: dict, where: str) -> None:
         asks = step["maxAsks"]
         if not is_whole(asks) or asks < 1:
             _flow_error(where, f"maxAsks is {show(asks)}, not a whole number of 1 or more", "Write a number like 3.")
-    wait = step.get("wait", _KEY_ABSENT)
-    if wait is not _KEY_ABSENT and not isinstance(wait, str) and not (
+    wait = step.get("wait", ABSENT)
+    if wait is not ABSENT and not isinstance(wait, str) and not (
             isinstance(wait, dict) and isinstance(wait.get("event"), str)):
         _flow_error(where, "wait has no event",
                     'Write wait: { event: "name" } to wait for an event, or a duration like "1h".')
-    _condition_check(step.get("if", _KEY_ABSENT), "if", where)
+    _condition_check(step.get("if", ABSENT), "if", where)
     for key in ("then", "else", "onFail"):
-        _target_check(step.get(key, _KEY_ABSENT), key, where)
+        _target_check(step.get(key, ABSENT), key, where)
     _instructions_check(step, where)
-    branches = step.get("branches", _KEY_ABSENT)
+    branches = step.get("branches", ABSENT)
     _list_check(branches, "branches", where, objects=True)
-    for j, branch in enumerate([] if branches is _KEY_ABSENT else branches):
+    for j, branch in enumerate([] if branches is ABSENT else branches):
         if "when" in branch and not isinstance(branch["when"], str):
             _flow_error(where, f"branches[{j}].when is {show(branch['when'])}, not text",
                         "Write the condition as one sentence.")
-        _condition_check(branch.get("if", _KEY_ABSENT), f"branches[{j}].if", where)
-        _target_check(branch.get("then", _KEY_ABSENT), f"branches[{j}].then", where)
+        _condition_check(branch.get("if", ABSENT), f"branches[{j}].if", where)
+        _target_check(branch.get("then", ABSENT), f"branches[{j}].then", where)
 
 
 def check_flow_shape(flow: Any) -> None:
@@ -1441,20 +1450,20 @@ def check_flow_shape(flow: Any) -> None:
         if key in flow and not isinstance(flow[key], str):
             _flow_error(where, f"{key} is {show(flow[key])}, not text", f"Write {key} as a string.")
     for key in ("collect", "clearOnStart", "tools"):
-        _list_check(flow.get(key, _KEY_ABSENT), key, where)
+        _list_check(flow.get(key, ABSENT), key, where)
     if "onEnd" in flow and flow["onEnd"] not in ("end", "stay", "reset"):
         _flow_error(where, f'onEnd is {show(flow["onEnd"])}, which is not one of "end", "stay", "reset"',
                     "Use one of them.")
-    _condition_check(flow.get("while", _KEY_ABSENT), "while", where)
+    _condition_check(flow.get("while", ABSENT), "while", where)
     _instructions_check(flow, where)
-    _list_check(flow.get("on", _KEY_ABSENT), "on", where, objects=True)
+    _list_check(flow.get("on", ABSENT), "on", where, objects=True)
     for n, trigger in enumerate(flow.get("on", ()), 1):
         trigger_where = f"{where}, trigger #{n}"
-        _list_check(trigger.get("message", _KEY_ABSENT), "message", trigger_where)
-        _list_check(trigger.get("mention", _KEY_ABSENT), "mention", trigger_where)
-        _condition_check(trigger.get("if", _KEY_ABSENT), "if", trigger_where)
-        repeat = trigger.get("repeat", _KEY_ABSENT)
-        if repeat is not _KEY_ABSENT and repeat not in ("once", "always") and not (
+        _list_check(trigger.get("message", ABSENT), "message", trigger_where)
+        _list_check(trigger.get("mention", ABSENT), "mention", trigger_where)
+        _condition_check(trigger.get("if", ABSENT), "if", trigger_where)
+        repeat = trigger.get("repeat", ABSENT)
+        if repeat is not ABSENT and repeat not in ("once", "always") and not (
                 isinstance(repeat, dict) and isinstance(repeat.get("cooldown"), str)):
             _flow_error(trigger_where, f"repeat is {show(repeat)}", 'Use "once", "always" or { cooldown: "24h" }.')
     _list_check(flow["steps"], "steps", where, objects=True)
@@ -1505,7 +1514,7 @@ def _tool_check(tools: Any, names: _FlowNames, where: str) -> None:
 
 
 def _duration_check(value: Any, label: str, where: str) -> None:
-    if value is not _KEY_ABSENT and not is_duration(value):
+    if value is not ABSENT and not is_duration(value):
         _flow_error(where, f'{label} has duration "{value}", which does not parse',
                     'Write a number and a unit: "30s", "5m", "24h" or "3d".')
 
@@ -1516,7 +1525,7 @@ def condition_names_check(condition: Any, label: str, where: str, names: _FlowNa
     Absent and callables pass. Anything else that is not a dict fails as in the
     shape check (inferred: agent and idle instructions reach this without one).
     """
-    if condition is _KEY_ABSENT or callable(condition):
+    if condition is ABSENT or callable(condition):
         return
     _condition_check(condition, label, where)
     for key, arg in condition.items():
@@ -1608,10 +1617,10 @@ def check_flow_names(flow: dict, names: _FlowNames) -> list[str]:
                             "that asks it, and no step does. Add it to a step's collect, or set extract: "
                             "'anywhere' on the field.")
 
-    condition_names_check(flow.get("while", _KEY_ABSENT), "while", where, names)
+    condition_names_check(flow.get("while", ABSENT), "while", where, names)
     _tool_check(flow.get("tools", ()), names, where)
     for i, instruction in enumerate(flow.get("instructions", ())):
-        condition_names_check(instruction.get("if", _KEY_ABSENT), f"instructions[{i}].if", where, names)
+        condition_names_check(instruction.get("if", ABSENT), f"instructions[{i}].if", where, names)
 
     for n, trigger in enumerate(flow.get("on", ()), 1):
         trigger_where = f"{where}, trigger #{n}"
@@ -1621,11 +1630,11 @@ def check_flow_names(flow: dict, names: _FlowNames) -> list[str]:
         if "event" in trigger and not _has_key(names.events, trigger["event"]):
             _flow_error(trigger_where, f'unknown event "{trigger["event"]}"',
                         "Register it in events or fix the name.")
-        _duration_check(trigger.get("silence", _KEY_ABSENT), "silence", trigger_where)
-        _duration_check(trigger.get("after", _KEY_ABSENT), "after", trigger_where)
+        _duration_check(trigger.get("silence", ABSENT), "silence", trigger_where)
+        _duration_check(trigger.get("after", ABSENT), "after", trigger_where)
         if isinstance(trigger.get("repeat"), dict):
             _duration_check(trigger["repeat"]["cooldown"], "repeat.cooldown", trigger_where)
-        condition_names_check(trigger.get("if", _KEY_ABSENT), "if", trigger_where, names)
+        condition_names_check(trigger.get("if", ABSENT), "if", trigger_where, names)
         for kind in ("message", "mention"):
             phrases = trigger.get(kind) or []
             if phrases and not split_phrases(phrases)[0]:
@@ -1644,7 +1653,7 @@ def _step_names(step: dict, i: int, flow_where: str, position: dict, names: _Flo
 
     def edge(target: Any, label: str) -> int | None:
         """Check one Next; the index it lands on, or None (persistence.md §1.10, edge check)."""
-        if target is _KEY_ABSENT or target == "end":
+        if target is ABSENT or target == "end":
             return None
         if isinstance(target, dict) and "flow" in target:
             flow_id = target["flow"]
@@ -1667,8 +1676,8 @@ def _step_names(step: dict, i: int, flow_where: str, position: dict, names: _Flo
                             "since stay known and those steps skip. Add clear: [...] to re-ask them.")
         return lands
 
-    then_lands = edge(step.get("then", _KEY_ABSENT), "then")
-    edge(step.get("else", _KEY_ABSENT), "else")
+    then_lands = edge(step.get("then", ABSENT), "then")
+    edge(step.get("else", ABSENT), "else")
     if "collect" in step or "prompt" in step:
         collect = step.get("collect", [])
         for slug in collect:
@@ -1692,24 +1701,24 @@ def _step_names(step: dict, i: int, flow_where: str, position: dict, names: _Flo
         if "when" in branch and "wait" in step:
             _flow_error(where, f'branches[{j}] is a "when" branch, but a wait step is judged by code only',
                         'Use "if", or move the branch to a talk step.')
-        condition_names_check(branch.get("if", _KEY_ABSENT), f"branches[{j}].if", where, names)
-        edge(branch.get("then", _KEY_ABSENT), f"branches[{j}].then")
+        condition_names_check(branch.get("if", ABSENT), f"branches[{j}].if", where, names)
+        edge(branch.get("then", ABSENT), f"branches[{j}].then")
     for j, instruction in enumerate(step.get("instructions", ())):
-        condition_names_check(instruction.get("if", _KEY_ABSENT), f"instructions[{j}].if", where, names)
+        condition_names_check(instruction.get("if", ABSENT), f"instructions[{j}].if", where, names)
     _tool_check(step.get("tools", ()), names, where)
     if "do" in step:
         name = step["do"]
         if not _has_key(names.actions, name):
             _flow_error(where, f'unknown action "{name}"', "Register it in actions or fix the name.")
         _with_check(name, action_parameters(names.actions[name]), step.get("with", {}), where)
-        edge(step.get("onFail", _KEY_ABSENT), "onFail")
-    wait = step.get("wait", _KEY_ABSENT)
+        edge(step.get("onFail", ABSENT), "onFail")
+    wait = step.get("wait", ABSENT)
     if isinstance(wait, str):
         _duration_check(wait, "wait", where)
     elif isinstance(wait, dict):
         if not _has_key(names.events, wait["event"]):
             _flow_error(where, f'unknown event "{wait["event"]}" in wait', "Register it in events or fix the name.")
-        _duration_check(wait.get("upTo", _KEY_ABSENT), "wait.upTo", where)
+        _duration_check(wait.get("upTo", ABSENT), "wait.upTo", where)
     if "if" in step:
         condition_names_check(step["if"], "if", where, names)
         if then_lands is not None and then_lands <= i and "else" not in step:
@@ -1738,7 +1747,7 @@ def _scope_instructions_check(instructions: Any, where: str, names: _FlowNames) 
     owner = strip_nones({"instructions": instructions})
     _instructions_check(owner, where)
     for i, instruction in enumerate(owner["instructions"]):
-        condition_names_check(instruction.get("if", _KEY_ABSENT), f"instructions[{i}].if", where, names)
+        condition_names_check(instruction.get("if", ABSENT), f"instructions[{i}].if", where, names)
 
 
 def _check_idle(idle: Any, names: _FlowNames) -> None:
@@ -1750,9 +1759,9 @@ def _check_idle(idle: Any, names: _FlowNames) -> None:
     idle = strip_nones(idle)
     if "instructions" in idle:
         _scope_instructions_check(idle["instructions"], "idle", names)
-    tools = idle.get("tools", _KEY_ABSENT)
+    tools = idle.get("tools", ABSENT)
     _list_check(tools, "tools", "idle")
-    if tools is not _KEY_ABSENT:
+    if tools is not ABSENT:
         _tool_check(tools, names, "idle")
 
 
@@ -1895,20 +1904,12 @@ class Session:
 # time formats). Nested values are shared with the blob, not copied, both ways
 # (§2.3 rule 2; migrate_session relies on it for `data`).
 
-class _Missing:
-    """The value of an absent key, so *describe* can say `missing`."""
-
-    def __repr__(self) -> str:
-        return "MISSING"
-
-
-BLOB_MISSING = _Missing()
 RUN_STATUSES = ("running", "asking", "waiting", "suspended")
 
 
 def describe_blob_value(value: Any) -> str:
     """*describe(v)* of persistence.md §2.5: how InvalidSessionError messages name a value."""
-    if value is BLOB_MISSING:
+    if value is ABSENT:
         return "missing"
     if value is None:
         return "null"
@@ -1978,7 +1979,7 @@ def session_from_dict(blob: Any, session_id: str | None) -> Session:
     if not isinstance(blob, dict):
         fail(f"expected an object, got {describe_blob_value(blob)}")
     def get(key: str) -> Any:
-        return blob.get(key, BLOB_MISSING)
+        return blob.get(key, ABSENT)
 
     v = get("v")
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v != 4:
@@ -2022,7 +2023,7 @@ def _run_problem(run: Any, at: str) -> str | None:
     if not isinstance(run, dict):
         return f"{at} is {describe_blob_value(run)}, expected an object"
     def get(key: str) -> Any:
-        return run.get(key, BLOB_MISSING)
+        return run.get(key, ABSENT)
 
     status = get("status")
     if not isinstance(status, str):
@@ -5152,7 +5153,7 @@ def migrate_session(blob: Any, *, session_id: str, flow_id_of: Callable | None =
         return flow
 
     # L1-L6: the shape of a 3.x state, in order.
-    data = blob.get("data", BLOB_MISSING)
+    data = blob.get("data", ABSENT)
     if not isinstance(data, dict):
         fail(f"data is {describe_blob_value(data)}, expected an object; not a 3.x session either")
     for key, kind, article in (("metadata", dict, "an object"), ("history", list, "a list"),
@@ -5297,7 +5298,7 @@ def _history_item_event(item: Any) -> dict:
     if role == "system":
         _need(isinstance(content, str), "a system item needs text content")
         return _message_event("system", "System", content)
-    raise _Malformed(f'unknown role {describe_blob_value(item.get("role", BLOB_MISSING))}; '
+    raise _Malformed(f'unknown role {describe_blob_value(item.get("role", ABSENT))}; '
                      'expected "user", "assistant", "tool" or "system"')
 
 

@@ -21,7 +21,7 @@ import sqlite3
 import threading
 from typing import Any
 
-from falai import (BLOB_MISSING, Session, SessionConflictError, check_expected_version, check_table_name,
+from falai import (ABSENT, Session, SessionConflictError, check_expected_version, check_table_name,
                    decode_session_row, encode_session_row, saved_session, store_now_text)
 
 __all__ = ["SQLiteStore", "PostgresStore", "RedisStore"]
@@ -278,7 +278,7 @@ class RedisStore:
         fields = self.client.hgetall(self.key(session_id))
         if not fields:
             return None
-        blob = fields.get("blob", fields.get(b"blob", BLOB_MISSING))
+        blob = fields.get("blob", fields.get(b"blob", ABSENT))
         return decode_session_row(blob, session_id)      # no blob field: "expected an object, got missing"
 
     def save(self, session: Session, expected_version: int) -> Session:
