@@ -1911,14 +1911,10 @@ def describe_blob_value(value: Any) -> str:
     """*describe(v)* of persistence.md §2.5: how InvalidSessionError messages name a value."""
     if value is ABSENT:
         return "missing"
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return js_number_text(value)
+    if value is None or isinstance(value, (bool, int, float)):
+        return json_literal(value)
     if isinstance(value, str):
-        return f'"{value}"'
+        return f'"{value}"'      # the text as it is, unescaped and uncut, unlike show()
     if isinstance(value, list):
         return "a list"
     if not isinstance(value, dict) and callable(value):
@@ -1928,13 +1924,7 @@ def describe_blob_value(value: Any) -> str:
 
 def blob_whole_number(value: Any) -> int | None:
     """A "whole number" (§2.5) as an int: int >= 0, or an integral float >= 0; a bool never is."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if value >= 0 else None
-    if isinstance(value, float) and value.is_integer() and value >= 0:
-        return int(value)
-    return None
+    return int(value) if is_whole(value) and value >= 0 else None
 
 
 def run_to_dict(run: Run) -> dict:
