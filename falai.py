@@ -2895,14 +2895,13 @@ def target_label(target: Any) -> str | None:
 
 def write_line(turn: Turn, run: Run | None, kind: str, status: str, *, code: str | None = None,
                key: str | None = None, detail: str | None = None, next: str | None = None,
-               until: str | None = None, llm_calls: int | None = None, step_id: Any = "run") -> StepOutcome:
+               until: str | None = None, llm_calls: int | None = None) -> StepOutcome:
     """Write one outcome line on the turn and, for a run, on the run's last 50."""
     line = StepOutcome(kind=kind, status=status, at=iso(turn.now), code=code,
                        message=OUTCOME_MESSAGES[code] if code else None, key=key, detail=detail,
                        next=next, until=until, llm_calls=llm_calls)
     if run is not None:
-        line.run_id, line.flow_id = run.id, run.flow_id
-        line.step_id = run.step_id if step_id == "run" else step_id
+        line.run_id, line.flow_id, line.step_id = run.id, run.flow_id, run.step_id
         run.outcomes = [*run.outcomes, line.to_dict()][-50:]
     turn.outcomes.append(line)
     return line
