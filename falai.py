@@ -2775,19 +2775,20 @@ def arm_silence_wakes(turn: Turn) -> None:
     if turn.session.last_assistant_at == previous:
         return
     replaces_ms = str(to_ms(parse_iso(previous))) if previous else None
-    turn.schedule.extend(silence_wakes(turn, turn.session_id, replaces_ms))
+    turn.schedule.extend(silence_wakes(turn, replaces_ms))
 
 
-def silence_wakes(turn: Turn, session_id: str, replaces_ms: str | None = None) -> list[ScheduleEntry]:
+def silence_wakes(turn: Turn, replaces_ms: str | None = None) -> list[ScheduleEntry]:
     """The silence wakes a session shows now: one per silence flow whose if and repeat allow it.
 
     With ``replaces_ms`` each entry names the wake of that earlier silence as the one it replaces.
     """
     session = turn.session
-    last = session.last_assistant_at
-    if last is None or (session.last_user_at is not None and parse_iso(session.last_user_at) > parse_iso(last)):
+    if session.last_assistant_at is None:
         return []
-    said = parse_iso(last)
+    said = parse_iso(session.last_assistant_at)
+    if session.last_user_at is not None and parse_iso(session.last_user_at) > said:
+        return []
     ms = str(to_ms(said))
     entries = []
     for flow in turn.agent.flows:
@@ -2802,8 +2803,9 @@ def silence_wakes(turn: Turn, session_id: str, replaces_ms: str | None = None) -
         at = said + timedelta(milliseconds=duration_ms(trigger["silence"]))
         if trigger.get("businessHours"):
             at = business_time(turn, at)
-        replaces = f"silence:{flow['id']}:{session_id}:{replaces_ms}" if replaces_ms else None
-        entries.append(ScheduleEntry(key=f"silence:{flow['id']}:{session_id}:{ms}", at=at, replaces=replaces))
+        prefix = f"silence:{flow['id']}:{turn.session_id}:"
+        entries.append(ScheduleEntry(key=f"{prefix}{ms}", at=at,
+                                     replaces=f"{prefix}{replaces_ms}" if replaces_ms else None))
     return entries
 
 
@@ -2819,7 +2821,7 @@ def pending_wakes(agent: Agent, session: Any, context: Any, anchors: dict | None
     entries = [ScheduleEntry(key=run.waiting["key"], at=parse_iso(run.waiting["until"]))
                for run in turn.session.runs
                if run.status == "waiting" and (run.waiting or {}).get("key") and (run.waiting or {}).get("until")]
-    return entries + silence_wakes(turn, session.id)
+    return entries + silence_wakes(turn)
 
 
 # 9. Runs and steps ###########################################################
