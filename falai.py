@@ -2166,6 +2166,7 @@ class Turn:
         self.agent = agent
         self.input = given
         self.now = truncate_ms(agent.clock())
+        self.now_text = iso(self.now)      # the turn's one instant as blob text, stamped on lines, claims, runs
         self.session_id = given.session_id
         self.session = copy.deepcopy(given.session) if given.session else Session(id=given.session_id)
         self.context = given.context
@@ -2202,7 +2203,7 @@ class Turn:
     def _trigger_key(self) -> str:
         given = self.input
         if given.kind == "message":
-            return given.id or given.at or iso(self.now)
+            return given.id or given.at or self.now_text
         if given.kind == "wake":
             return given.wake
         if given.kind == "event":
@@ -2285,7 +2286,7 @@ def ingest(turn: Turn) -> tuple[str, str] | None:
             return "duplicate-input", given.id
         if given.id:
             turn.session.inputs = [*turn.session.inputs, given.id][-50:]
-        turn.session.last_user_at = iso(parse_iso(given.at)) if given.at else iso(turn.now)
+        turn.session.last_user_at = iso(parse_iso(given.at)) if given.at else turn.now_text
         resolve_reply_waits(turn)
     elif given.kind == "wake":
         if given.wake.startswith("silence:"):
@@ -2377,10 +2378,10 @@ def ingest_event(turn: Turn, given: TurnInput) -> None:
     definition = turn.agent.events.get(given.event)
     direction = getattr(definition, "direction", None)
     if direction == "inbound":
-        turn.session.last_user_at = iso(turn.now)
+        turn.session.last_user_at = turn.now_text
         resolve_reply_waits(turn)
     elif direction == "outbound":
-        turn.session.last_assistant_at = iso(turn.now)
+        turn.session.last_assistant_at = turn.now_text
     for run in list(turn.session.runs):
         waiting = run.waiting or {}
         if waiting.get("kind") != "event" or waiting.get("event") != given.event:
@@ -2708,7 +2709,7 @@ def settle(turn: Turn, speaker: "Run | str | None", spoken: "Spoken | Deferred |
             settle_talk(turn, speaker, spoken)
     drain(turn)
     if turn.spoke:
-        turn.session.last_assistant_at = iso(turn.now)
+        turn.session.last_assistant_at = turn.now_text
     resume(turn)
     arm_silence_wakes(turn)
 
@@ -2899,7 +2900,7 @@ def write_line(turn: Turn, run: Run | None, kind: str, status: str, *, code: str
                key: str | None = None, detail: str | None = None, next: str | None = None,
                until: str | None = None, llm_calls: int | None = None) -> StepOutcome:
     """Write one outcome line on the turn and, for a run, on the run's last 50."""
-    line = StepOutcome(kind=kind, status=status, at=iso(turn.now), code=code,
+    line = StepOutcome(kind=kind, status=status, at=turn.now_text, code=code,
                        message=OUTCOME_MESSAGES[code] if code else None, key=key, detail=detail,
                        next=next, until=until, llm_calls=llm_calls)
     if run is not None:
@@ -2971,7 +2972,7 @@ def draft_run(turn: Turn, flow: dict, kind: str, trigger_key: str) -> Run:
     anchor = anchor_of(turn, flow)
     return Run(id=f"{flow['id']}#{trigger_key}", flow_id=flow["id"], anchor=anchor,
                dedupe_key=f"{flow['id']}:{anchor}:", step_id=None, status="running",
-               trigger={"kind": kind, "key": trigger_key}, hop=0, started_at=iso(turn.now))
+               trigger={"kind": kind, "key": trigger_key}, hop=0, started_at=turn.now_text)
 
 
 def start_run(turn: Turn, flow: dict, kind: str, trigger_key: str, *, trigger: dict | None = None,
@@ -2982,7 +2983,7 @@ def start_run(turn: Turn, flow: dict, kind: str, trigger_key: str, *, trigger: d
     claim = dedupe_key(flow, anchor, repeat, trigger_key)
     run = Run(id=f"{flow['id']}#{trigger_key}", flow_id=flow["id"], anchor=anchor, dedupe_key=claim,
               step_id=None, status="running", trigger={"kind": kind, "key": trigger_key}, hop=hop,
-              started_at=iso(turn.now), input=payload)
+              started_at=turn.now_text, input=payload)
     if payload is not None:
         run.trigger["payload"] = payload
     if trigger is not None and trigger.get("if") is not None and not turn.holds(trigger["if"], run, payload):
@@ -3000,7 +3001,7 @@ def start_run(turn: Turn, flow: dict, kind: str, trigger_key: str, *, trigger: d
     if refusal is not None:
         skip(turn, flow["id"], anchor, trigger_key, refusal)
         return None
-    turn.session.claims[claim] = {"at": iso(turn.now)}
+    turn.session.claims[claim] = {"at": turn.now_text}
     if repeat == "always":
         prune_always_claims(turn, f"{flow['id']}:{anchor}:")
     if not keep_data:
@@ -3122,7 +3123,7 @@ def end_run(turn: Turn, run: Run, reason: str, *, code: str | None = None, kind:
 def park(turn: Turn, run: Run, key: str, at: datetime, kind: str = "timer", event: str | None = None) -> None:
     """Park a run until its wake (runtime.md §7.1)."""
     run.status = "waiting"
-    run.waiting = {"kind": kind, "key": key, "until": iso(at), "setAt": iso(turn.now)}
+    run.waiting = {"kind": kind, "key": key, "until": iso(at), "setAt": turn.now_text}
     if event is not None:
         run.waiting["event"] = event
     turn.schedule.append(ScheduleEntry(key=key, at=at))
@@ -3205,10 +3206,10 @@ def stay(turn: Turn, run: Run, flow: dict) -> None:
     run.staying, run.status = True, "asking"
     others = [other for other in turn.session.runs if other is not run and other.status == "asking"]
     if others and not (turn.is_message and turn.floor_run is run):
-        run.status, run.suspended_at = "suspended", iso(turn.now)
+        run.status, run.suspended_at = "suspended", turn.now_text
         return
     for other in others:
-        other.status, other.suspended_at = "suspended", iso(turn.now)
+        other.status, other.suspended_at = "suspended", turn.now_text
         if turn.talk_request is other:
             turn.talk_request = None
     if (not turn.in_ingest and turn.is_message and turn.silenced is None and not turn.speaking_done
@@ -3322,7 +3323,7 @@ def run_talk_step(turn: Turn, run: Run, step: dict, resuming: bool) -> None:
         return
     for other in turn.session.runs:
         if other is not run and other.status == "asking":
-            other.status, other.suspended_at = "suspended", iso(turn.now)
+            other.status, other.suspended_at = "suspended", turn.now_text
     run.status = "asking"
     if not turn.speaking_done:
         turn.talk_request = run
@@ -3361,7 +3362,7 @@ def run_say_step(turn: Turn, run: Run, flow: dict, step: dict) -> None:
             write_line(turn, run, "say", "skipped", code="already-sent", key=key, next=target_label(then))
             follow(turn, run, then)
             return
-        turn.session.claims[claim] = {"at": iso(turn.now)}
+        turn.session.claims[claim] = {"at": turn.now_text}
     emit(turn, render(step["say"], turn.scope(run)), "verbatim", key, run=run, media=step.get("media"))
     write_line(turn, run, "say", "ok", key=key, next=target_label(then))
     follow(turn, run, then)
