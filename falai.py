@@ -2868,15 +2868,20 @@ def current_step(turn: Turn, run: Run) -> dict | None:
     return find_step(flow_of(turn, run), run.step_id)
 
 
+def triggers_of(flow: dict, kind: str) -> list[dict]:
+    """The flow's triggers of a kind, in order."""
+    return [trigger for trigger in flow.get("on") or [] if trigger.get(kind) is not None]
+
+
 def first_trigger(flow: dict, kind: str) -> dict | None:
     """The flow's first trigger of a kind (mention and silence use only the first, flows.md §4)."""
-    return next((trigger for trigger in flow.get("on") or [] if trigger.get(kind) is not None), None)
+    found = triggers_of(flow, kind)
+    return found[0] if found else None
 
 
 def message_trigger(flow: dict, phrased: bool) -> dict | None:
     """The first message trigger with a non-empty list (phrased) or an empty one (the catch-all)."""
-    return next((trigger for trigger in flow.get("on") or []
-                 if trigger.get("message") is not None and bool(trigger["message"]) == phrased), None)
+    return next((trigger for trigger in triggers_of(flow, "message") if bool(trigger["message"]) == phrased), None)
 
 
 def step_key(run: Run, step_id: str | None = None) -> str:
@@ -3094,7 +3099,7 @@ def premise_failure(turn: Turn, run: Run, flow: dict) -> str | None:
         return "customer-replied"
     if flow.get("while") is not None:
         return None if turn.holds(flow["while"], run) else "premise-changed"
-    same_kind = [trigger for trigger in flow.get("on") or [] if trigger.get(kind) is not None]
+    same_kind = triggers_of(flow, kind)
     if not same_kind or any(trigger.get("if") is None or turn.holds(trigger["if"], run) for trigger in same_kind):
         return None
     return "premise-changed"
@@ -3793,10 +3798,6 @@ def needs_understand_call(ask: UnderstandAsk) -> bool:
     return not (floor_id is not None and ids == {floor_id})
 
 
-def _triggers(flow: dict, kind: str) -> list[dict]:
-    return [t for t in (flow.get("on") or []) if isinstance(t, dict) and kind in t]
-
-
 def _phrases(triggers: list[dict], kind: str, scope: Scope) -> tuple[list[str], list[str]]:
     """Rendered (plain phrases, exclusions) of the given triggers (flows.md §4.3)."""
     raw = [render(p, scope) for t in triggers for p in (t.get(kind) or []) if isinstance(p, str)]
@@ -3804,8 +3805,7 @@ def _phrases(triggers: list[dict], kind: str, scope: Scope) -> tuple[list[str], 
 
 
 def _mention_trigger(flow: dict) -> dict:
-    found = _triggers(flow, "mention")
-    return found[0] if found else {}
+    return first_trigger(flow, "mention") or {}
 
 
 def _mention_extract(flow: dict) -> dict:
@@ -3875,7 +3875,7 @@ def _understand_call(agent: Agent, ask: UnderstandAsk) -> _UnderstandCall:
                  "the current flow included."]
         for n, (alias, flow) in enumerate(cand, 1):
             lines.append(f"{n}. {alias} — {_named(flow, scope)}")
-            plain, excluded = _phrases(_triggers(flow, "message"), "message", scope)
+            plain, excluded = _phrases(triggers_of(flow, "message"), "message", scope)
             if plain:
                 lines.append(f"   The customer says things like: {'; '.join(plain)}")
             if excluded:
