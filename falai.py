@@ -988,12 +988,15 @@ def nullable_property(definition: dict) -> dict:
     return prop
 
 
+def closed_object(properties: dict) -> dict:
+    """An object schema that requires every property and allows nothing else."""
+    return {"type": "object", "properties": properties, "required": list(properties),
+            "additionalProperties": False}
+
+
 def nullable_envelope(definitions: dict[str, dict]) -> dict:
     """A closed object schema whose every property is required and nullable (model-calls.md §2.7)."""
-    return {"type": "object",
-            "properties": {name: nullable_property(d) for name, d in definitions.items()},
-            "required": list(definitions),
-            "additionalProperties": False}
+    return closed_object({name: nullable_property(d) for name, d in definitions.items()})
 
 
 # 6. The toolkit ##############################################################
@@ -3738,11 +3741,6 @@ def tool_arguments(raw: Any) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def _closed_object(properties: dict) -> dict:
-    return {"type": "object", "properties": properties, "required": list(properties),
-            "additionalProperties": False}
-
-
 class AliasTable:
     """Property-name aliases of one understand call (model-calls.md §2.8).
 
@@ -3844,23 +3842,23 @@ def _understand_call(agent: Agent, ask: UnderstandAsk) -> _UnderstandCall:
 
     properties: dict = {}
     if cand:
-        properties["flows"] = _closed_object({
+        properties["flows"] = closed_object({
             alias: {"type": ["integer", "null"], "description": f"0-100 fit of the message to {flow_name(f)}"}
             for alias, f in cand})
     if ment:
-        properties["mentions"] = _closed_object({
+        properties["mentions"] = closed_object({
             alias: {"type": ["boolean", "null"], "description": f"true when the customer brought up {flow_name(f)}"}
             for alias, f in ment})
         extracts = {alias: nullable_envelope(_mention_extract(f)) for alias, f in ment if _mention_extract(f)}
         if extracts:
-            properties["extract"] = _closed_object(extracts)
+            properties["extract"] = closed_object(extracts)
     if branches:
-        properties["branches"] = _closed_object({
+        properties["branches"] = closed_object({
             alias: {"type": ["boolean", "null"], "description": when} for alias, when in branches})
     if fields:
         properties["fields"] = nullable_envelope({alias: agent.fields.get(slug) or {"type": "string"}
                                                   for alias, slug in fields})
-    schema = _closed_object(properties)
+    schema = closed_object(properties)
 
     system, identity = stable_prefix(agent, scope)
     sections = [identity, (
@@ -4920,8 +4918,7 @@ def to_spec(flow: dict) -> dict:
 
 def schema_closed(*properties: tuple[str, dict]) -> dict:
     """closed(p1: s1, ...): every property required, nothing else allowed."""
-    return {"type": "object", "properties": dict(properties), "required": [name for name, _ in properties],
-            "additionalProperties": False}
+    return closed_object(dict(properties))
 
 
 def schema_or_null(schema: dict) -> dict:
