@@ -3569,6 +3569,11 @@ def join_sections(*sections: str | None) -> str:
     return "\n\n".join(text for text in sections if text is not None and text.strip()).strip()
 
 
+def _render_text(text: Any, scope: Scope) -> str:
+    """A prompt text rendered and stripped; "" when it is not a string."""
+    return render(text, scope).strip() if isinstance(text, str) else ""
+
+
 def _json_text(value: Any) -> str:
     """Compact JSON, or str() for what JSON cannot hold, so a prompt never fails to build."""
     try:
@@ -4133,10 +4138,6 @@ def response_format_section(agent: Agent, wire: list[tuple[str, str]]) -> str:
                   "- A property the customer did not answer stays null: never a question or a placeholder.",
                   "- Write the property names exactly as shown."]
     return "\n".join(lines)
-
-
-def _render_text(text: Any, scope: Scope) -> str:
-    return render(text, scope).strip() if isinstance(text, str) else ""
 
 
 def speak_prompt(agent: Agent, ask: SpeakAsk, wire: list[tuple[str, str]]) -> tuple[str | None, str]:
