@@ -3682,12 +3682,36 @@ def flow_name(flow: dict) -> str:
     return str(flow.get("name") or flow.get("id"))
 
 
-def _lenient_loads(text: str) -> Any:
-    """Strict JSON first, then with raw control characters allowed inside strings (§2.9 step 2)."""
+def lenient_loads(text: str) -> Any:
+    """Strict JSON first, then with raw control characters allowed inside strings (§2.9 step 2).
+
+    falai_providers reads envelopes with it too (providers.md §3.6 rules 2-3).
+    """
     try:
         return json.loads(text)
     except ValueError:
         return json.loads(text, strict=False)
+
+
+_FENCE = re.compile(r"\A```(?:json)?[ \t]*\n?(.*?)\n?```\Z", re.S | re.I)
+
+
+def unfenced(text: str) -> str:
+    """The text stripped; when the whole of it is a code fence, the fence's content, stripped.
+
+    model-calls.md §2.9 (tool arguments) and providers.md §3.6 rule 1 (envelopes).
+    """
+    text = text.strip()
+    fenced = _FENCE.match(text)
+    return fenced.group(1).strip() if fenced else text
+
+
+def decode_json_string(raw: str) -> str:
+    """The body of a JSON string literal (without its quotes) decoded; as it is when it does not decode."""
+    try:
+        return json.loads(f'"{raw}"', strict=False)
+    except ValueError:
+        return raw
 
 
 def find_json_object(text: Any) -> dict | None:
@@ -3717,7 +3741,7 @@ def find_json_object(text: Any) -> dict | None:
                     break
         if end >= 0:
             try:
-                value = _lenient_loads(text[start:end + 1])
+                value = lenient_loads(text[start:end + 1])
             except (ValueError, RecursionError):
                 value = None
             if isinstance(value, dict):
@@ -3726,21 +3750,14 @@ def find_json_object(text: Any) -> dict | None:
     return None
 
 
-_FENCE = re.compile(r"\A```(?:json)?[ \t]*\n?(.*?)\n?```\Z", re.S | re.I)
-
-
 def tool_arguments(raw: Any) -> dict:
     """A tool call's arguments: a dict as is; a string stripped, unfenced and parsed; else {} (§2.9)."""
     if isinstance(raw, dict):
         return raw
     if not isinstance(raw, str):
         return {}
-    text = raw.strip()
-    fenced = _FENCE.match(text)
-    if fenced:
-        text = fenced.group(1).strip()
     try:
-        value = _lenient_loads(text)
+        value = lenient_loads(unfenced(raw))
     except (ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
@@ -4602,13 +4619,6 @@ _PARTIAL_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{0,3})?")
 _PLAIN_RUN = re.compile(r'[^"\\]+')
 
 
-def _decode_json_string(raw: str) -> str:
-    try:
-        return json.loads(f'"{raw}"', strict=False)
-    except ValueError:
-        return raw
-
-
 class StreamDecoder:
     """Turn a streamed speak envelope into the customer's text as it grows (model-calls.md §8).
 
@@ -4719,7 +4729,7 @@ class StreamDecoder:
                 elif c == '"':
                     self._in_string = False
                     if self._key is not None:
-                        self._last_key, self._key, self._expect = _decode_json_string(self._key), None, "colon"
+                        self._last_key, self._key, self._expect = decode_json_string(self._key), None, "colon"
                     i += 1
                     continue
                 if self._key is not None:

@@ -41,8 +41,9 @@ from typing import Any, Callable, Iterator
 import requests
 
 import falai
-from falai import (GenerateRequest, Generation, GenerationChunk, ProviderCapabilities, ProviderError,
-                   TokenUsage, ToolCallRequest, classify_error, compact_json)
+from falai import (ENVELOPE_SHAPED, GenerateRequest, Generation, GenerationChunk, ProviderCapabilities,
+                   ProviderError, TokenUsage, ToolCallRequest, classify_error, compact_json, decode_json_string,
+                   lenient_loads, unfenced)
 
 __all__ = [
     "GeminiProvider", "OpenAICompatibleProvider", "AnthropicProvider", "FallbackProvider",
@@ -220,16 +221,9 @@ def _read_json_string(text: str, i: int) -> tuple[str, int, bool]:
             j += 2
             continue
         if c == '"':
-            return _decode_json_string(text[i + 1:j]), j + 1, True
+            return decode_json_string(text[i + 1:j]), j + 1, True
         j += 1
-    return _decode_json_string(text[i + 1:]), n, False
-
-
-def _decode_json_string(body: str) -> str:
-    try:
-        return json.loads(f'"{body}"', strict=False)
-    except ValueError:
-        return body
+    return decode_json_string(text[i + 1:]), n, False
 
 
 def _skip_json_value(text: str, i: int) -> int:
@@ -327,23 +321,10 @@ def to_gemini_openapi_schema(schema: Any) -> dict:
     return out
 
 
-_FENCED = re.compile(r"^```(?:json)?[ \t]*\n?(.*?)\n?[ \t]*```$", re.S | re.I)
-_ENVELOPE_SHAPED = re.compile(r"^\s*(```|\{)")
-
-
 def _parse_envelope(text: str) -> Any:
     """Lenient parse of a structured reply (providers.md §3.6); ``None`` when it does not parse."""
-    body = text.strip()
-    fenced = _FENCED.match(body)
-    if fenced:
-        body = fenced.group(1).strip()
     try:
-        return json.loads(body)
-    except ValueError:
-        pass
-    try:
-        # strict=False reads raw control characters inside strings as if escaped (§3.6 rule 3).
-        return json.loads(body, strict=False)
+        return lenient_loads(unfenced(text))
     except ValueError:
         return None
 
@@ -1006,7 +987,7 @@ class _HttpProvider:
             else:
                 log.warning("[%s] the structured reply did not parse as a JSON object (%d chars)",
                             self.name, len(acc.text))
-                if _ENVELOPE_SHAPED.match(acc.text):
+                if ENVELOPE_SHAPED.match(acc.text):
                     message = ""          # §1.4: a broken envelope never reaches a customer
         reply = structured["message"] if structured and isinstance(structured.get("message"), str) else message
         if not tool_calls and not reply.strip():
