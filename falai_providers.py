@@ -55,7 +55,6 @@ log = logging.getLogger("falai")
 
 USER_AGENT = f"falai-python/{falai.__version__} requests/{requests.__version__}"
 EFFORTS = ("none", "low", "medium", "high", "max")
-TRANSIENT_KINDS = ("timeout", "network", "overload", "rate")
 BACKUP_KINDS = ("overload", "rate", "model")       # providers.md §3.8: kinds that walk to a backup model
 MAX_SERVER_WAIT_MS = 30_000                         # a longer server wait ends the in-provider retries
 
@@ -817,7 +816,7 @@ class _HttpProvider:
             return False
         if error.should_retry is not None:
             return error.should_retry
-        return error.kind in TRANSIENT_KINDS
+        return error.is_transient
 
     @staticmethod
     def _delay_ms(error: ProviderError, attempt: int) -> float | None:
