@@ -928,11 +928,11 @@ class _HttpProvider:
                     yield payload
 
     def _transport_error(self, exc: BaseException) -> ProviderError:
+        """A failure of the connection: a read timeout names the idle deadline; anything else is wrapped."""
         if _read_timeout_in(exc):
             return ProviderError(f"{self.name}: stream went {_seconds(self._idle_s)}s without a byte",
                                  provider=self.name, kind="timeout")
-        return ProviderError(self._scrub(f"{self.name}: {type(exc).__name__}: {exc}"), provider=self.name,
-                             kind=classify_error(exc))
+        return self._wrap(exc)
 
     def _response_error(self, response: requests.Response) -> ProviderError:
         """A non-2xx answer as a classified ProviderError (providers.md §8.1, §8.3)."""
