@@ -463,6 +463,7 @@ def _read_timeout_in(exc: BaseException) -> bool:
 _RESET_HEADERS = ("anthropic-ratelimit-unified-reset", "anthropic-ratelimit-requests-reset",
                   "anthropic-ratelimit-tokens-reset", "x-ratelimit-reset-requests",
                   "x-ratelimit-reset-tokens", "x-ratelimit-reset")
+_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?")      # a number of seconds, decimals allowed
 _RETRY_DELAY = re.compile(r'"retryDelay"\s*:\s*"([0-9]+(?:\.[0-9]+)?)s"')
 _GO_DURATION = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?(?:ms|h|m|s))+")
 _GO_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|h|m|s)")
@@ -471,6 +472,11 @@ _GO_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _header_map(headers: Any) -> dict[str, str]:
+    """Response headers by lower-cased name (HTTP names are case-insensitive), values as text."""
+    return {str(k).lower(): str(v) for k, v in (headers or {}).items()}
 
 
 def _date_ms(text: str) -> int | None:
@@ -492,7 +498,7 @@ def _date_ms(text: str) -> int | None:
 def _retry_after_header_ms(value: str, now_ms: int) -> int | None:
     """``retry-after``: seconds (decimals allowed) or an HTTP date, floored at 0 (providers.md §8.1)."""
     value = value.strip()
-    if re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", value):
+    if _SECONDS.fullmatch(value):
         return round(float(value) * 1000)
     at = _date_ms(value)
     return None if at is None else max(0, at - now_ms)
@@ -506,7 +512,7 @@ def _reset_header_ms(value: str, now_ms: int) -> int | None:
     documents that format), anything else an HTTP or ISO date.
     """
     value = value.strip()
-    if re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", value):
+    if _SECONDS.fullmatch(value):
         number = float(value)
         return round(number * 1000) if number > 1e9 else now_ms + round(number * 1000)
     if _GO_DURATION.fullmatch(value):
@@ -523,7 +529,7 @@ def _server_wait(headers: Any, body: str, now_ms: int) -> tuple[int | None, int 
     even when ``retry-after`` names a shorter wait: it "can be far beyond
     retry_after_ms" (inferred; ``retry-after`` and ``retryDelay`` are waits).
     """
-    lowered = {str(k).lower(): str(v) for k, v in (headers or {}).items()}
+    lowered = _header_map(headers)
     reset_at = None
     for name in _RESET_HEADERS:
         if lowered.get(name):
@@ -544,7 +550,7 @@ def _server_wait(headers: Any, body: str, now_ms: int) -> tuple[int | None, int 
 
 
 def _should_retry_header(headers: Any) -> bool | None:
-    value = {str(k).lower(): str(v) for k, v in (headers or {}).items()}.get("x-should-retry")
+    value = _header_map(headers).get("x-should-retry")
     if value is None:
         return None
     value = value.strip().lower()
