@@ -35,7 +35,6 @@ import re
 import threading
 import time
 import urllib.parse
-from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
 import requests
@@ -43,7 +42,7 @@ import requests
 import falai
 from falai import (ENVELOPE_SHAPED, GenerateRequest, Generation, GenerationChunk, ProviderCapabilities,
                    ProviderError, TokenUsage, ToolCallRequest, classify_error, compact_json, decode_json_string,
-                   lenient_loads, unfenced)
+                   lenient_loads, parse_iso, to_ms, unfenced)
 
 __all__ = [
     "GeminiProvider", "OpenAICompatibleProvider", "AnthropicProvider", "FallbackProvider",
@@ -487,12 +486,10 @@ def _date_ms(text: str) -> int | None:
         at = None
     if at is None:
         try:
-            at = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+            at = parse_iso(text)
         except ValueError:
             return None
-    if at.tzinfo is None:
-        at = at.replace(tzinfo=timezone.utc)
-    return int(at.timestamp() * 1000)
+    return to_ms(at)
 
 
 def _retry_after_header_ms(value: str, now_ms: int) -> int | None:
