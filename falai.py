@@ -5547,7 +5547,7 @@ def saved_session(session: Session, expected_version: int) -> Session:
 
 def store_now_text() -> str:
     """"Now" for created / updated columns: the store's own wall clock, as §2.4 text (§3.2)."""
-    return iso(datetime.now(timezone.utc))
+    return iso(system_clock())
 
 
 class MemoryStore:
