@@ -7,6 +7,9 @@ Three stores with one contract, ``load(session_id)`` and
    PostgresStore .... over the host's DB-API connection (psycopg 3, psycopg2); JSONB blob
    RedisStore ....... over the host's redis-py client; one hash per session, one Lua script per save
 
+The two SQL stores share one ``load`` and ``save`` (``_SqlStore``); each brings
+its own statements and transaction rules.
+
 This module imports ``sqlite3`` and ``falai`` only. It never imports a Postgres
 or Redis driver: the host passes the client it already has. Every store writes
 and reads the blob through falai's shared row rules (persistence.md §3.2), so a
@@ -50,9 +53,54 @@ def _stored_version(value: Any) -> int | None:
     return None
 
 
-# SQLite ######################################################################
+# SQL stores ##################################################################
 
-class SQLiteStore:
+class _SqlStore:
+    """What SQLiteStore and PostgresStore share: one row per session, saved by compare-and-swap (§3.1).
+
+    A subclass names its driver's parameter marker and provides ``_run(work)``,
+    which runs ``work(cursor)`` under its lock and transaction rules, and
+    ``_write(cursor, session_id, expected_version, text) -> won``, its dialect of
+    the insert-at-0 and update-from-n statements.
+    """
+
+    table: str
+    _PARAM = "?"
+
+    def load(self, session_id: str) -> Session | None:
+        """The stored session, or None; a row that is not a v4 session for this id raises InvalidSessionError."""
+        def read(cursor) -> Any:
+            cursor.execute(f"SELECT blob FROM {self.table} WHERE id = {self._PARAM}", (session_id,))
+            return cursor.fetchone()
+
+        row = self._run(read)
+        return None if row is None else decode_session_row(_first_column(row), session_id)
+
+    def save(self, session: Session, expected_version: int) -> Session:
+        """Insert at 0, or update only from ``expected_version``; a stale save raises SessionConflictError."""
+        check_expected_version(expected_version)
+        text = encode_session_row(session, expected_version)
+
+        def write(cursor) -> tuple[bool, int | None]:
+            """(won, the stored version read after a conflict)."""
+            if self._write(cursor, session.id, expected_version, text):
+                return True, None
+            cursor.execute(f"SELECT version FROM {self.table} WHERE id = {self._PARAM}", (session.id,))
+            row = cursor.fetchone()
+            return False, None if row is None else _stored_version(_first_column(row))
+
+        won, actual = self._run(write)
+        if not won:
+            raise SessionConflictError(session.id, expected_version, actual)
+        return saved_session(session, expected_version)
+
+    def close(self) -> None:
+        """Close the connection (also one the host passed in)."""
+        with self._lock:
+            self.connection.close()
+
+
+class SQLiteStore(_SqlStore):
     """A Store over SQLite (persistence.md §3.4): one row per session, one statement per save.
 
     ``db`` is an open ``sqlite3.Connection`` or a path the store opens itself
@@ -84,59 +132,37 @@ class SQLiteStore:
             f"CREATE TABLE IF NOT EXISTS {self.table} (id TEXT PRIMARY KEY, version INTEGER NOT NULL, "
             "blob TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL)"))
 
-    def load(self, session_id: str) -> Session | None:
-        """The stored session, or None; a row that is not a v4 session for this id raises InvalidSessionError."""
-        row = self._run(lambda c: c.execute(f"SELECT blob FROM {self.table} WHERE id = ?", (session_id,)).fetchone())
-        return None if row is None else decode_session_row(_first_column(row), session_id)
-
-    def save(self, session: Session, expected_version: int) -> Session:
-        """Insert at 0, or update only from ``expected_version``; a stale save raises SessionConflictError."""
-        check_expected_version(expected_version)
-        text = encode_session_row(session, expected_version)
+    def _write(self, cursor: sqlite3.Cursor, session_id: str, expected_version: int, text: str) -> bool:
         now = store_now_text()
         if expected_version == 0:
-            sql = (f"INSERT OR IGNORE INTO {self.table} (id, version, blob, created_at, updated_at) "
-                   "VALUES (?, ?, ?, ?, ?)")
-            params = (session.id, 1, text, now, now)
+            cursor.execute(f"INSERT OR IGNORE INTO {self.table} (id, version, blob, created_at, updated_at) "
+                           "VALUES (?, ?, ?, ?, ?)", (session_id, 1, text, now, now))
         else:
-            sql = f"UPDATE {self.table} SET version = ?, blob = ?, updated_at = ? WHERE id = ? AND version = ?"
-            params = (expected_version + 1, text, now, session.id, expected_version)
-
-        def write(connection: sqlite3.Connection) -> tuple[bool, int | None]:
-            """(won, the stored version read after a conflict)."""
-            if connection.execute(sql, params).rowcount > 0:
-                return True, None
-            connection.commit()      # end the statement's implicit transaction before the extra read
-            row = connection.execute(f"SELECT version FROM {self.table} WHERE id = ?", (session.id,)).fetchone()
-            return False, None if row is None else _stored_version(_first_column(row))
-
-        won, actual = self._run(write)
-        if not won:
-            raise SessionConflictError(session.id, expected_version, actual)
-        return saved_session(session, expected_version)
-
-    def close(self) -> None:
-        """Close the connection (also one the host passed in)."""
-        with self._lock:
-            self.connection.close()
+            cursor.execute(f"UPDATE {self.table} SET version = ?, blob = ?, updated_at = ? WHERE id = ? "
+                           "AND version = ?", (expected_version + 1, text, now, session_id, expected_version))
+        if cursor.rowcount > 0:
+            return True
+        self.connection.commit()      # end the statement's implicit transaction before the conflict read
+        return False
 
     def _run(self, work):
-        """Run ``work(connection)`` under the lock; commit after it, roll back when it raises."""
+        """Run ``work(cursor)`` under the lock; commit after it, roll back when it raises."""
         with self._lock:
+            cursor = self.connection.cursor()
             try:
-                result = work(self.connection)
+                result = work(cursor)
             except BaseException:
                 with contextlib.suppress(Exception):     # the original error is the one to report
                     self.connection.rollback()
                 raise
+            finally:
+                cursor.close()
             if self.connection.in_transaction:
                 self.connection.commit()
             return result
 
 
-# Postgres ####################################################################
-
-class PostgresStore:
+class PostgresStore(_SqlStore):
     """A Store over PostgreSQL with a JSONB blob (persistence.md §3.5).
 
     ``connection`` is any DB-API 2.0 connection with the ``%s`` parameter style
@@ -144,12 +170,15 @@ class PostgresStore:
     (default) it commits after each call and rolls back when a call raises; with
     ``commit=False`` the host owns the transaction. Calls on one store are
     serialized by a lock, so threads sharing a store never commit or roll back
-    each other's statements (inferred).
+    each other's statements (inferred). JSONB arrives parsed; text is parsed
+    (persistence.md §3.2).
 
     >>> store = PostgresStore(psycopg.connect("dbname=app"))   # doctest: +SKIP
     >>> store.initialize(); store.save(Session(id="s1"), 0).version   # doctest: +SKIP
     1
     """
+
+    _PARAM = "%s"
 
     def __init__(self, connection: Any, *, table: str = DEFAULT_TABLE, commit: bool = True):
         self.table = check_table_name(table)
@@ -164,46 +193,15 @@ class PostgresStore:
             "blob JSONB NOT NULL, created_at TIMESTAMPTZ NOT NULL DEFAULT NOW(), "
             "updated_at TIMESTAMPTZ NOT NULL DEFAULT NOW())"))
 
-    def load(self, session_id: str) -> Session | None:
-        """The stored session, or None; JSONB arrives parsed, text is parsed (persistence.md §3.2)."""
-        def read(cursor):
-            cursor.execute(f"SELECT blob FROM {self.table} WHERE id = %s", (session_id,))
-            return cursor.fetchone()
-
-        row = self._run(read)
-        return None if row is None else decode_session_row(_first_column(row), session_id)
-
-    def save(self, session: Session, expected_version: int) -> Session:
-        """Insert at 0, or update only from ``expected_version``; a stale save raises SessionConflictError."""
-        check_expected_version(expected_version)
-        text = encode_session_row(session, expected_version)
+    def _write(self, cursor: Any, session_id: str, expected_version: int, text: str) -> bool:
         if expected_version == 0:
-            sql = (f"INSERT INTO {self.table} (id, version, blob) VALUES (%s, %s, %s::jsonb) "
-                   "ON CONFLICT (id) DO NOTHING RETURNING version")
-            params = (session.id, 1, text)
+            cursor.execute(f"INSERT INTO {self.table} (id, version, blob) VALUES (%s, %s, %s::jsonb) "
+                           "ON CONFLICT (id) DO NOTHING RETURNING version", (session_id, 1, text))
         else:
-            sql = (f"UPDATE {self.table} SET version = %s, blob = %s::jsonb, updated_at = NOW() "
-                   "WHERE id = %s AND version = %s RETURNING version")
-            params = (expected_version + 1, text, session.id, expected_version)
-
-        def write(cursor) -> tuple[bool, int | None]:
-            """(won, the stored version read after a conflict)."""
-            cursor.execute(sql, params)
-            if cursor.fetchone() is not None:
-                return True, None
-            cursor.execute(f"SELECT version FROM {self.table} WHERE id = %s", (session.id,))
-            row = cursor.fetchone()
-            return False, None if row is None else _stored_version(_first_column(row))
-
-        won, actual = self._run(write)
-        if not won:
-            raise SessionConflictError(session.id, expected_version, actual)
-        return saved_session(session, expected_version)
-
-    def close(self) -> None:
-        """Close the connection."""
-        with self._lock:
-            self.connection.close()
+            cursor.execute(f"UPDATE {self.table} SET version = %s, blob = %s::jsonb, updated_at = NOW() "
+                           "WHERE id = %s AND version = %s RETURNING version",
+                           (expected_version + 1, text, session_id, expected_version))
+        return cursor.fetchone() is not None
 
     def _run(self, work):
         """Run ``work(cursor)`` under the lock; with ``commit=True``, commit after it or roll back."""
