@@ -5,22 +5,26 @@ that fired, a host event, a manual start) and gets back the messages to send,
 the wakes to schedule and the session to save. falai never sends, never sleeps
 and never saves: the host does.
 
-Sections, in the order data flows through a turn:
-   1. Public types ............ the dataclasses of the API
-   2. Errors .................. FalaiError and its four subclasses, classify_error
-   3. Time .................... durations, ISO text, clocks, fake_clock
-   4. Templates and predicates  {{data.x}} rendering, JSON and callable predicates
-   5. Fields .................. known and pending, coercion of model values
-   6. The toolkit ............. falai(), Agent construction, validate_flow
-   7. The session ............. Session, Run, the v4 blob
-   8. The turn ................ load, ingest, understand, decide, run, speak, settle, return
-   9. Runs and steps .......... starting runs, the floor, advance(), each step kind
-  10. Model calls ............. prompts, envelopes, the understand call, speak and tool rounds
-  11. Streaming ............... the envelope stream decoder
-  12. JSON and migration ...... FlowSpec JSON, migrate_session, history events
-  13. Testing helpers ......... ScriptedProvider, MemoryStore, MemoryScheduler
+Sections, in the order data flows through a turn: what a turn is built from
+(1-7), the turn itself (8-11), then what lives beside it (12-13).
 
-The spec lives in ``shared/spec``; comments cite it as "runtime.md §3.2".
+   1. Public types ............ the API's dataclasses, the provider seam, OUTCOME_MESSAGES
+   2. Errors .................. FalaiError and its four subclasses, classify_error
+   3. Time .................... durations, ISO text, epoch milliseconds, clocks, fake_clock
+   4. Templates and predicates  JavaScript-style values, {{data.x}} rendering, judge()
+   5. Fields .................. known values, coercion of model values, nullable schemas
+   6. The toolkit ............. falai(), Agent, validate_flow (shape, then names), check_agent
+   7. The session ............. Session, Run, writing and reading the v4 blob
+   8. The turn ................ run_turn(): ingest, understand, decide, run, speak, settle
+   9. Runs and steps .......... outcome lines, start_run(), move_run(), follow(), each step kind
+  10. Model calls ............. prompts, the understand call, the speak call, tools, compaction
+  11. Streaming ............... the envelope stream decoder
+  12. JSON and migration ...... from_spec, to_spec, flow_spec_schema, migrate_session, history events
+  13. Testing helpers, stores . ScriptedProvider, MemoryScheduler, Store, MemoryStore, the row rules
+
+A section opens with a banner ``# N. Name ####``; its parts with
+``# Part (spec section) ----``. The spec lives in ``shared/spec``; comments
+cite it as "runtime.md §3.2".
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ __all__ = [
 log = logging.getLogger("falai")
 
 
-# 1. Public types #############################################################
+# 1. Public types ##############################################################################
 #
 # Objects that carry code or results are dataclasses (python-api.md, Two rules).
 # Declarative data (flows, steps, fields, the blob) stays plain JSON dicts.
@@ -390,7 +394,7 @@ OUTCOME_MESSAGES: dict[str, str] = {
 }
 
 
-# 2. Errors ###################################################################
+# 2. Errors ####################################################################################
 
 class FalaiError(Exception):
     """Base class of every error falai raises on purpose."""
@@ -578,7 +582,7 @@ def classify_error(exc: BaseException | None = None, status: int | None = None, 
     return "unknown"
 
 
-# 3. Time #####################################################################
+# 3. Time ######################################################################################
 #
 # The blob's one time format is ISO text in UTC with milliseconds and a Z
 # (persistence.md §2.4); keys embed epoch milliseconds computed with integers
@@ -678,7 +682,7 @@ def fake_clock(at: str) -> FakeClock:
     return FakeClock(at)
 
 
-# 4. Templates and predicates #################################################
+# 4. Templates and predicates ##################################################################
 
 def compact_json(value: Any) -> str:
     """JSON with no spaces, non-ASCII kept (the form every payload the model reads uses)."""
@@ -897,7 +901,7 @@ def split_phrases(phrases: list[str]) -> tuple[list[str], list[str]]:
     return plain, excluded
 
 
-# 5. Fields ###################################################################
+# 5. Fields ####################################################################################
 
 def is_known(value: Any) -> bool:
     """A field value is known unless it is missing, None or "" (flows.md §2.2)."""
@@ -999,7 +1003,7 @@ def nullable_envelope(definitions: dict[str, dict]) -> dict:
     return closed_object({name: nullable_property(d) for name, d in definitions.items()})
 
 
-# 6. The toolkit ##############################################################
+# 6. The toolkit ###############################################################################
 #
 # falai() and f.agent() build an Agent; construction validates everything
 # (flows.md §14, persistence.md §1.10-§1.11) so a flow that cannot run fails
@@ -1136,7 +1140,7 @@ class Agent:
         return f"Agent(name={self.name!r}, flows={[f.get('id') for f in self.flows if isinstance(f, dict)]!r})"
 
 
-# validate_flow and the agent's construction checks (persistence.md §1.10-§1.11) --------
+# validate_flow and the agent's construction checks (persistence.md §1.10-§1.11) ---------------
 #
 # validate_flow reads a flow in three phases (persistence.md §1.10): strip the
 # Nones, check the JSON's shape, then check every name and the step graph.
@@ -1176,6 +1180,8 @@ def strip_nones(value: Any) -> Any:
         return tuple(strip_nones(item) for item in value)
     return value
 
+
+# How a message names a value (persistence.md §1.10: show, type name, expected) ----------------
 
 def json_literal(value: Any) -> str:
     """A value as JavaScript's JSON.stringify writes it: 429.0 -> 429, non-ASCII kept."""
@@ -1271,9 +1277,11 @@ def _has_key(mapping: Any, key: Any) -> bool:
         return False
 
 
-# Matching (persistence.md §1.10, "Matching"): values are never coerced. A
-# definition whose type is none of the five known ones puts no type rule on the
-# value (inferred: parameter definitions are host code and otherwise unchecked).
+# Matching (persistence.md §1.10, "Matching") --------------------------------------------------
+#
+# Values are never coerced. A definition whose type is none of the five known
+# ones puts no type rule on the value (inferred: parameter definitions are host
+# code and otherwise unchecked).
 
 def _type_fits(definition: dict, value: Any) -> bool:
     kind = definition.get("type")
@@ -1325,7 +1333,7 @@ def _off_list(definition: dict, value: Any) -> tuple[str, str] | None:
     return None
 
 
-# Phase 1: shape --------------------------------------------------------------
+# Phase 1: shape -------------------------------------------------------------------------------
 
 def _list_check(value: Any, label: str, where: str, objects: bool = False) -> None:
     """A list (or tuple) whose entries are all strings, or all dicts; absent passes."""
@@ -1475,7 +1483,7 @@ def check_flow_shape(flow: Any) -> None:
         _step_shape(step, f'{where}, step "{step_id}"' if isinstance(step_id, str) else f"{where}, step #{n}")
 
 
-# Phase 2: names and the step graph ---------------------------------------------
+# Phase 2: names and the step graph ------------------------------------------------------------
 
 @dataclass
 class _FlowNames:
@@ -1743,7 +1751,7 @@ def validate_flow(spec: Any, registries: dict | None = None) -> FlowValidation:
     return FlowValidation(warnings=check_flow_names(flow, _FlowNames.of(registries)))
 
 
-# Agent construction (persistence.md §1.11, model-calls.md §6.9 and §9.1) -------
+# Agent construction (persistence.md §1.11, model-calls.md §6.9 and §9.1) ----------------------
 
 def _scope_instructions_check(instructions: Any, where: str, names: _FlowNames) -> None:
     """Agent or idle instructions: their shape (inferred: nothing else checks it), then their names."""
@@ -1837,8 +1845,7 @@ def check_agent(agent: Agent) -> list[str]:
     return warnings
 
 
-
-# 7. The session ##############################################################
+# 7. The session ###############################################################################
 #
 # One conversation's whole state (runtime.md §13, persistence.md Part 2).
 # Times stay ISO text; nested values stay the camelCase dicts the blob holds.
@@ -1899,13 +1906,13 @@ class Session:
         return session_from_dict(blob, session_id)
 
 
-# The v4 blob: writing and reading it (persistence.md §2) ---------------------------------
+# The v4 blob: writing and reading it (persistence.md Part 2) ----------------------------------
 #
-# The v4 blob (persistence.md Part 2). The reader checks the rules of §2.5 in
-# their order and stops at the first one that fails; it trusts what only the
-# framework writes (trigger content, waiting, asked, visits, outcome lines,
-# time formats). Nested values are shared with the blob, not copied, both ways
-# (§2.3 rule 2; migrate_session relies on it for `data`).
+# The reader checks the rules of §2.5 in their order and stops at the first one
+# that fails; it trusts what only the framework writes (trigger content,
+# waiting, asked, visits, outcome lines, time formats). Nested values are shared
+# with the blob, not copied, both ways (§2.3 rule 2; migrate_session relies on
+# it for `data`).
 
 RUN_STATUSES = ("running", "asking", "waiting", "suspended")
 
@@ -2056,12 +2063,13 @@ def _read_run(run: dict) -> Run:
                staying=run.get("staying") is True, waiting=run.get("waiting"))
 
 
-
-# 8. The turn #################################################################
+# 8. The turn ##################################################################################
 #
 # runtime.md §3: load -> ingest -> understand? -> decide -> run -> speak? ->
 # settle -> return. One generator does it all: turn() drains it, turn_stream()
 # forwards the text deltas the speak call yields (runtime.md §16).
+
+# One turn: its input, its state, the pipeline (runtime.md §2, §3, §12) ------------------------
 
 @dataclass
 class TurnResult:
@@ -2277,7 +2285,7 @@ def run_turn(agent: Agent, kwargs: dict, streaming: bool):
     return turn.result(changed=changed)                      # phase 8
 
 
-# Phases 1-2: load and ingest (runtime.md §3.1-§3.3) ---------------------------
+# Phases 1-2: load and ingest (runtime.md §3.1-§3.3) -------------------------------------------
 
 def ingest(turn: Turn) -> tuple[str, str] | None:
     """Apply the input to the session copy; returns (code, key) when the input is ignored."""
@@ -2415,7 +2423,7 @@ def customer_wrote_since(turn: Turn, flow_id: str, since: str) -> bool:
     return inbound is not None and parse_iso(inbound) > moment
 
 
-# Phases 3-4: understand and decide (runtime.md §3.4-§3.5) ----------------------
+# Phases 3-4: understand and decide (runtime.md §3.4-§3.5) -------------------------------------
 
 @dataclass
 class Eligibility:
@@ -2603,7 +2611,7 @@ def write_value(turn: Turn, slug: str, raw: Any) -> None:
     turn.session.data[slug] = value
 
 
-# Phase 5: run (runtime.md §3.6) -------------------------------------------------
+# Phase 5: run (runtime.md §3.6) ---------------------------------------------------------------
 
 def run_phase(turn: Turn) -> None:
     """Move every run that can move, hand the message back down the stack, pick the fixed question."""
@@ -2656,6 +2664,8 @@ def choose_speaker(turn: Turn) -> "Run | str | None":
     return None
 
 
+# Phase 6: speak (runtime.md §3.7; the call itself is section 10) ------------------------------
+
 def speak_ask(turn: Turn, speaker: "Run | str") -> SpeakAsk:
     """The speak request for a talk step or the idle speaker (runtime.md §3.7, model-calls.md §5.1)."""
     agent = turn.agent
@@ -2690,7 +2700,7 @@ def offered_tools(agent: Agent, listed: list | None) -> list:
     return [tool for tool in agent.tools if tool.id in listed]
 
 
-# Phase 7: settle (runtime.md §3.8) ----------------------------------------------
+# Phase 7: settle (runtime.md §3.8) ------------------------------------------------------------
 
 def settle(turn: Turn, speaker: "Run | str | None", spoken: "Spoken | Deferred | None") -> None:
     """Apply the speak result, drain what it moved, stamp the time, resume, arm silence wakes."""
@@ -2771,7 +2781,7 @@ def defer_talk(turn: Turn, run: Run, failure: Deferred) -> None:
 RETRY_LADDER = ("1m", "5m", "15m", "1h", "6h")
 
 
-# Silence wakes and pending_wakes (runtime.md §7.5, §14) ------------------------
+# Silence wakes and pending_wakes (runtime.md §7.5, §14) ---------------------------------------
 
 def arm_silence_wakes(turn: Turn) -> None:
     """Schedule each silence flow's wake when the assistant's last word moved (runtime.md §7.5)."""
@@ -2828,7 +2838,7 @@ def pending_wakes(agent: Agent, session: Any, context: Any, anchors: dict | None
     return entries + silence_wakes(turn)
 
 
-# 9. Runs and steps ###########################################################
+# 9. Runs and steps ############################################################################
 #
 # One way to move a run: move_run() executes steps; a step kind does its work
 # and names a target; follow() applies every then, else, onFail and branch.
@@ -2902,7 +2912,7 @@ def target_label(target: Any) -> str | None:
     return target.get("step")
 
 
-# Outcome lines and messages (runtime.md §11) -------------------------------------
+# Outcome lines and messages (runtime.md §11) --------------------------------------------------
 
 def write_line(turn: Turn, run: Run | None, kind: str, status: str, *, code: str | None = None,
                key: str | None = None, detail: str | None = None, next: str | None = None,
@@ -2935,7 +2945,7 @@ def skip(turn: Turn, flow_id: str, anchor: str, trigger_key: str, code: str) -> 
                                        code=code, message=OUTCOME_MESSAGES[code]))
 
 
-# Starting a run: the start order (runtime.md §5, §6) -------------------------------
+# Starting a run: the start order (runtime.md §5, §6) ------------------------------------------
 
 DEFAULT_REPEAT = {"message": "once", "mention": "once", "silence": "once",
                   "event": "always", "start": "always", "flow": "always"}
@@ -3053,7 +3063,7 @@ class BusinessHoursCtx:
     context: Any
 
 
-# Moving a run (runtime.md §3.6.1-§3.6.5) -------------------------------------------
+# Moving a run (runtime.md §3.6.1-§3.6.5) ------------------------------------------------------
 
 STEP_CAP = 50
 
@@ -3269,7 +3279,7 @@ def already_through(run: Run, target: Any) -> bool:
     return run.visits.get(target, 0) > 0
 
 
-# Executing a step (runtime.md §3.6.3) -------------------------------------------------
+# Executing a step (runtime.md §3.6.3) ---------------------------------------------------------
 
 def execute_step(turn: Turn, run: Run, flow: dict, step: dict, resuming: bool) -> None:
     if is_talk(step):
@@ -3482,7 +3492,7 @@ def run_event_wait(turn: Turn, run: Run, step: dict) -> None:
                until=iso(at))
 
 
-# 10. Model calls #############################################################
+# 10. Model calls ##############################################################################
 
 # The engine (sections 8-9) decides *what* the model judges and *who* speaks;
 # this section turns that into provider calls and reads the replies back.
@@ -3557,7 +3567,7 @@ class Deferred:
     usage: TokenUsage | None = None
 
 
-# --- Shared building blocks (model-calls.md §2) ---------------------------------------------
+# Shared building blocks (model-calls.md §2) ---------------------------------------------------
 
 WIRE_NAME = re.compile(r"[a-zA-Z0-9_-]+")
 ENVELOPE_SHAPED = re.compile(r"\s*(?:```|\{)")
@@ -3799,7 +3809,7 @@ class AliasTable:
         return self._real_of.get(name, name)
 
 
-# --- The understand call (model-calls.md §3) ------------------------------------------------
+# The understand call (model-calls.md §3) ------------------------------------------------------
 
 def needs_understand_call(ask: UnderstandAsk) -> bool:
     """Whether there is anything the model must judge (model-calls.md §3.1, zero-call rules).
@@ -4066,7 +4076,7 @@ def read_judgement(generation: Generation, aliases: AliasTable) -> Judgement:
     return judgement
 
 
-# --- The speak call (model-calls.md §5) -----------------------------------------------------
+# The speak call (model-calls.md §5) -----------------------------------------------------------
 
 DEFAULT_COLLECT_GUIDELINE = ("Collect what is still missing below, in the flow of the conversation, "
                              "one or two things per message.")
@@ -4384,7 +4394,7 @@ def _assistant_item(round_no: int, reply: _Round) -> dict:
     return item
 
 
-# --- Tool calls (model-calls.md §6.3-§6.6) --------------------------------------------------
+# Tool calls (model-calls.md §6.3-§6.6) --------------------------------------------------------
 
 def tool_payload(payload: dict) -> str:
     """An error payload the model reads: compact JSON, non-ASCII kept, never truncated (§6.3)."""
@@ -4518,7 +4528,7 @@ def run_tool_calls(tools_by_id: dict, calls: list, ctx: ToolCtx) -> list[tuple[s
     return results
 
 
-# --- Compaction (model-calls.md §9) ---------------------------------------------------------
+# Compaction (model-calls.md §9) ---------------------------------------------------------------
 
 SUMMARY_MARKER = "[Conversation Summary]\n"
 SUMMARY_REQUEST = ("Summarize the conversation below concisely. Keep the key facts, the decisions made and the "
@@ -4607,10 +4617,9 @@ def _compact(agent: Agent, config: dict, history: list) -> tuple[list, int, Toke
     return [{"role": "system", "content": SUMMARY_MARKER + summary}] + window, 1, generation.usage
 
 
+# 11. Streaming ################################################################################
 
-# 11. Streaming ###############################################################
-
-# The envelope stream decoder (model-calls.md §8) -----------------------------------------
+# The envelope stream decoder (model-calls.md §8) ----------------------------------------------
 
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 _HEX4 = re.compile(r"[0-9a-fA-F]{4}")
@@ -4807,10 +4816,9 @@ class StreamDecoder:
         self._pos = i
 
 
+# 12. JSON and migration #######################################################################
 
-# 12. JSON and migration ######################################################
-
-# FlowSpec JSON: from_spec, to_spec, flow_spec_schema (persistence.md §1.7-§1.12) ---------
+# FlowSpec JSON: from_spec and to_spec (persistence.md §1.7-§1.9) ------------------------------
 #
 # A FlowSpec is a flow as plain JSON: every step carries its `kind`, every
 # predicate is a condition object, and None means "not set" (persistence.md
@@ -4924,8 +4932,9 @@ def to_spec(flow: dict) -> dict:
     return spec
 
 
-# flow_spec_schema: the building blocks of persistence.md §1.12, under the
-# names the spec gives them inside flow_spec_schema.
+# flow_spec_schema (persistence.md §1.12) ------------------------------------------------------
+#
+# The building blocks keep the names the spec gives them inside flow_spec_schema.
 
 def schema_closed(*properties: tuple[str, dict]) -> dict:
     """closed(p1: s1, ...): every property required, nothing else allowed."""
@@ -5102,12 +5111,10 @@ def flow_spec_schema(registries: dict | None = None) -> dict:
     return copy.deepcopy(closed(*flow))
 
 
-
-# migrate_session and the history event helpers (persistence.md Part 4, model-calls.md §11) --
+# migrate_session (persistence.md Part 4) ------------------------------------------------------
 #
 # migrate_session reads a 3.x state once, at the place the host deserializes an
-# old row (persistence.md Part 4); stores never call it. The history helpers
-# convert between history items and a host's event log (model-calls.md §11.2).
+# old row; stores never call it.
 
 LEGACY_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
@@ -5236,6 +5243,10 @@ def _dates_as_text(value: Any) -> Any:
         return [_dates_as_text(item) for item in value]
     return value
 
+
+# History items and events (model-calls.md §11.2) ----------------------------------------------
+#
+# The history helpers convert between history items and a host's event log.
 
 class _Malformed(ValueError):
     """A malformed history item or event; the caller adds where it is."""
@@ -5366,8 +5377,9 @@ def _event_history_item(event: Any) -> dict:
     raise _Malformed(f'unknown kind {describe_blob_value(kind)}; expected "message", "tool" or "status"')
 
 
+# 13. Testing helpers and stores ###############################################################
 
-# 13. Testing helpers #########################################################
+# ScriptedProvider and MemoryScheduler (python-api.md, Providers and Modules) ------------------
 
 class ScriptedProvider:
     """A provider that replays scripted replies, for tests and offline demos (python-api.md, Providers).
@@ -5463,6 +5475,12 @@ class MemoryScheduler:
         return len(self._entries)
 
 
+# Store, MemoryStore and the row rules every store shares (persistence.md §3.1-§3.3) -----------
+#
+# The shared row rules (persistence.md §3.2) live here so that every store,
+# MemoryStore and those of falai_stores.py alike, writes and reads the same
+# blob the same way.
+
 @runtime_checkable
 class Store(Protocol):
     """A durable home for sessions: load, and save with compare-and-swap (persistence.md §3.1)."""
@@ -5471,12 +5489,6 @@ class Store(Protocol):
 
     def save(self, session: Session, expected_version: int) -> Session: ...
 
-
-# MemoryStore and the row rules every store shares (persistence.md §3.2-§3.3) ------------
-#
-# The shared row rules (persistence.md §3.2) live here so that every store,
-# MemoryStore and those of falai_stores.py alike, writes and reads the same
-# blob the same way.
 
 SQL_TABLE_NAME = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]*")
 
