@@ -12,9 +12,10 @@ Sections, in the order a call flows through them:
    1. Helpers ................ schema_prompt, is_strict_schema, parse_tool_args,
                                to_gemini_openapi_schema, the lenient envelope parse
    2. Messages ............... the normalized message list (providers.md §2.3)
-   3. Reading ................ SSE framing, deadlines, cancellation (§3.7)
-   4. HTTP errors ............ server waits and ProviderError from a response (§8.1)
-   5. The pipeline ........... one call: retries, backup models, folding, assembly (§3)
+   3. Reading ................ SSE framing, read timeouts (§3.7)
+   4. HTTP errors ............ the waits and reset times a failed response names (§8.1)
+   5. The pipeline ........... one call: retries, backup models, deadlines, cancellation,
+                               folding, assembly, a response as a ProviderError (§3, §8)
    6. GeminiProvider ......... §4
    7. OpenAICompatibleProvider §5
    8. AnthropicProvider ...... §6
