@@ -689,6 +689,10 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_json_default)
 
 
+# What compact_json may raise for a value JSON cannot hold (a set, a cycle, too deep a nesting).
+UNSERIALIZABLE = (TypeError, ValueError, OverflowError, RecursionError)
+
+
 def _json_default(value: Any) -> Any:
     if isinstance(value, datetime):
         return iso(value)
@@ -3588,7 +3592,7 @@ def _json_text(value: Any) -> str:
     """Compact JSON, or str() for what JSON cannot hold, so a prompt never fails to build."""
     try:
         return compact_json(value)
-    except (TypeError, ValueError, OverflowError, RecursionError):
+    except UNSERIALIZABLE:
         return str(value)
 
 
@@ -4400,7 +4404,7 @@ def tool_payload(payload: dict) -> str:
     """An error payload the model reads: compact JSON, non-ASCII kept, never truncated (§6.3)."""
     try:
         return compact_json(payload)
-    except (TypeError, ValueError, OverflowError, RecursionError):
+    except UNSERIALIZABLE:
         return compact_json({"error": str(payload.get("error"))})
 
 
@@ -4413,7 +4417,7 @@ def tool_value_text(value: Any, limit: Any = None) -> str:
     else:
         try:
             text = compact_json(value)
-        except (TypeError, ValueError, OverflowError, RecursionError):
+        except UNSERIALIZABLE:
             text = "[result could not be serialized]"
     if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 and len(text) > limit:
         text = f"{text[:limit]}\n[truncated: {len(text)} chars total, showing the first {limit}]"
