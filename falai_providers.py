@@ -27,6 +27,7 @@ The spec lives in ``shared/spec``; comments cite it as "providers.md §3.8".
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import email.utils
 import json
 import logging
@@ -1788,11 +1789,10 @@ class FallbackProvider:
 
     @property
     def capabilities(self) -> ProviderCapabilities:
-        flags = {}
-        for key in ("supports_tools", "supports_native_json_schema", "supports_streaming",
-                    "supports_streaming_tool_calls", "supports_prompt_caching"):
-            flags[key] = all(bool(getattr(p.capabilities, key, False)) for p in self.providers)
-        return ProviderCapabilities(**flags)
+        """A flag holds for the pool when it holds for every member."""
+        names = [flag.name for flag in dataclasses.fields(ProviderCapabilities)]
+        return ProviderCapabilities(**{name: all(bool(getattr(p.capabilities, name, False)) for p in self.providers)
+                                       for name in names})
 
     def __repr__(self) -> str:
         return f"FallbackProvider({self.providers!r})"
