@@ -146,11 +146,9 @@ def live_provider():
         return None
     if os.environ.get("GEMINI_API_KEY"):
         return falai_providers.GeminiProvider(api_key=os.environ["GEMINI_API_KEY"], model=model or "gemini-2.5-flash")
-    if os.environ.get("OPENAI_BASE_URL"):
-        return falai_providers.OpenAICompatibleProvider(
-            name="local", base_url=os.environ["OPENAI_BASE_URL"], api_key=os.environ.get("OPENAI_API_KEY"),
-            model=model or "llama3.1")
-    return None
+    return falai_providers.OpenAICompatibleProvider(
+        name="local", base_url=os.environ["OPENAI_BASE_URL"], api_key=os.environ.get("OPENAI_API_KEY"),
+        model=model or "llama3.1")
 
 
 # The host loop: load, turn, save, then send ---------------------------------------------------
