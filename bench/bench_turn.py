@@ -29,7 +29,7 @@ def agent_for(script_factory, **options):
     f = falai().fields({
         "nome": {"type": "string", "ask": "Pergunte o nome."},
         "empresa": {"type": "string", "ask": "Pergunte a empresa."},
-        "porte": {"type": "string", "enum": ["1-10", "11-50", "51+"]},
+        "porte": {"type": "string", "enum": ["1-10", "11-50", "51+"], "ask": "Pergunte o porte da empresa."},
         "cidade": {"type": "string"},
     })
     flows = [
