@@ -519,9 +519,10 @@ _NETWORK_CLASSES = {("requests", "ConnectionError"), ("requests", "ChunkedEncodi
                     ("http", "IncompleteRead"), ("http", "RemoteDisconnected")}
 
 
-def _exception_chain(exc: BaseException | None, depth: int = 5) -> list[BaseException]:
+def _exception_chain(exc: BaseException | None) -> list[BaseException]:
+    """exc, then its cause (or context), and so on: five links at most (providers.md §8.3)."""
     chain: list[BaseException] = []
-    while exc is not None and len(chain) < depth and exc not in chain:
+    while exc is not None and len(chain) < 5 and exc not in chain:
         chain.append(exc)
         exc = exc.__cause__ or exc.__context__
     return chain
@@ -3041,15 +3042,18 @@ def start_run(turn: Turn, flow: dict, kind: str, trigger_key: str, *, trigger: d
     return run
 
 
-def prune_always_claims(turn: Turn, prefix: str, keep: int = 50) -> None:
+ALWAYS_CLAIMS_KEPT = 50
+
+
+def prune_always_claims(turn: Turn, prefix: str) -> None:
     """Keep the 50 newest always-claims of a flow and anchor, by their ``at`` (runtime.md §6.1)."""
     claims = turn.session.claims
     keys = [key for key in claims if key.startswith(prefix) and len(key) > len(prefix)]
-    if len(keys) <= keep:
+    if len(keys) <= ALWAYS_CLAIMS_KEPT:
         return
     order = {key: index for index, key in enumerate(keys)}
     newest = sorted(keys, key=lambda key: (parse_iso(claims[key]["at"]), order[key]), reverse=True)
-    for key in newest[keep:]:
+    for key in newest[ALWAYS_CLAIMS_KEPT:]:
         del claims[key]
 
 
