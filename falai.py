@@ -3232,15 +3232,20 @@ def stay(turn: Turn, run: Run, flow: dict) -> None:
     run.staying, run.status = True, "asking"
     others = [other for other in turn.session.runs if other is not run and other.status == "asking"]
     if others and not (turn.is_message and turn.floor_run is run):
-        run.status, run.suspended_at = "suspended", turn.now_text
+        suspend(turn, run)
         return
     for other in others:
-        other.status, other.suspended_at = "suspended", turn.now_text
-        if turn.talk_request is other:
-            turn.talk_request = None
+        suspend(turn, other)
     if (not turn.in_ingest and turn.is_message and turn.silenced is None and not turn.speaking_done
             and not turn.spoke):
         run.status = "running"
+
+
+def suspend(turn: Turn, run: Run) -> None:
+    """Set a run aside until nobody else asks (runtime.md §4.5); a suspended run does not speak this turn."""
+    run.status, run.suspended_at = "suspended", turn.now_text
+    if turn.talk_request is run:
+        turn.talk_request = None
 
 
 def resume(turn: Turn) -> Run | None:
@@ -3349,7 +3354,7 @@ def run_talk_step(turn: Turn, run: Run, step: dict, resuming: bool) -> None:
         return
     for other in turn.session.runs:
         if other is not run and other.status == "asking":
-            other.status, other.suspended_at = "suspended", turn.now_text
+            suspend(turn, other)
     run.status = "asking"
     if not turn.speaking_done:
         turn.talk_request = run
