@@ -1017,7 +1017,7 @@ def nullable_envelope(definitions: dict[str, dict]) -> dict:
 class _Kit:
     """The methods the root and the bound toolkit share."""
 
-    _field_defs: dict = {}
+    _field_defs: dict | None = None      # the root has none; Toolkit binds them
 
     def flow(self, flow: dict) -> dict:
         """Return the flow unchanged; it is validated when the agent is built."""
