@@ -2511,8 +2511,8 @@ def understand_message(turn: Turn) -> tuple[Judgement, Eligibility]:
 
 
 def unique_flows(flows: list) -> list:
-    seen: set = set()
-    return [flow for flow in flows if not (id(flow) in seen or seen.add(id(flow)))]
+    """Each flow once, in first-seen order (flow dicts are not hashable, so by identity)."""
+    return list({id(flow): flow for flow in flows}.values())
 
 
 def unique_slugs(slugs) -> list:
