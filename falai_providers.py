@@ -572,16 +572,14 @@ def _seconds(value: float) -> str:
 # providers.md §3: a vendor adapter builds the HTTP request (_wire) and turns
 # each payload into normalized events (_parse); everything else is common.
 
+@dataclasses.dataclass
 class _Plan:
     """What one call sends, worked out once before the first attempt (providers.md §3.1)."""
-
-    def __init__(self, request: GenerateRequest, messages: list[dict], tools: list[dict],
-                 json_request: dict | None, options: dict):
-        self.request = request
-        self.messages = messages
-        self.tools = tools
-        self.json = json_request
-        self.options = options
+    request: GenerateRequest
+    messages: list[dict]         # the normalized messages (§2.3)
+    tools: list[dict]
+    json: dict | None            # {"name", "schema"} when a structured reply is wanted
+    options: dict                # config overlaid with the request's maxTokens and effort
 
 
 class _Accumulator:
