@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields as dataclass_fields, replace
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
-from typing import Any, Callable, Iterator, Protocol, runtime_checkable
+from typing import Any, Callable, Generator, Iterable, Iterator, Protocol, runtime_checkable
 
 __version__ = "0.1.0"
 
@@ -2265,7 +2265,7 @@ class Turn:
                           ended=self.ended, skipped=self.skipped, llm_calls=self.llm_calls, usage=self.usage)
 
 
-def run_turn(agent: Agent, kwargs: dict, streaming: bool):
+def run_turn(agent: Agent, kwargs: dict, streaming: bool) -> Generator[str, None, TurnResult]:
     """The one pipeline behind turn() and turn_stream(): yields deltas, returns the TurnResult."""
     given = read_turn_input(kwargs)
     turn = Turn(agent, given)
@@ -2515,7 +2515,7 @@ def unique_flows(flows: list) -> list:
     return list({id(flow): flow for flow in flows}.values())
 
 
-def unique_slugs(slugs) -> list:
+def unique_slugs(slugs: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(slugs))
 
 
@@ -4283,7 +4283,7 @@ def classify_deferral(error: BaseException) -> tuple[str, bool, int | None]:
     return code, retryable, error.reset_at_ms
 
 
-def _stream_round(provider: Any, request: GenerateRequest):
+def _stream_round(provider: Any, request: GenerateRequest) -> Generator[str, None, Generation]:
     """Stream one round: yield decoded deltas, return the round as a Generation (model-calls.md §8).
 
     The returned message is the raw accumulated text, read by ``read_round``
@@ -4321,7 +4321,7 @@ def _overlay(data: dict, patch: dict) -> dict:
     return view
 
 
-def speak(agent: Agent, ask: SpeakAsk, streaming: bool):
+def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, "Spoken | Deferred"]:
     """The speak call and its tool rounds (model-calls.md §5-§6, the Tool seed page).
 
     A generator: ``result = yield from speak(agent, ask, streaming)``. While
