@@ -59,3 +59,12 @@ def _block_non_loopback_sockets(request, monkeypatch):
     yield blocked              # a test of the guard itself may inspect and clear this list
     if blocked:
         _pytest.fail(f"non-loopback connection attempted: {', '.join(blocked)}", pytrace=False)
+
+
+@_pytest.fixture
+def fake():
+    """A FakeModelServer on 127.0.0.1 for one test (providers.md §9.4), closed afterwards."""
+    from fake_model_server import FakeModelServer
+    server = FakeModelServer()
+    yield server
+    server.close()

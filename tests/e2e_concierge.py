@@ -127,3 +127,19 @@ def same_result(a, b) -> None:
     assert a.outcomes == b.outcomes
     assert (a.started, a.ended, a.skipped) == (b.started, b.ended, b.skipped)
     assert (a.changed, a.llm_calls, a.usage) == (b.changed, b.llm_calls, b.usage)
+
+
+def plain_turns(make_provider, *scripts):
+    """The two Concierge turns through turn() on a fresh fake server scripted by ``scripts``:
+    the reference a streamed run must equal (runtime.md §16)."""
+    from fake_model_server import FakeModelServer
+    plain = FakeModelServer()
+    try:
+        for script in scripts:
+            script(plain)
+        agent = concierge(make_provider(plain))
+        t1 = agent.turn(session_id="demo", message=M1, id="m1")
+        t2 = agent.turn(session_id="demo", session=t1.session, message=M2, id="m2", history=first_turn_history())
+    finally:
+        plain.close()
+    return t1, t2

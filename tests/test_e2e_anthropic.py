@@ -9,19 +9,13 @@ import pytest
 from falai import ProviderError, ScheduleEntry
 from falai_providers import AnthropicProvider, schema_prompt
 from fake_model_server import FakeModelServer, anthropic_tool_events
+from e2e_concierge import plain_turns
 from e2e_concierge import (CODE, M1, M2, NOW_MS, PRECO_DECL, RESERVAR_DECL, REPLY1, REPLY2, REPLY2_BESIDE,
                            SPEAK1, SPEAK2, SPEAK2_BESIDE, SPEAK_SCHEMA, SPEAK_SCHEMA_RESERVA, UNDERSTAND1,
                            UNDERSTAND2, at_of, concierge, first_turn_history, iso_of, ms_of, pieces,
                            real_now_iso, same_result)
 
 IDENTITY = '## Identity\nYou are "Concierge". Always refer to yourself by that name.'
-
-
-@pytest.fixture
-def fake():
-    server = FakeModelServer()
-    yield server
-    server.close()
 
 
 def claude(fake, **kw):
@@ -136,15 +130,7 @@ def test_the_wrap_up_round_carries_no_tools(fake):
 
 def test_turn_stream_yields_the_message_text_and_the_same_result(fake):
     """model-calls.md §8 / runtime.md §16 over Anthropic's event stream."""
-    plain = FakeModelServer()
-    try:
-        script_turn1(plain)
-        script_turn2(plain)
-        agent = concierge(claude(plain))
-        t1 = agent.turn(session_id="demo", message=M1, id="m1")
-        t2 = agent.turn(session_id="demo", session=t1.session, message=M2, id="m2", history=first_turn_history())
-    finally:
-        plain.close()
+    t1, t2 = plain_turns(claude, script_turn1, script_turn2)
     script_turn1(fake)
     script_turn2(fake)
     agent = concierge(claude(fake))

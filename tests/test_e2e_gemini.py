@@ -14,6 +14,7 @@ import pytest
 from falai import ProviderError, ScheduleEntry, Tool, falai
 from falai_providers import GeminiProvider, schema_prompt
 from fake_model_server import FakeModelServer, gemini_frame
+from e2e_concierge import plain_turns
 from e2e_concierge import (CODE, M1, PRECO_DECL, M2, NOW_MS, REPLY1, REPLY2, REPLY2_BESIDE, SPEAK1, SPEAK2,
                            SPEAK2_BESIDE, SPEAK_SCHEMA, SPEAK_SCHEMA_RESERVA, UNDERSTAND1, UNDERSTAND2,
                            at_of, concierge, first_turn_history, iso_of, ms_of, pieces, real_now_iso,
@@ -23,13 +24,6 @@ PATH = "/v1beta/models/gemini-2.5-flash:streamGenerateContent"
 IDENTITY = '## Identity\nYou are "Concierge". Always refer to yourself by that name.'
 OVERLOADED = {"error": {"code": 503, "message": "The model is overloaded. Please try again later.",
                         "status": "UNAVAILABLE"}}
-
-
-@pytest.fixture
-def fake():
-    server = FakeModelServer()
-    yield server
-    server.close()
 
 
 def gemini(fake, model="gemini-2.5-flash", **kw):
@@ -225,15 +219,7 @@ def test_turn_stream_yields_the_message_text_in_order_and_the_same_result(fake):
     """model-calls.md §8 / runtime.md §16: the deltas are the customer-facing text decoded from the
     streamed envelope (never raw JSON), in order; text written beside a tool call reaches the stream but
     not the final message (Tool page, Streaming); the last chunk's result equals turn()'s."""
-    plain = FakeModelServer()
-    try:
-        script_turn1(plain)
-        script_turn2(plain)
-        agent = concierge(gemini(plain))
-        t1 = agent.turn(session_id="demo", message=M1, id="m1")
-        t2 = agent.turn(session_id="demo", session=t1.session, message=M2, id="m2", history=first_turn_history())
-    finally:
-        plain.close()
+    t1, t2 = plain_turns(gemini, script_turn1, script_turn2)
 
     script_turn1(fake)
     script_turn2(fake)

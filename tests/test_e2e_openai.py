@@ -9,19 +9,13 @@ import pytest
 from falai import ProviderError, ScheduleEntry
 from falai_providers import OpenAICompatibleProvider, is_strict_schema, schema_prompt
 from fake_model_server import FakeModelServer, openai_frame
+from e2e_concierge import plain_turns
 from e2e_concierge import (CODE, M1, M2, NOW_MS, PRECO_DECL, RESERVAR_DECL, REPLY1, REPLY2, REPLY2_BESIDE,
                            SPEAK1, SPEAK2, SPEAK2_BESIDE, SPEAK_SCHEMA, SPEAK_SCHEMA_RESERVA, UNDERSTAND1,
                            UNDERSTAND2, at_of, concierge, first_turn_history, iso_of, ms_of, pieces,
                            real_now_iso, same_result)
 
 IDENTITY = '## Identity\nYou are "Concierge". Always refer to yourself by that name.'
-
-
-@pytest.fixture
-def fake():
-    server = FakeModelServer()
-    yield server
-    server.close()
 
 
 def openai(fake, **kw):
@@ -159,15 +153,7 @@ def test_json_object_mode_carries_the_envelope_as_the_last_system_message(fake):
 def test_turn_stream_yields_the_message_text_and_the_same_result(fake):
     """model-calls.md §8 / runtime.md §16 over OpenAI's SSE: deltas are the decoded message text (text
     beside a call included), the final chunk's result equals turn()'s."""
-    plain = FakeModelServer()
-    try:
-        script_turn1(plain)
-        script_turn2(plain)
-        agent = concierge(openai(plain))
-        t1 = agent.turn(session_id="demo", message=M1, id="m1")
-        t2 = agent.turn(session_id="demo", session=t1.session, message=M2, id="m2", history=first_turn_history())
-    finally:
-        plain.close()
+    t1, t2 = plain_turns(openai, script_turn1, script_turn2)
     script_turn1(fake)
     script_turn2(fake)
     agent = concierge(openai(fake))

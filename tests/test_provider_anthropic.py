@@ -13,13 +13,6 @@ PRECO = {"name": "preco", "description": "Preço da diária.",
          "parameters": {"type": "object", "properties": {"cidade": {"type": "string"}}, "required": ["cidade"]}}
 
 
-@pytest.fixture
-def fake():
-    server = FakeModelServer()
-    yield server
-    server.close()
-
-
 def claude(fake, **kw):
     kw.setdefault("sleep", lambda s: None)
     kw.setdefault("retry_config", {"timeout": 3000, "retries": 1})

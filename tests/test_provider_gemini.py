@@ -14,13 +14,6 @@ PRECO = {"name": "preco", "description": "Preço da diária em uma cidade.",
 OVERLOADED = {"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}}
 
 
-@pytest.fixture
-def fake():
-    server = FakeModelServer()
-    yield server
-    server.close()
-
-
 def gemini(fake, model="models/gemini-2.5-flash", **kw):
     kw.setdefault("sleep", lambda s: None)
     kw.setdefault("retry_config", {"timeout": 3000, "retries": 1})

@@ -15,13 +15,6 @@ PRECO = {"name": "preco", "description": "Preço da diária.",
          "parameters": {"type": "object", "properties": {"cidade": {"type": "string"}}, "required": ["cidade"]}}
 
 
-@pytest.fixture
-def fake():
-    server = FakeModelServer()
-    yield server
-    server.close()
-
-
 def openai(fake, **kw):
     kw.setdefault("api_key", "test-key")
     kw.setdefault("model", "gpt-test")

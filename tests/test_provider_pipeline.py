@@ -22,13 +22,6 @@ TOOL = {"name": "preco", "description": "Preço da diária.",
         "parameters": {"type": "object", "properties": {"cidade": {"type": "string"}}, "required": ["cidade"]}}
 
 
-@pytest.fixture
-def fake():
-    server = FakeModelServer()
-    yield server
-    server.close()
-
-
 def _opts(kw):
     kw.setdefault("sleep", lambda s: None)
     kw.setdefault("retry_config", {"timeout": 3000, "retries": 1})
