@@ -8,7 +8,7 @@ import pytest
 
 from falai import ProviderError, ScheduleEntry
 from falai_providers import AnthropicProvider, schema_prompt
-from fake_model_server import FakeModelServer, anthropic_tool_events
+from fake_model_server import anthropic_tool_events
 from e2e_concierge import plain_turns
 from e2e_concierge import (CODE, M1, M2, NOW_MS, PRECO_DECL, RESERVAR_DECL, REPLY1, REPLY2, REPLY2_BESIDE,
                            SPEAK1, SPEAK2, SPEAK2_BESIDE, SPEAK_SCHEMA, SPEAK_SCHEMA_RESERVA, UNDERSTAND1,

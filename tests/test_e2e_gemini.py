@@ -13,7 +13,7 @@ import pytest
 
 from falai import ProviderError, ScheduleEntry, Tool, falai
 from falai_providers import GeminiProvider, schema_prompt
-from fake_model_server import FakeModelServer, gemini_frame
+from fake_model_server import gemini_frame
 from e2e_concierge import plain_turns
 from e2e_concierge import (CODE, M1, PRECO_DECL, M2, NOW_MS, REPLY1, REPLY2, REPLY2_BESIDE, SPEAK1, SPEAK2,
                            SPEAK2_BESIDE, SPEAK_SCHEMA, SPEAK_SCHEMA_RESERVA, UNDERSTAND1, UNDERSTAND2,

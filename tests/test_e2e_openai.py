@@ -8,7 +8,7 @@ import pytest
 
 from falai import ProviderError, ScheduleEntry
 from falai_providers import OpenAICompatibleProvider, is_strict_schema, schema_prompt
-from fake_model_server import FakeModelServer, openai_frame
+from fake_model_server import openai_frame
 from e2e_concierge import plain_turns
 from e2e_concierge import (CODE, M1, M2, NOW_MS, PRECO_DECL, RESERVAR_DECL, REPLY1, REPLY2, REPLY2_BESIDE,
                            SPEAK1, SPEAK2, SPEAK2_BESIDE, SPEAK_SCHEMA, SPEAK_SCHEMA_RESERVA, UNDERSTAND1,

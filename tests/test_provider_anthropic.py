@@ -5,7 +5,7 @@ import pytest
 
 from falai import GenerateRequest, ProviderError, ToolCallRequest
 from falai_providers import AnthropicProvider, schema_prompt
-from fake_model_server import FakeModelServer, anthropic_events, anthropic_tool_events
+from fake_model_server import anthropic_events, anthropic_tool_events
 
 SPEAK = {"type": "object", "properties": {"message": {"type": ["string", "null"]}},
          "required": ["message"], "additionalProperties": False}

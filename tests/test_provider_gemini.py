@@ -5,7 +5,7 @@ import pytest
 
 from falai import GenerateRequest, ProviderError, ToolCallRequest
 from falai_providers import GeminiProvider, schema_prompt
-from fake_model_server import FakeModelServer, gemini_frame
+from fake_model_server import gemini_frame
 
 SPEAK = {"type": "object", "properties": {"message": {"type": ["string", "null"]}},
          "required": ["message"], "additionalProperties": False}

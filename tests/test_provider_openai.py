@@ -5,7 +5,7 @@ import pytest
 
 from falai import GenerateRequest, ProviderError, ToolCallRequest
 from falai_providers import OpenAICompatibleProvider, schema_prompt
-from fake_model_server import FakeModelServer, openai_frame
+from fake_model_server import openai_frame
 
 SPEAK = {"type": "object", "properties": {"message": {"type": ["string", "null"]}},
          "required": ["message"], "additionalProperties": False}

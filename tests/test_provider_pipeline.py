@@ -13,7 +13,7 @@ import falai
 from falai import GenerateRequest, Generation, ProviderError
 from falai_providers import (AnthropicProvider, GeminiProvider, OpenAICompatibleProvider, _SseReader,
                              is_strict_schema, parse_tool_args, schema_prompt, to_gemini_openapi_schema)
-from fake_model_server import (FakeModelServer, anthropic_events, anthropic_tool_events, gemini_frame,
+from fake_model_server import (anthropic_events, anthropic_tool_events, gemini_frame,
                                openai_frame)
 
 SPEAK = {"type": "object", "properties": {"message": {"type": ["string", "null"]}},
