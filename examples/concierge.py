@@ -1,31 +1,37 @@
 """The hotel Concierge of the seed pages, as a terminal chat.
 
-    python examples/concierge.py
+    python examples/concierge.py          # a scripted demo, then your turn to chat offline
+    python examples/concierge.py --chat   # straight to the chat
 
+- With no API key it first plays a scripted demo: three customer lines that
+  are part of the script (you type nothing), booking a room end to end with
+  ``ScriptedProvider`` standing in for the model. The stand-in reads each
+  request the way a model would (the customer's message, the tools offered,
+  the tool results), so what you see is the real engine at work: routing,
+  field extraction, the tool rounds and the session. Then it is your turn:
+  type messages to the same offline stand-in.
 - With ``GEMINI_API_KEY`` set, the Concierge talks to Gemini (``FALAI_MODEL``
-  picks the model, default ``gemini-2.5-flash``).
+  picks the model).
 - With ``OPENAI_BASE_URL`` set (plus ``OPENAI_API_KEY`` when the server needs
   one, and ``FALAI_MODEL``), it talks to any OpenAI-compatible server, such as
   a local Ollama at ``http://localhost:11434/v1``.
-- With neither, it plays an offline demo: a scripted conversation that books a
-  room end to end, with ``ScriptedProvider`` standing in for the model. The
-  stand-in reads each request the way a model would (the customer's message,
-  the tools offered, the tool results), so what you see is the real engine at
-  work: routing, field extraction, the tool rounds and the session.
 
 After every turn the chat shows the reply, the collected data and how many
-model calls the turn spent. Type ``sair`` (or end the input) to leave.
+model calls the turn spent. A failed model call is reported on one line and
+the chat goes on. Type ``sair`` (or press Ctrl-D or Ctrl-C) to leave.
 """
 from __future__ import annotations
 
+import argparse
 import json
+import logging
 import os
 import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # run from a checkout too
 
-from falai import (MemoryStore, ScriptedProvider, SessionConflictError, Tool,  # noqa: E402
+from falai import (MemoryStore, ProviderError, ScriptedProvider, SessionConflictError, Tool,  # noqa: E402
                    ToolValidationResult, falai)
 
 DEMO_MESSAGES = ["Oi! Quero reservar um quarto.", "Em Curitiba, por favor.", "Pode reservar, sim!"]
@@ -130,8 +136,8 @@ def offline_speak(request) -> dict:
 
 def offline_provider() -> ScriptedProvider:
     """A ScriptedProvider whose every entry is the rule-based stand-in above."""
-    return ScriptedProvider(script={"understand": [offline_understand] * 100, "speak": [offline_speak] * 100},
-                            usage=True)
+    return ScriptedProvider(script={"understand": [offline_understand] * 10_000,
+                                    "speak": [offline_speak] * 10_000}, usage=True)
 
 
 def live_provider():
@@ -153,58 +159,130 @@ def live_provider():
 
 # The host loop: load, turn, save, then send ---------------------------------------------------
 
-def chat(agent, store: MemoryStore, session_id: str, text: str, message_id: str):
-    """One customer message through the host loop of runtime.md §18."""
-    for _ in range(3):
-        loaded = store.load(session_id)
-        result = agent.turn(session_id=session_id, session=loaded, message=text, id=message_id)
-        if not result.changed:
+LIVE_HELP = ("For a live model: set GEMINI_API_KEY (and FALAI_MODEL to pick the model), or OPENAI_BASE_URL\n"
+             "for an OpenAI-compatible server, e.g. OPENAI_BASE_URL=http://localhost:11434/v1 for Ollama\n"
+             "(plus OPENAI_API_KEY when it needs one). See docs/guide/providers.md.")
+
+WHAT_TO_CHECK = {
+    "auth": "check the API key (GEMINI_API_KEY or OPENAI_API_KEY)",
+    "entitlement": "check that the key's account may use this model",
+    "network": "check the network connection, or that the server at OPENAI_BASE_URL is running",
+    "timeout": "check the network connection, or that the server at OPENAI_BASE_URL is running",
+    "model": "check the model name (FALAI_MODEL)",
+    "invalid": "check the model name (FALAI_MODEL) and the server's API",
+    "quota": "the account's quota is spent: wait for it to reset or use another key",
+    "rate": "the provider is limiting requests: wait a moment",
+}
+
+
+class Host:
+    """What a real host keeps per conversation: the store, the session id and the history it shows the model."""
+
+    def __init__(self, agent, session_id: str):
+        self.agent, self.session_id = agent, session_id
+        self.store = MemoryStore()                # a durable store in production: falai_stores.SQLiteStore
+        self.history: list[dict] = []             # the messages before this one (model-calls.md §2.1)
+        self.number = 0
+
+    def chat(self, text: str):
+        """One customer message through the host loop of runtime.md §18: load, turn, save, then send."""
+        self.number += 1
+        for _ in range(3):
+            loaded = self.store.load(self.session_id)
+            result = self.agent.turn(session_id=self.session_id, session=loaded, message=text,
+                                     id=f"m{self.number}", history=self.history)
+            if not result.changed:
+                return result
+            try:
+                self.store.save(result.session, loaded.version if loaded else 0)
+            except SessionConflictError:          # another writer saved first: turn again on its session
+                continue
+            self.history.append({"role": "user", "content": text})
+            self.history += [{"role": "assistant", "content": m.text} for m in result.messages]
             return result
-        try:
-            store.save(result.session, loaded.version if loaded else 0)
-        except SessionConflictError:
-            continue
-        return result
-    raise RuntimeError("three conflicts in a row")
+        raise RuntimeError("three conflicts in a row")
 
 
 def show(result) -> None:
     for message in result.messages:
         print(f"  Concierge: {message.text}")
-    if not result.messages:
+    failed = [o for o in result.outcomes if (o.code or "").startswith("provider-")]
+    if failed:
+        print(f"  ! No reply: the model failed while phrasing it ({failed[-1].code}). The message was recorded"
+              " and a real host would retry at the wake falai scheduled.")
+    elif not result.messages:
         print("  (no reply this turn)")
-    print(f"  · dados: {json.dumps(result.session.data, ensure_ascii=False)}"
-          f" · chamadas ao modelo: {result.llm_calls}")
+    print(f"  · data: {json.dumps(result.session.data, ensure_ascii=False)}"
+          f" · model calls: {result.llm_calls}")
 
 
-def main() -> int:
-    provider = live_provider()
-    store = MemoryStore()
-    if provider is None:
-        print("No GEMINI_API_KEY (or OPENAI_BASE_URL): running the offline demo with ScriptedProvider.\n")
-        agent = build_agent(offline_provider())
-        for number, text in enumerate(DEMO_MESSAGES, 1):
-            print(f"Você: {text}")
-            show(chat(agent, store, "demo", text, f"m{number}"))
-        session = store.load("demo")
-        booked = session.data.get("reserva")
-        print(f"\nReserva feita: {booked}" if booked else "\nA reserva não foi concluída.")
-        return 0 if booked else 1
-    agent = build_agent(provider)
-    print(f"Concierge on {provider.name}. Type your message (\"sair\" to leave).\n")
-    number = 0
+def provider_failure(error: ProviderError) -> str:
+    """One line for a failed model call: what failed, that the message was not processed, what to check."""
+    what = (str(error).strip().splitlines() or [error.kind])[0]
+    what = what if len(what) <= 100 else what[:99] + "…"
+    status = f" {error.status}" if error.status else ""
+    hint = WHAT_TO_CHECK.get(error.kind, "the provider is failing: try again in a moment")
+    return (f"  ! The model call failed ({error.provider}, {error.kind}{status}: {what}). "
+            f"Your message was not processed; {hint}.")
+
+
+def talk(host: Host) -> None:
+    """Read messages until sair, end of input or Ctrl-C; a provider failure costs one line, not the chat."""
     while True:
         try:
-            text = input("Você: ").strip()
+            text = input("You: ").strip()
+            if not sys.stdin.isatty():             # piped input: show what was read, as a terminal would
+                print(text)
         except EOFError:
-            break
+            print("\n(end of input: goodbye)")
+            return
         if text.lower() in ("sair", "exit", "quit"):
-            break
-        if text:
-            number += 1
-            show(chat(agent, store, "live", text, f"m{number}"))
-    return 0
+            return
+        if not text:
+            continue
+        try:
+            show(host.chat(text))
+        except ProviderError as error:
+            host.number -= 1                      # not processed: the same id is free for the retry
+            print(provider_failure(error))
+
+
+def scripted_demo() -> bool:
+    print("Offline demo: no GEMINI_API_KEY or OPENAI_BASE_URL is set, so ScriptedProvider stands in for the model.")
+    print("Scripted transcript: the three customer lines below are part of the script; you type nothing yet.\n")
+    host = Host(build_agent(offline_provider()), "demo")
+    for text in DEMO_MESSAGES:
+        print(f"You (scripted): {text}")
+        show(host.chat(text))
+    booked = host.store.load("demo").data.get("reserva")
+    print(f"\nReserva feita: {booked}" if booked else "\nA reserva não foi concluída.")
+    return bool(booked)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description="The hotel Concierge as a terminal chat.")
+    parser.add_argument("--chat", action="store_true", help="skip the scripted demo and chat with the offline stand-in")
+    parser.add_argument("--verbose", action="store_true", help="show falai's log: retries, warnings")
+    args = parser.parse_args(argv)
+    # falai logs each provider retry as a warning; the chat reports a failure once, on one line.
+    logging.basicConfig(format="  (falai: %(message)s)", level=logging.WARNING if args.verbose else logging.ERROR)
+    try:
+        provider = live_provider()
+        if provider is not None:
+            print(f"Concierge on {provider.name}. Type your message (\"sair\", Ctrl-D or Ctrl-C to leave).\n")
+            talk(Host(build_agent(provider), "live"))
+            return 0
+        if not args.chat and not scripted_demo():
+            return 1
+        print(f"\n{LIVE_HELP}\n")
+        print("Your turn: chat with the offline stand-in (it knows rooms, cities and prices). "
+              "Type \"sair\", Ctrl-D or Ctrl-C to leave.")
+        talk(Host(build_agent(offline_provider()), "you"))
+        return 0
+    except KeyboardInterrupt:
+        print("\n(interrupted: goodbye)")
+        return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
