@@ -174,6 +174,10 @@ WHAT_TO_CHECK = {
     "rate": "the provider is limiting requests: wait a moment",
 }
 
+SPEAK_HINTS = {"provider-auth": WHAT_TO_CHECK["auth"], "provider-invalid": WHAT_TO_CHECK["invalid"],
+               "provider-quota": WHAT_TO_CHECK["quota"],
+               "provider-context": "the conversation is too long for the model: start a new one"}
+
 
 class Host:
     """What a real host keeps per conversation: the store, the session id and the history it shows the model."""
@@ -208,8 +212,11 @@ def show(result) -> None:
         print(f"  Concierge: {message.text}")
     failed = [o for o in result.outcomes if (o.code or "").startswith("provider-")]
     if failed:
-        print(f"  ! No reply: the model failed while phrasing it ({failed[-1].code}). The message was recorded"
-              " and a real host would retry at the wake falai scheduled.")
+        line = failed[-1]
+        then = (f"falai scheduled a retry for {line.until[11:16]} UTC (this chat does not run wakes)"
+                if line.status == "deferred" else "the step was given up")
+        print(f"  ! No reply: the model failed while phrasing it ({line.code}); the message was recorded and "
+              f"{then}. {SPEAK_HINTS.get(line.code, WHAT_TO_CHECK['network'])}.")
     elif not result.messages:
         print("  (no reply this turn)")
     print(f"  · data: {json.dumps(result.session.data, ensure_ascii=False)}"

@@ -117,6 +117,14 @@ class QuietHandler(WSGIRequestHandler):
         pass
 
 
+def serve_in_background(server) -> threading.Thread:
+    """Serve on a thread, so Ctrl-C reaches the main thread and not wsgiref's request handler (which would
+    swallow it as a failed request)."""
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    return thread
+
+
 def post(url: str, body: dict) -> dict:
     request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
                                      headers={"Content-Type": "application/json"})
@@ -130,8 +138,7 @@ def post(url: str, body: dict) -> dict:
 def demo() -> int:
     server = make_server("127.0.0.1", 0, make_app(build_agent(), MemoryStore()), handler_class=QuietHandler)
     base = f"http://127.0.0.1:{server.server_port}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    serve_in_background(server)
     print(f"serving on {base} (offline demo: ScriptedProvider stands in for the model)")
     try:
         wakes: list[dict] = []
@@ -160,12 +167,18 @@ def main(argv: list[str]) -> int:
     if args.port is None:
         return demo()
     server = make_server("127.0.0.1", args.port, make_app(build_agent(), MemoryStore()))
-    print(f"serving on http://127.0.0.1:{server.server_port} (POST /message, POST /wake); Ctrl-C stops")
+    thread = None
     try:
-        server.serve_forever()
-    except KeyboardInterrupt:
+        thread = serve_in_background(server)
+        print(f"serving on http://127.0.0.1:{server.server_port} (POST /message, POST /wake); Ctrl-C stops",
+              flush=True)
+        while thread.is_alive():
+            thread.join(0.5)
+    except KeyboardInterrupt:                      # caught here, never inside a request being answered
         print("\nstopped")
     finally:
+        if thread is not None:                     # shutdown() waits for a serve_forever that has started
+            server.shutdown()
         server.server_close()
     return 0
 

@@ -89,6 +89,20 @@ def test_concierge_reports_a_provider_failure_on_one_line_and_goes_on(fake):
     assert out.stderr == ""
 
 
+def test_concierge_reports_a_failed_reply_on_one_line(fake):
+    """The speak call failing does not raise: the turn is saved, and the chat says so on one line."""
+    from fake_model_server import openai_frame
+
+    fake.sse(openai_frame(content='{"flows":{"hospedagem":95},"fields":{"cidade":null,"reserva":null}}',
+                          finish="stop"))
+    fake.error(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}})
+    env = offline_env(OPENAI_BASE_URL=fake.url + "/v1", OPENAI_API_KEY="wrong", FALAI_MODEL="tiny")
+    out = run_example("concierge.py", env=env, stdin_text="Quero um quarto\nsair\n")
+    failure = [line for line in out.stdout.splitlines() if "No reply" in line]
+    assert len(failure) == 1 and "provider-auth" in failure[0] and "check the API key" in failure[0]
+    assert "You: sair" in out.stdout and out.stderr == ""
+
+
 def test_concierge_exits_cleanly_on_ctrl_c():
     process = subprocess.Popen([sys.executable, "examples/concierge.py", "--chat"], cwd=ROOT, env=offline_env(),
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
