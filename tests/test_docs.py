@@ -74,3 +74,14 @@ def test_every_relative_link_resolves(page):
         elif anchor and path.suffix == ".md" and anchor not in anchors(path):
             problems.append(f"{page_id(page)}: link {target}: no heading #{anchor} in {file or page.name}")
     assert not problems, "\n".join(problems)
+
+
+def test_the_shipped_spec_gives_every_outcome_code_the_engine_text():
+    """runtime.md §11.4 as shipped lists exactly OUTCOME_MESSAGES, word for word: the reference a host or a
+    conformance user reads is the engine's own table."""
+    from falai import OUTCOME_MESSAGES
+
+    text = (ROOT / "docs" / "spec" / "runtime.md").read_text(encoding="utf-8")
+    table = text[text.index("### 11.4"):text.index("## 12.")]
+    rows = dict(re.findall(r"^\| `([a-z-]+)` \|.*\| `([^`]*)` \|\s*$", table, re.M))
+    assert rows == OUTCOME_MESSAGES
