@@ -189,18 +189,21 @@ class Host:
         self.number = 0
 
     def chat(self, text: str):
-        """One customer message through the host loop of runtime.md §18: load, turn, save, then send."""
-        self.number += 1
+        """One customer message through the host loop of runtime.md §18: load, turn, save, then send.
+
+        A ProviderError leaves everything as it was (nothing was processed), so the retry reuses the id."""
+        message_id = f"m{self.number + 1}"
         for _ in range(3):
             loaded = self.store.load(self.session_id)
             result = self.agent.turn(session_id=self.session_id, session=loaded, message=text,
-                                     id=f"m{self.number}", history=self.history)
+                                     id=message_id, history=self.history)
             if not result.changed:
                 return result
             try:
                 self.store.save(result.session, loaded.version if loaded else 0)
             except SessionConflictError:          # another writer saved first: turn again on its session
                 continue
+            self.number += 1
             self.history.append({"role": "user", "content": text})
             self.history += [{"role": "assistant", "content": m.text} for m in result.messages]
             return result
@@ -250,7 +253,6 @@ def talk(host: Host) -> None:
         try:
             show(host.chat(text))
         except ProviderError as error:
-            host.number -= 1                      # not processed: the same id is free for the retry
             print(provider_failure(error))
 
 
