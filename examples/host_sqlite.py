@@ -94,7 +94,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("message", nargs="?")
     args = parser.parse_args(argv)
     if args.message is not None:
-        one_turn(args.db or "sessions.db", args.session, args.message, args.id or f"m{zlib.crc32(args.message.encode())}")
+        message_id = args.id or f"m{zlib.crc32(args.message.encode())}"     # the same text, the same id
+        one_turn(args.db or "sessions.db", args.session, args.message, message_id)
         return 0
     with tempfile.TemporaryDirectory() as folder:
         db = os.path.join(folder, "sessions.db")

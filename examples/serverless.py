@@ -34,7 +34,7 @@ from falai_stores import SQLiteStore  # noqa: E402
 DAYS = ("segunda", "terça", "quarta", "quinta", "sexta", "sábado", "domingo")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def agent():
     """The agent, built once per cold start and reused by every warm invocation."""
     f = falai().fields({"dia": {"type": "string", "enum": list(DAYS), "ask": "Pergunte o dia da visita."}})

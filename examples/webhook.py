@@ -152,7 +152,8 @@ def demo() -> int:
             wakes += reply.get("wakes", [])
         for wake in wakes:                            # a scheduler would POST these at their time
             print(f"POST /wake {wake['key']} (due {wake['at']}; the demo sends it now)")
-            print(f"  <- {json.dumps(post(base + '/wake', {'session_id': 'c1', 'key': wake['key']}), ensure_ascii=False)}")
+            reply = post(base + "/wake", {"session_id": "c1", "key": wake["key"]})
+            print(f"  <- {json.dumps(reply, ensure_ascii=False)}")
     finally:
         server.shutdown()
         server.server_close()
