@@ -23,7 +23,7 @@ Sections, in the order data flows through a turn: what a turn is built from
   13. Testing helpers, stores . ScriptedProvider, MemoryScheduler, Store, MemoryStore, the row rules
 
 A section opens with a banner ``# N. Name ####``; its parts with
-``# Part (spec section) ----``. The spec lives in ``shared/spec``; comments
+``# Part (spec section) ----``. The spec lives in ``docs/spec``; comments
 cite it as "runtime.md §3.2".
 """
 

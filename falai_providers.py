@@ -21,7 +21,7 @@ Sections, in the order a call flows through them:
    8. AnthropicProvider ...... §6
    9. FallbackProvider ....... §7
 
-The spec lives in ``shared/spec``; comments cite it as "providers.md §3.8".
+The spec lives in ``docs/spec``; comments cite it as "providers.md §3.8".
 """
 
 from __future__ import annotations

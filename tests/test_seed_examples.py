@@ -1,4 +1,4 @@
-"""The two seed pages, run as written (shared/seeds: Tool and Agent)."""
+"""The two seed pages, run as written (docs/spec/seeds: Tool and Agent)."""
 import time
 
 from falai import (ScriptedProvider, Tool, ToolResult, ToolValidationResult, falai, fake_clock)
