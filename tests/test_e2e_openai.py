@@ -20,7 +20,7 @@ IDENTITY = '## Identity\nYou are "Concierge". Always refer to yourself by that n
 
 def openai(fake, **kw):
     kw.setdefault("api_key", "test-key")
-    kw.setdefault("model", "gpt-test")
+    kw.setdefault("model", "gpt-4.1-mini")
     kw.setdefault("sleep", lambda s: None)
     kw.setdefault("retry_config", {"timeout": 3000, "retries": 1})
     return OpenAICompatibleProvider(base_url=fake.url + "/v1", **kw)
