@@ -103,13 +103,15 @@ def _strict(schema: Any) -> bool:
             return False
     if "items" in schema and not _strict(schema["items"]):
         return False
-    properties = schema.get("properties")
-    if not properties:
+    kinds = schema.get("type") if isinstance(schema.get("type"), list) else [schema.get("type")]
+    if "object" not in kinds and "properties" not in schema:
         return True
+    # Every object closed, even one without properties: strict mode refuses a bare {"type": "object"}
+    # (platform.openai.com/docs/guides/structured-outputs, "additionalProperties: false must always be set").
     if schema.get("additionalProperties") is not False:
         return False
     required = set(schema.get("required") or [])
-    return all(name in required and _strict(sub) for name, sub in properties.items())
+    return all(name in required and _strict(sub) for name, sub in (schema.get("properties") or {}).items())
 
 
 _UNICODE_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")

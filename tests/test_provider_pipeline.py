@@ -725,7 +725,8 @@ def test_parse_tool_args_warns_with_the_tool_name_and_field_count(caplog):
     ({"type": "object", "properties": {"a": {"type": "string"}}, "required": [], "additionalProperties": False},
      False),
     ({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}, False),
-    ({"type": "object"}, True),
+    ({"type": "object"}, False),              # issue 7: strict mode refuses an object left open
+    ({"type": "object", "additionalProperties": False}, True),
     ({"type": "array", "items": SPEAK}, True),
     ({"type": "array", "items": {"type": "object", "properties": {"a": {"type": "string"}}}}, False),
     ({"anyOf": [SPEAK, {"type": "null"}]}, True),
