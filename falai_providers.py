@@ -1818,6 +1818,13 @@ class OpenAICompatibleProvider(_HttpProvider):
     ``effort_dialect``, ``organization``, ``site_url`` / ``site_name`` and
     ``provider_order`` (OpenRouter), ``include_usage`` and ``capabilities``.
 
+    The capability table decides what a model gets: ``reasoning_effort`` only on
+    reasoning models, at a level the model accepts; ``temperature`` / ``top_p``
+    not on gpt-5.x and the o-series. On OpenAI's own endpoint an unknown model
+    gets nothing optional; OpenRouter and local servers get what is configured.
+    A ``refusal`` (streamed or whole) and an OpenRouter moderation 403 are a
+    ``ProviderError(kind="content")``.
+
     >>> ollama = OpenAICompatibleProvider(name="ollama", base_url="http://localhost:11434/v1",
     ...                                   api_key=None, model="llama3.3")
     >>> ollama.name, ollama.capabilities.supports_prompt_caching

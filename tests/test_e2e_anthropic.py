@@ -8,7 +8,7 @@ import pytest
 
 from falai import ProviderError, ScheduleEntry
 from falai_providers import AnthropicProvider
-from fake_model_server import anthropic_tool_events
+from fake_model_server import anthropic_thinking_tool_events, anthropic_tool_events
 from e2e_concierge import plain_turns
 from e2e_concierge import (CODE, M1, M2, NOW_MS, PRECO_DECL, RESERVAR_DECL, REPLY1, REPLY2, REPLY2_BESIDE,
                            SPEAK1, SPEAK2, SPEAK2_BESIDE, SPEAK_SCHEMA, SPEAK_SCHEMA_RESERVA, UNDERSTAND1,
@@ -21,7 +21,8 @@ IDENTITY = '## Identity\nYou are "Concierge". Always refer to yourself by that n
 def claude(fake, **kw):
     kw.setdefault("sleep", lambda s: None)
     kw.setdefault("retry_config", {"timeout": 3000, "retries": 1})
-    return AnthropicProvider(api_key="test-key", model="claude-sonnet-5", base_url=fake.url, **kw)
+    kw.setdefault("model", "claude-sonnet-5")
+    return AnthropicProvider(api_key="test-key", base_url=fake.url, **kw)
 
 
 def text_events(text, input_tokens=5, output_tokens=3, cache_read=0, cache_write=0, n=3):
@@ -252,3 +253,20 @@ def test_thinking_of_a_tool_round_is_never_replayed(fake):
     assert "SECRET-THOUGHT" not in fake.requests[2].raw.decode()
     assert fake.requests[2].json["messages"][1]["content"] == [
         {"type": "tool_use", "id": "call-0-0", "name": "preco", "input": {"cidade": "Curitiba"}}]
+
+
+def test_a_tool_round_with_thinking_on_replays_the_signed_block(fake):
+    """Issue 7 item 4 through turn(): with an effort set, round 1 of the speak call thinks and calls preco;
+    round 2 must open its assistant message with round 1's signed thinking block, which the engine carries
+    as the item's reasoningDetails. The strict fake answers Anthropic's 400 when it is missing (the old
+    code dropped the signature_delta, so the turn failed)."""
+    agent = concierge(claude(fake, model="claude-sonnet-4-5", config={"effort": "low", "maxTokens": 4096}))
+    fake.sse(*text_events(UNDERSTAND1))
+    fake.sse(*anthropic_thinking_tool_events("Vejo o preço.", "SIG-1", "preco", {"cidade": "Curitiba"}), raw=True)
+    fake.sse(*text_events(SPEAK1))
+    r = agent.turn(session_id="demo", message=M1, id="m1")
+    assert [m.text for m in r.messages] == [REPLY1] and r.llm_calls == 3
+    round1 = fake.requests[2].json
+    assistant = next(m for m in round1["messages"] if m["role"] == "assistant")
+    assert assistant["content"][0] == {"type": "thinking", "thinking": "Vejo o preço.", "signature": "SIG-1"}
+    assert round1["thinking"] == {"type": "enabled", "budget_tokens": 2048}

@@ -421,3 +421,29 @@ def test_a_rate_limit_retries_then_walks(fake):
     out = openai(fake, backup_models=["gpt-4.1-nano"], sleep=sleeps.append).generate(req())
     assert [r.json["model"] for r in fake.requests] == ["gpt-4.1-mini", "gpt-4.1-mini", "gpt-4.1-nano"]
     assert len(sleeps) == 1 and out.message == "ok"
+
+
+def test_the_understand_call_thinks_as_little_as_the_model_allows(fake):
+    """Issue 7 item 2: with no effort set, an understand call gets the lowest reasoning_effort the model
+    accepts (gpt-5: minimal, gpt-5.x: none, o-series: low); a model that does not reason gets nothing,
+    nor does a call that is not understand."""
+    cases = [("gpt-5", "understand", "minimal"), ("gpt-5.5", "understand", "none"), ("o4-mini", "understand", "low"),
+             ("gpt-4.1-mini", "understand", None), ("gpt-5.5", "speak", None)]
+    for model, call, _ in cases:
+        ok(fake, '{"flows":{}}')
+        openai(fake, model=model).generate(req(schema={"type": "object", "additionalProperties": False},
+                                               schema_name=call))
+    assert [r.json.get("reasoning_effort") for r in fake.requests] == [effort for _, _, effort in cases]
+
+
+def test_sampling_is_sent_only_where_the_model_takes_it(fake, caplog):
+    """Issue 7: gpt-5.x and the o-series accept only the default temperature (400 otherwise); the value is
+    left out, with one warning naming the model and the override."""
+    ok(fake)
+    ok(fake)
+    provider = openai(fake, model="o3", config={"temperature": 0.3, "topP": 0.5})
+    provider.generate(req())
+    provider.generate(req())
+    assert all("temperature" not in r.json and "top_p" not in r.json for r in fake.requests)
+    warnings = [r.getMessage() for r in caplog.records if "temperature" in r.getMessage()]
+    assert len(warnings) == 1 and "o3" in warnings[0] and 'model_caps={"o3": {"sampling": "any"}}' in warnings[0]

@@ -439,3 +439,12 @@ def test_a_refused_request_gets_the_vendor_body_and_fails_the_test_unless_taken(
     assert len(fake.replies) == 1                       # the scripted reply was not used
     with pytest.raises(AssertionError, match="refused request"):
         fake.close()
+
+
+def test_the_providers_page_lists_every_row_of_the_table():
+    """docs/guide/providers.md renders the capability table; a row added in code must be added there."""
+    import pathlib
+    page = (pathlib.Path(__file__).parent.parent / "docs" / "guide" / "providers.md").read_text(encoding="utf-8")
+    missing = [pattern for rows in falai_providers.MODEL_TABLE.values() for pattern, _ in rows
+               if f"`{pattern}`" not in page]
+    assert missing == []
