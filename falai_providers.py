@@ -139,15 +139,13 @@ def parse_tool_args(raw: Any, tool_name: str | None = None) -> dict:
         return {}
     try:
         value = json.loads(text, strict=False)
-    except RecursionError:
-        value = _TOO_DEEP_ARGS
     except ValueError:
         pass
+    except RecursionError:
+        return _too_deep_arguments(tool_name)
     else:
-        if value is _TOO_DEEP_ARGS or _too_deep(value):
-            log.warning('[falai_providers] tool "%s": arguments nest deeper than %d levels; read as {}',
-                        tool_name or "?", MAX_JSON_DEPTH)
-            return {}
+        if _too_deep(value):
+            return _too_deep_arguments(tool_name)
         return _decode_unicode_escapes(value) if isinstance(value, dict) else {}
     result = _last_object_suffix(text)
     if result is None:
@@ -158,7 +156,13 @@ def parse_tool_args(raw: Any, tool_name: str | None = None) -> dict:
     return result
 
 
-_TOO_DEEP_ARGS = object()
+def _too_deep_arguments(tool_name: str | None) -> dict:
+    """Arguments nested past MAX_JSON_DEPTH are a broken call: read as ``{}`` (issue 7 item 9)."""
+    log.warning('[falai_providers] tool "%s": arguments nest deeper than %d levels; read as {}',
+                tool_name or "?", MAX_JSON_DEPTH)
+    return {}
+
+
 _MAX_SUFFIX_TRIES = 256        # each try reads to the end: more would be quadratic in a long broken text
 
 
@@ -511,12 +515,12 @@ def model_caps(vendor: str, model: str, overrides: dict | None = None,
     True
     """
     model_id = model.strip().lower()
-    tables = [vendor]
+    table = vendor
     if "/" in model_id:
         prefix, model_id = model_id.split("/", 1)
-        tables = [{"google": "gemini", "anthropic": "anthropic", "openai": "openai"}.get(prefix, vendor)]
+        table = {"google": "gemini", "anthropic": "anthropic", "openai": "openai"}.get(prefix, vendor)
     row = unknown
-    for pattern, caps in MODEL_TABLE.get(tables[0], ()):
+    for pattern, caps in MODEL_TABLE.get(table, ()):
         if fnmatch.fnmatchcase(model_id, pattern):
             row = caps
             break
@@ -1957,6 +1961,8 @@ class OpenAICompatibleProvider(_HttpProvider):
         effort = options.get("effort")
         if effort is None or self.effort_dialect == "off":
             return {}
+        if options.get("quiet") and (self.effort_dialect != "openai" or caps == PASS_THROUGH):
+            return {}       # the understand default only goes to a model the table knows (issue 7 item 2)
         if self.effort_dialect == "openai":
             level = _level_for(caps, effort, {e: e for e in ("low", "medium", "high")}) \
                 if caps.thinking == "reasoning" else None
@@ -2144,14 +2150,14 @@ class AnthropicProvider(_HttpProvider):
         caps = self._caps("anthropic", model)
         max_tokens = options.get("maxTokens") or self.DEFAULT_MAX_TOKENS
         thinking, effort = self._thinking(caps, options, max_tokens, model)
-        turned_on = thinking is not None and thinking["type"] != "disabled"
+        turned_on = thinking["type"] != "disabled" if thinking is not None else caps.thinks_by_default
         if turned_on and self._unsigned_tool_round(plan.messages):
             # The API wants the signed thinking block ahead of the last tool_use when thinking is on;
             # a round from another vendor (or an older session) has none, so this call thinks not.
             thinking, effort, turned_on = ({"type": "disabled"} if caps.thinks_by_default else None), None, False
         body: dict = {"model": model, "max_tokens": max_tokens,
                       "messages": self._messages([m for m in plan.messages if m["role"] != "system"],
-                                                 replay=turned_on or caps.thinks_by_default),
+                                                 replay=turned_on),
                       "stream": True}
         system_text = "\n\n".join(m["content"] for m in plan.messages if m["role"] == "system")
         system: list[dict] = []
@@ -2166,7 +2172,7 @@ class AnthropicProvider(_HttpProvider):
                 system.append({"type": "text", "text": schema_prompt(plan.json["schema"])})
         if system:
             body["system"] = system
-        if not turned_on:             # with thinking on, temperature and top_p cannot be set (§6.4)
+        if thinking is None or thinking["type"] == "disabled":     # thinking on takes no temperature/top_p (§6.4)
             self._sampling(options, body, {"temperature": "temperature", "topP": "top_p",
                                            "stopSequences": "stop_sequences"}, model, caps)
         elif options.get("stopSequences"):

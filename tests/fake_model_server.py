@@ -590,8 +590,8 @@ def check_anthropic(headers: dict, body: Any) -> None:
         if kind in ("enabled", "adaptive"):
             accepted = _glob(model, ANTHROPIC_THINKING, default={"enabled"})
             if kind == "enabled" and "enabled" not in accepted:
-                raise Rejected(v, f'"thinking.type.enabled" is not supported for this model. Use '
-                                  f'"thinking.type.adaptive" and "output_config.effort" to control thinking behavior.')
+                raise Rejected(v, '"thinking.type.enabled" is not supported for this model. Use '
+                                  '"thinking.type.adaptive" and "output_config.effort" to control thinking behavior.')
             _require(kind in accepted, v, f"thinking.type.{kind} is not supported for this model")
         if kind == "enabled":
             budget = thinking.get("budget_tokens")

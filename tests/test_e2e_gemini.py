@@ -12,7 +12,7 @@ import json
 import pytest
 
 from falai import ProviderError, ScheduleEntry, Tool, falai
-from falai_providers import GeminiProvider, schema_prompt
+from falai_providers import GeminiProvider
 from fake_model_server import gemini_frame
 from e2e_concierge import plain_turns
 from e2e_concierge import (CODE, M1, PRECO_DECL, M2, NOW_MS, REPLY1, REPLY2, REPLY2_BESIDE, SPEAK1, SPEAK2,

@@ -444,3 +444,15 @@ def test_strict_fake_refuses_the_old_enabled_thinking_on_sonnet_5(fake):
         provider.generate(req(effort="low"))
     assert fake.take_rejections() and caught.value.kind == "invalid"
     assert json.loads(caught.value.body)["error"]["type"] == "invalid_request_error"
+
+
+def test_sonnet_5_default_thinking_with_an_unsigned_tool_round_is_turned_off(fake):
+    """Sonnet 5 thinks when `thinking` is omitted; a tool round with no signed block (from another vendor)
+    then gets {"type": "disabled"} rather than risking the missing-thinking 400 (review §1.10)."""
+    ok(fake, "ok")
+    history = [{"role": "user", "content": "oi"},
+               {"role": "assistant", "content": None,
+                "tool_calls": [{"id": "call-0-0", "name": "preco", "arguments": {"cidade": "X"}}]},
+               {"role": "tool", "tool_call_id": "call-0-0", "name": "preco", "content": "1"}]
+    claude(fake, model="claude-sonnet-5").generate(req(history=history, tools=[PRECO]))
+    assert fake.requests[0].json["thinking"] == {"type": "disabled"}

@@ -434,6 +434,12 @@ def test_the_understand_call_thinks_as_little_as_the_model_allows(fake):
         openai(fake, model=model).generate(req(schema={"type": "object", "additionalProperties": False},
                                                schema_name=call))
     assert [r.json.get("reasoning_effort") for r in fake.requests] == [effort for _, _, effort in cases]
+    # A local server's unknown model, and the OpenRouter and DeepSeek dialects, get nothing by default.
+    for name, model in (("ollama", "llama3.3"), ("openrouter", "openai/gpt-5.5"), ("deepseek", "deepseek-chat")):
+        ok(fake, '{"flows":{}}')
+        openai(fake, name=name, model=model).generate(req(schema={"type": "object", "additionalProperties": False},
+                                                          schema_name="understand"))
+    assert all(not {"reasoning_effort", "reasoning", "thinking"} & set(r.json) for r in fake.requests[5:])
 
 
 def test_sampling_is_sent_only_where_the_model_takes_it(fake, caplog):
