@@ -356,11 +356,15 @@ def to_gemini_openapi_schema(schema: Any) -> dict:
 
 
 def _parse_envelope(text: str) -> Any:
-    """Lenient parse of a structured reply (providers.md §3.6); ``None`` when it does not parse."""
+    """Lenient parse of a structured reply (providers.md §3.6); ``None`` when it does not parse.
+
+    A reply nested past MAX_JSON_DEPTH does not parse either (issue 7 item 9).
+    """
     try:
-        return lenient_loads(unfenced(text))
-    except ValueError:
+        value = lenient_loads(unfenced(text))
+    except (ValueError, RecursionError):
         return None
+    return None if _too_deep(value) else value
 
 
 # 2. The capability table #####################################################

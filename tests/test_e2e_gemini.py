@@ -795,3 +795,21 @@ def test_a_stalled_speak_call_times_out_and_defers(fake):
     r = agent.turn(session_id="demo", message=M1, id="m1")
     assert (r.outcomes[-1].status, r.outcomes[-1].code) == ("deferred", "provider-unavailable")
     assert r.schedule[0].key == retry_key(NOW_MS + 60_000) and len(fake.requests) == 3
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_reply_nested_past_the_recursion_limit_never_escapes_turn(fake, streaming):
+    """Issue 7 item 9: a speak reply whose JSON nests deeper than Python's recursion limit escaped as
+    RecursionError; it is now an unreadable envelope, so the round is a provider failure the turn defers
+    (and a speak reply from a payload that deep is a ProviderError before that)."""
+    agent = concierge(gemini(fake))
+    understood(fake)
+    deep = '{"message": ' + "[" * 5000 + "]" * 5000 + "}"
+    for _ in range(2):
+        fake.sse(gemini_frame(text=deep, finish="STOP"))
+    if streaming:
+        chunks = list(agent.turn_stream(session_id="demo", message=M1, id="m1"))
+        r = chunks[-1].result
+    else:
+        r = agent.turn(session_id="demo", message=M1, id="m1")
+    assert r.messages == [] and r.outcomes[-1].code == "provider-unavailable"
