@@ -2080,8 +2080,8 @@ _NATIVE_SCHEMA_REFUSED = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMa
 def _anthropic_native_ok(schema: Any) -> bool:
     """Whether Anthropic's structured outputs take ``schema`` as written.
 
-    Every object closed with ``additionalProperties: false`` and none of the
-    numeric or string constraints the feature does not support
+    Every object closed with ``additionalProperties: false`` and naming its
+    properties, and none of the numeric or string constraints the feature does not support
     (platform.claude.com/docs/en/build-with-claude/structured-outputs, "JSON
     Schema limitations"); anything else rides in the prompt.
     """
@@ -2096,7 +2096,10 @@ def _anthropic_native_ok(schema: Any) -> bool:
         if any(key in node for key in _NATIVE_SCHEMA_REFUSED):
             return False
         kinds = node.get("type") if isinstance(node.get("type"), list) else [node.get("type")]
-        if ("object" in kinds or "properties" in node) and node.get("additionalProperties") is not False:
+        # An object must be closed and name its properties: an open or property-less object is refused
+        # ("arbitrary JSON objects" are not supported, ax-llm/ax#459).
+        if ("object" in kinds or "properties" in node) and (node.get("additionalProperties") is not False
+                                                            or not node.get("properties")):
             return False
         for key in ("properties", "$defs", "definitions"):
             if isinstance(node.get(key), dict):

@@ -652,6 +652,9 @@ def _anthropic_schema(schema: Any) -> None:
         if "object" in kinds or "properties" in node:
             _require(node.get("additionalProperties") is False, "anthropic", "output_config.format.schema: For "
                      "'object' type, 'additionalProperties' must be explicitly set to false")
+            # Arbitrary JSON objects are not supported (ax-llm/ax#459).
+            _require(bool(node.get("properties")), "anthropic", "output_config.format.schema: an 'object' "
+                     "must define its properties")
         for key in ("minimum", "maximum", "minLength", "maxLength"):
             _require(key not in node, "anthropic", f"output_config.format.schema: '{key}' is not supported")
         stack.extend((node.get("properties") or {}).values())

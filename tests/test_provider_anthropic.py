@@ -409,7 +409,12 @@ def test_native_structured_output_where_the_model_takes_it(fake):
     claude(fake, model="claude-sonnet-4-5").generate(req(system="S", schema=SPEAK, schema_name="speak"))
     claude(fake, model="claude-sonnet-4-0").generate(req(system="S", schema=SPEAK, schema_name="speak"))
     claude(fake, model="claude-sonnet-4-5").generate(req(system="S", schema=LOOSE, schema_name="speak"))
-    native, older, loose = (r.json for r in fake.requests)
+    ok(fake, '{"a":{}}')
+    nested = {"type": "object", "properties": {"a": {"type": "object", "additionalProperties": False}},
+              "required": ["a"], "additionalProperties": False}
+    claude(fake, model="claude-sonnet-4-5").generate(req(system="S", schema=nested))
+    native, older, loose, property_less = (r.json for r in fake.requests)
+    assert "output_config" not in property_less                 # an object without properties is refused
     assert native["output_config"] == {"format": {"type": "json_schema", "schema": SPEAK}}
     assert native["system"] == [{"type": "text", "text": "S", "cache_control": {"type": "ephemeral"}}]
     assert "output_config" not in older and older["system"][1] == {"type": "text", "text": schema_prompt(SPEAK)}
