@@ -1319,7 +1319,16 @@ class _HttpProvider:
             if not 200 <= response.status_code < 300:
                 raise self._response_error(response)
             for payload in self._payloads(response, request):
-                yield from self._parse(payload, state)
+                try:
+                    events = list(self._parse(payload, state))
+                except ProviderError:
+                    raise
+                except Exception as exc:
+                    # A payload of the wrong shape (issue 7 item 9): an upstream fault, like a broken stream.
+                    raise ProviderError(f"{self.name}: unreadable reply payload ({type(exc).__name__}: "
+                                        f"{self._scrub(str(exc))[:200]})", provider=self.name,
+                                        kind="overload") from None
+                yield from events
         finally:
             response.close()
 

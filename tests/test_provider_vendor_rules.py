@@ -448,3 +448,23 @@ def test_the_providers_page_lists_every_row_of_the_table():
     missing = [pattern for rows in falai_providers.MODEL_TABLE.values() for pattern, _ in rows
                if f"`{pattern}`" not in page]
     assert missing == []
+
+
+@pytest.mark.parametrize("vendor, payload", [
+    ("gemini", {"candidates": ["not a candidate"]}),
+    ("gemini", {"candidates": [{"content": {"parts": ["not a part"]}}]}),
+    ("openai", {"choices": [{"delta": "not a delta"}]}),
+    ("openai", {"choices": [{"delta": {"tool_calls": ["not a call"]}}]}),
+    ("anthropic", {"type": "content_block_start", "content_block": "not a block"}),
+    ("anthropic", {"type": "message_delta", "delta": "not a delta"}),
+])
+def test_a_payload_of_the_wrong_shape_is_an_overload_provider_error(fake, vendor, payload):
+    """Issue 7 item 9: a malformed body is a ProviderError with its kind (an upstream fault: overload,
+    retried), never an AttributeError or TypeError out of generate()."""
+    for _ in range(3):
+        fake.sse(json.dumps(payload))
+    build = {"gemini": gemini, "openai": openai, "anthropic": claude}[vendor]
+    with pytest.raises(ProviderError) as caught:
+        build(fake).generate(req())
+    assert caught.value.kind == "overload" and "unreadable reply payload" in str(caught.value)
+    assert len(fake.requests) == 3
