@@ -6,20 +6,21 @@ Four providers implement the seam of ``falai.py`` (providers.md §1):
 ``AnthropicProvider`` and ``FallbackProvider`` (an ordered pool of the others).
 
     from falai_providers import GeminiProvider
-    gemini = GeminiProvider(api_key=os.environ["GEMINI_API_KEY"], model="gemini-2.5-flash")
+    gemini = GeminiProvider(api_key=os.environ["GEMINI_API_KEY"], model="gemini-3.8-flash")
 
 Sections, in the order a call flows through them:
    1. Helpers ................ schema_prompt, is_strict_schema, parse_tool_args,
                                to_gemini_openapi_schema, the lenient envelope parse
-   2. Messages ............... the normalized message list (providers.md §2.3)
-   3. Reading ................ SSE framing, read timeouts (§3.7)
-   4. HTTP errors ............ the waits and reset times a failed response names (§8.1)
-   5. The pipeline ........... one call: retries, backup models, deadlines, cancellation,
+   2. The capability table ... what each model accepts: thinking, sampling, JSON modes (issue 7)
+   3. Messages ............... the normalized message list (providers.md §2.3)
+   4. Reading ................ SSE framing (data: and bare lines), read timeouts, depth (§3.7)
+   5. HTTP errors ............ the waits and reset times a failed response names (§8.1)
+   6. The pipeline ........... one call: retries, backup models, deadlines, cancellation,
                                folding, assembly, a response as a ProviderError (§3, §8)
-   6. GeminiProvider ......... §4
-   7. OpenAICompatibleProvider §5
-   8. AnthropicProvider ...... §6
-   9. FallbackProvider ....... §7
+   7. GeminiProvider ......... §4
+   8. OpenAICompatibleProvider §5
+   9. AnthropicProvider ...... §6
+  10. FallbackProvider ....... §7
 
 The spec lives in ``docs/spec``; comments cite it as "providers.md §3.8".
 """
@@ -29,6 +30,7 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import email.utils
+import fnmatch
 import json
 import logging
 import math
@@ -49,7 +51,8 @@ from falai import (ENVELOPE_SHAPED, GenerateRequest, Generation, GenerationChunk
 __all__ = [
     "GeminiProvider", "OpenAICompatibleProvider", "AnthropicProvider", "FallbackProvider",
     "NoAvailableProviderError", "schema_prompt", "is_strict_schema", "parse_tool_args",
-    "to_gemini_openapi_schema",
+    "to_gemini_openapi_schema", "ModelCaps", "MODEL_TABLE", "model_caps", "GEMINI_DEFAULT_MODEL",
+    "GEMINI_BACKUP_MODEL",
 ]
 
 log = logging.getLogger("falai")
@@ -58,6 +61,8 @@ USER_AGENT = f"falai-python/{falai.__version__} requests/{requests.__version__}"
 EFFORTS = ("none", "low", "medium", "high", "max")
 BACKUP_KINDS = ("overload", "rate", "model")       # providers.md §3.8: kinds that walk to a backup model
 MAX_SERVER_WAIT_MS = 30_000                         # a longer server wait ends the in-provider retries
+GEMINI_DEFAULT_MODEL = "gemini-3.8-flash"           # the current Flash (Sep 2026); the examples' default
+GEMINI_BACKUP_MODEL = "gemini-3.5-flash-lite"       # the current Flash-Lite; the examples' backup
 
 
 # 1. Helpers ##################################################################
@@ -98,13 +103,15 @@ def _strict(schema: Any) -> bool:
             return False
     if "items" in schema and not _strict(schema["items"]):
         return False
-    properties = schema.get("properties")
-    if not properties:
+    kinds = schema.get("type") if isinstance(schema.get("type"), list) else [schema.get("type")]
+    if "object" not in kinds and "properties" not in schema:
         return True
+    # Every object closed, even one without properties: strict mode refuses a bare {"type": "object"}
+    # (platform.openai.com/docs/guides/structured-outputs, "additionalProperties: false must always be set").
     if schema.get("additionalProperties") is not False:
         return False
     required = set(schema.get("required") or [])
-    return all(name in required and _strict(sub) for name, sub in properties.items())
+    return all(name in required and _strict(sub) for name, sub in (schema.get("properties") or {}).items())
 
 
 _UNICODE_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")
@@ -134,7 +141,11 @@ def parse_tool_args(raw: Any, tool_name: str | None = None) -> dict:
         value = json.loads(text, strict=False)
     except ValueError:
         pass
+    except RecursionError:
+        return _too_deep_arguments(tool_name)
     else:
+        if _too_deep(value):
+            return _too_deep_arguments(tool_name)
         return _decode_unicode_escapes(value) if isinstance(value, dict) else {}
     result = _last_object_suffix(text)
     if result is None:
@@ -145,19 +156,36 @@ def parse_tool_args(raw: Any, tool_name: str | None = None) -> dict:
     return result
 
 
+def _too_deep_arguments(tool_name: str | None) -> dict:
+    """Arguments nested past MAX_JSON_DEPTH are a broken call: read as ``{}`` (issue 7 item 9)."""
+    log.warning('[falai_providers] tool "%s": arguments nest deeper than %d levels; read as {}',
+                tool_name or "?", MAX_JSON_DEPTH)
+    return {}
+
+
+_MAX_SUFFIX_TRIES = 256        # each try reads to the end: more would be quadratic in a long broken text
+
+
 def _last_object_suffix(text: str) -> dict | None:
-    """Rule 3 of §3.4: every ``{`` from the last one backwards; the first suffix that parses to a dict."""
+    """Rule 3 of §3.4: every ``{`` from the last one backwards; the first suffix that parses to a dict.
+
+    At most ``_MAX_SUFFIX_TRIES`` suffixes are tried (inferred bound), and one too
+    deep to read ends the search.
+    """
     position = len(text)
-    while True:
+    for _ in range(_MAX_SUFFIX_TRIES):
         position = text.rfind("{", 0, position)
         if position < 0:
             return None
         try:
             value = json.loads(text[position:], strict=False)
+        except RecursionError:
+            return None
         except ValueError:
             continue
         if isinstance(value, dict):
-            return value
+            return None if _too_deep(value) else value
+    return None
 
 
 def _salvage_string_fields(text: str) -> dict:
@@ -306,8 +334,14 @@ def to_gemini_openapi_schema(schema: Any) -> dict:
         if key in schema:
             out[key] = schema[key]
     if isinstance(schema.get("enum"), list):
-        out["enum"] = [v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
-                       for v in schema["enum"] if v is not None]
+        values = [v for v in schema["enum"] if v is not None]
+        if kind == "STRING":
+            out["enum"] = [v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in values]
+        elif values:
+            # Gemini takes `enum` on STRING only: 400 "enum: only allowed for STRING type"
+            # (diegosouzapw/OmniRoute#760). The values still reach the model, as text (issue 7).
+            allowed = "Allowed values: " + ", ".join(json.dumps(v, ensure_ascii=False) for v in values) + "."
+            out["description"] = f'{out["description"]} {allowed}' if out.get("description") else allowed
     if kind == "OBJECT":
         properties = schema.get("properties")
         if isinstance(properties, dict) and properties:
@@ -322,14 +356,239 @@ def to_gemini_openapi_schema(schema: Any) -> dict:
 
 
 def _parse_envelope(text: str) -> Any:
-    """Lenient parse of a structured reply (providers.md §3.6); ``None`` when it does not parse."""
+    """Lenient parse of a structured reply (providers.md §3.6); ``None`` when it does not parse.
+
+    A reply nested past MAX_JSON_DEPTH does not parse either (issue 7 item 9).
+    """
     try:
-        return lenient_loads(unfenced(text))
-    except ValueError:
+        value = lenient_loads(unfenced(text))
+    except (ValueError, RecursionError):
         return None
+    return None if _too_deep(value) else value
 
 
-# 2. Messages #################################################################
+# 2. The capability table #####################################################
+#
+# What each model accepts, so a provider never sends a value the model is
+# documented to refuse (issue 7). One row per model-id pattern (fnmatch globs,
+# matched against the id in lower case; the first row that matches wins), each
+# citing its source. A model no row matches gets UNKNOWN_MODEL: nothing
+# optional is sent. A provider's ``model_caps`` option overrides rows, e.g.
+# ``model_caps={"my-tuned-*": {"sampling": "any"}}``.
+
+@dataclasses.dataclass(frozen=True)
+class ModelCaps:
+    """What one model accepts (a row of the capability table).
+
+    ``thinking``: how thinking is controlled, or ``None`` to send nothing:
+    ``"budget"`` (Gemini 2.x ``thinkingBudget`` in ``budget``'s range),
+    ``"level"`` (Gemini 3.x ``thinkingLevel``, one of ``levels``),
+    ``"enabled"`` (Anthropic ``{"type": "enabled", "budget_tokens"}``),
+    ``"adaptive"`` (Anthropic ``{"type": "adaptive"}`` plus ``output_config.effort``
+    in ``levels``) or ``"reasoning"`` (OpenAI ``reasoning_effort`` in ``levels``).
+    ``levels`` are lowest first. ``can_disable``: thinking can be turned off
+    (budget 0, ``{"type": "disabled"}``, effort ``"none"``). ``thinks_by_default``:
+    the model thinks when nothing is sent. ``sampling``: ``"any"``
+    (``temperature`` and ``topP``), ``"one"`` (either, never both) or ``"none"``.
+    ``json_with_tools``: Gemini takes JSON mode on a call with tools.
+    ``native_schema``: Anthropic's ``output_config.format`` JSON schema output.
+    """
+
+    thinking: str | None = None
+    levels: tuple[str, ...] = ()
+    budget: tuple[int, int] | None = None
+    can_disable: bool = False
+    thinks_by_default: bool = False
+    sampling: str = "none"
+    json_with_tools: bool = False
+    native_schema: bool = False
+
+
+UNKNOWN_MODEL = ModelCaps()             # the conservative choice: nothing optional is sent
+PASS_THROUGH = ModelCaps(thinking="reasoning", levels=("none", "low", "medium", "high"), can_disable=True,
+                         sampling="any")
+"""An OpenAI-compatible server that is not a vendor preset (Ollama, vLLM, a gateway),
+or OpenRouter, which drops what a model does not support: what is configured is sent."""
+
+_GEMINI_3_LEVELS = ("MINIMAL", "LOW", "MEDIUM", "HIGH")
+_LOW_UP = ("LOW", "MEDIUM", "HIGH")
+_GEMINI_3 = dict(thinking="level", thinks_by_default=True, sampling="any", json_with_tools=True)
+_GEMINI_2 = dict(thinking="budget", sampling="any")
+
+MODEL_TABLE: dict[str, tuple[tuple[str, ModelCaps], ...]] = {
+    "gemini": (
+        # ai.google.dev/gemini-api/docs/thinking (the budget table): 2.5 Pro 128-32768 and
+        # cannot turn thinking off; Flash 0-24576; Flash-Lite 512-24576 or 0. 2.x refuses JSON
+        # mode with tools: 400 "Function calling with a response mime type: 'application/json'
+        # is unsupported" (symfony/ai#803).
+        ("gemini-2.5-pro*", ModelCaps(**_GEMINI_2, budget=(128, 32768), thinks_by_default=True)),
+        ("gemini-2.5-flash-lite*", ModelCaps(**_GEMINI_2, budget=(512, 24576), can_disable=True)),
+        ("gemini-2.5-flash*", ModelCaps(**_GEMINI_2, budget=(0, 24576), can_disable=True,
+                                        thinks_by_default=True)),
+        ("gemini-2.0*", ModelCaps(sampling="any")),            # no thinking controls
+        ("gemini-1.*", ModelCaps(sampling="any")),
+        # Gemini 3.x take thinkingLevel, per model (docs.cloud.google.com/.../models/thinking,
+        # the thinking-level table): 3.5 Flash-Lite MINIMAL..HIGH; 3.7 Flash LOW..HIGH,
+        # "minimal: Not supported (error)" (can1357/oh-my-pi#10543 quoting ai.google.dev);
+        # 3.8 Flash's row starts at LOW. Sources disagree on 3.6 Flash, so it gets the
+        # levels every source accepts.
+        ("gemini-3.5-flash-lite*", ModelCaps(**_GEMINI_3, levels=_GEMINI_3_LEVELS)),
+        ("gemini-3.6-flash*", ModelCaps(**_GEMINI_3, levels=_LOW_UP)),
+        ("gemini-3.7-flash*", ModelCaps(**_GEMINI_3, levels=_LOW_UP)),
+        ("gemini-3.8-flash*", ModelCaps(**_GEMINI_3, levels=_LOW_UP)),
+        # ai.google.dev/gemini-api/docs/thinking: Gemini 3 Flash takes MINIMAL..HIGH.
+        ("gemini-3-flash*", ModelCaps(**_GEMINI_3, levels=_GEMINI_3_LEVELS)),
+        # 400 "Thinking level MINIMAL is not supported for this model." on 3.1 Pro
+        # (vellum-ai/vellum-assistant#32687); MEDIUM is a 400 on 3 Pro (jenslys/opencode-gemini-auth#14).
+        ("gemini-3.1-pro*", ModelCaps(**_GEMINI_3, levels=_LOW_UP)),
+        ("gemini-3-pro*", ModelCaps(**_GEMINI_3, levels=("LOW", "HIGH"))),
+    ),
+    "anthropic": (
+        # Claude 4.7+ refuse thinking.type "enabled": adaptive thinking with output_config.effort
+        # (platform.claude.com extended-thinking; anthropic-sdk-python thinking_config_adaptive_param.py,
+        # output_config_param.py). `temperature` is a 400 "`temperature` is deprecated for this
+        # model." on Opus 4.7/4.8 and Sonnet 5 (Comfy-Org/ComfyUI#13923, dust-tt/dust#28308).
+        # Sonnet 5 and Opus 5 think when `thinking` is omitted and accept {"type": "disabled"}
+        # (promptfoo/promptfoo#10631). Structured outputs: output_config.format
+        # (json_output_format_param.py; platform.claude.com structured-outputs, Claude 4.5 and later).
+        ("claude-sonnet-5*", ModelCaps(thinking="adaptive", levels=("low", "medium", "high", "max"),
+                                       can_disable=True, thinks_by_default=True, native_schema=True)),
+        ("claude-opus-5*", ModelCaps(thinking="adaptive", levels=("low", "medium", "high", "max"),
+                                     can_disable=True, thinks_by_default=True, native_schema=True)),
+        ("claude-opus-4-8*", ModelCaps(thinking="adaptive", levels=("low", "medium", "high", "max"),
+                                       can_disable=True, native_schema=True)),
+        ("claude-opus-4-7*", ModelCaps(thinking="adaptive", levels=("low", "medium", "high", "max"),
+                                       can_disable=True, native_schema=True)),
+        # 400 "`temperature` and `top_p` cannot both be specified for this model" on Sonnet 4.5/4.6,
+        # Haiku 4.5, Opus 4.1/4.5/4.6 (BerriAI/litellm#15097, skydiscover-ai/skydiscover#15).
+        # budget_tokens "Must be ≥1024 and less than max_tokens" (thinking_config_enabled_param.py).
+        ("claude-opus-4-6*", ModelCaps(thinking="enabled", can_disable=True, sampling="one", native_schema=True)),
+        ("claude-sonnet-4-6*", ModelCaps(thinking="enabled", can_disable=True, sampling="one", native_schema=True)),
+        ("claude-opus-4-5*", ModelCaps(thinking="enabled", can_disable=True, sampling="one", native_schema=True)),
+        ("claude-sonnet-4-5*", ModelCaps(thinking="enabled", can_disable=True, sampling="one", native_schema=True)),
+        ("claude-haiku-4-5*", ModelCaps(thinking="enabled", can_disable=True, sampling="one", native_schema=True)),
+        ("claude-opus-4-1*", ModelCaps(thinking="enabled", can_disable=True, sampling="one")),
+        # Claude 4.0 and 3.7 Sonnet: extended thinking with a budget, any sampling.
+        ("claude-opus-4-0*", ModelCaps(thinking="enabled", can_disable=True, sampling="any")),
+        ("claude-sonnet-4-0*", ModelCaps(thinking="enabled", can_disable=True, sampling="any")),
+        ("claude-opus-4-2025*", ModelCaps(thinking="enabled", can_disable=True, sampling="any")),
+        ("claude-sonnet-4-2025*", ModelCaps(thinking="enabled", can_disable=True, sampling="any")),
+        ("claude-3-7-sonnet*", ModelCaps(thinking="enabled", can_disable=True, sampling="any")),
+        ("claude-3-*", ModelCaps(sampling="any")),                 # no thinking
+    ),
+    "openai": (
+        # openai-python types/shared/reasoning_effort.py: "not all models support every value".
+        # A non-reasoning model answers 400 "Unrecognized request argument supplied:
+        # reasoning_effort" (AAswordman/Operit#1048). gpt-5.x and the o-series take only the
+        # default temperature: 400 "Only the default (1) value is supported" (chatboxai/chatbox#2564).
+        ("gpt-5*-chat*", ModelCaps(sampling="any")),               # the chat variants do not reason
+        ("gpt-5*-pro*", ModelCaps(thinking="reasoning", levels=("high",), thinks_by_default=True)),
+        ("gpt-5", ModelCaps(thinking="reasoning", levels=("minimal", "low", "medium", "high"),
+                            thinks_by_default=True)),
+        ("gpt-5-*", ModelCaps(thinking="reasoning", levels=("minimal", "low", "medium", "high"),
+                              thinks_by_default=True)),
+        ("gpt-5.1*", ModelCaps(thinking="reasoning", levels=("none", "low", "medium", "high"), can_disable=True)),
+        ("gpt-5.*", ModelCaps(thinking="reasoning", levels=("none", "low", "medium", "high", "xhigh"),
+                              can_disable=True)),
+        ("o1*", ModelCaps(thinking="reasoning", levels=("low", "medium", "high"), thinks_by_default=True)),
+        ("o3*", ModelCaps(thinking="reasoning", levels=("low", "medium", "high"), thinks_by_default=True)),
+        ("o4*", ModelCaps(thinking="reasoning", levels=("low", "medium", "high"), thinks_by_default=True)),
+        ("gpt-4*", ModelCaps(sampling="any")),
+        ("gpt-3.5*", ModelCaps(sampling="any")),
+        ("chatgpt-*", ModelCaps(sampling="any")),
+        # api-docs.deepseek.com: sampling accepted (ignored by the reasoner); thinking goes through
+        # the deepseek effort dialect, not this table.
+        ("deepseek-*", ModelCaps(sampling="any")),
+    ),
+}
+
+_CAPS_FIELDS = {f.name for f in dataclasses.fields(ModelCaps)}
+
+
+def model_caps(vendor: str, model: str, overrides: dict | None = None,
+               unknown: ModelCaps = UNKNOWN_MODEL) -> ModelCaps:
+    """The capability row of ``model`` for ``vendor`` ("gemini", "anthropic", "openai").
+
+    ``overrides`` (a provider's ``model_caps``) maps patterns to field values laid
+    over the row the id would otherwise get. A ``vendor/`` prefix (OpenRouter
+    ids) is looked up in that vendor's table.
+
+    >>> model_caps("gemini", "gemini-3.8-flash").levels
+    ('LOW', 'MEDIUM', 'HIGH')
+    >>> model_caps("anthropic", "claude-test") == UNKNOWN_MODEL
+    True
+    """
+    model_id = model.strip().lower()
+    table = vendor
+    if "/" in model_id:
+        prefix, model_id = model_id.split("/", 1)
+        table = {"google": "gemini", "anthropic": "anthropic", "openai": "openai"}.get(prefix, vendor)
+    row = unknown
+    for pattern, caps in MODEL_TABLE.get(table, ()):
+        if fnmatch.fnmatchcase(model_id, pattern):
+            row = caps
+            break
+    for pattern, fields in (overrides or {}).items():
+        if fnmatch.fnmatchcase(model_id, pattern.lower()) or fnmatch.fnmatchcase(model.strip(), pattern):
+            row = dataclasses.replace(row, **fields)
+    return row
+
+
+def _check_model_caps(owner: str, overrides: Any) -> dict:
+    """Validate a ``model_caps`` option at construction: ``{pattern: {field: value}}``."""
+    if overrides is None:
+        return {}
+    if not isinstance(overrides, dict):
+        raise ValueError(f'[{owner}] model_caps must be a dict of model-id patterns to capability fields, '
+                         'e.g. model_caps={"my-model-*": {"sampling": "any"}}.')
+    checked = {}
+    for pattern, fields in overrides.items():
+        if not isinstance(pattern, str) or not pattern.strip() or not isinstance(fields, dict):
+            raise ValueError(f'[{owner}] model_caps[{pattern!r}] must map a model-id pattern to a dict of fields, '
+                             'e.g. {"sampling": "any"}.')
+        unknown = sorted(set(fields) - _CAPS_FIELDS)
+        if unknown:
+            raise ValueError(f'[{owner}] model_caps[{pattern!r}] has unknown field(s) {", ".join(unknown)}: use '
+                             f'{", ".join(sorted(_CAPS_FIELDS))}.')
+        if "sampling" in fields and fields["sampling"] not in ("any", "one", "none"):
+            raise ValueError(f'[{owner}] model_caps[{pattern!r}]["sampling"] is {fields["sampling"]!r}: use '
+                             '"any", "one" or "none".')
+        if "thinking" in fields and fields["thinking"] not in (None, "budget", "level", "enabled", "adaptive",
+                                                                "reasoning"):
+            raise ValueError(f'[{owner}] model_caps[{pattern!r}]["thinking"] is {fields["thinking"]!r}: use None, '
+                             '"budget", "level", "enabled", "adaptive" or "reasoning".')
+        fields = dict(fields)
+        if "levels" in fields:
+            fields["levels"] = tuple(fields["levels"])
+        if "budget" in fields and fields["budget"] is not None:
+            fields["budget"] = tuple(fields["budget"])
+        checked[pattern.strip()] = fields
+    return checked
+
+
+def _level_for(caps: ModelCaps, effort: str, names: dict[str, str]) -> str | None:
+    """The accepted level for ``effort``: its own when accepted, else the next higher one, else the highest.
+
+    ``"none"`` asks for as little as the model allows: its lowest level. ``"max"``
+    is the highest. ``names`` maps the spec efforts to the vendor's spelling.
+    """
+    if not caps.levels:
+        return None
+    if effort == "none":
+        return caps.levels[0]
+    if effort == "max":
+        return caps.levels[-1]
+    order = [names[e] for e in ("low", "medium", "high")]
+    wanted = names[effort]
+    if wanted in caps.levels:
+        return wanted
+    for name in order[order.index(wanted) + 1:]:
+        if name in caps.levels:
+            return name
+    return caps.levels[-1]
+
+
+# 3. Messages #################################################################
 #
 # Every provider first turns the request into one list of normalized messages
 # (providers.md §2.3), then maps that list to its own wire (§2.4).
@@ -386,56 +645,150 @@ def _tool_definitions(tools: list[dict] | None) -> list[dict]:
     return definitions
 
 
-# 3. Reading ##################################################################
+# 4. Reading ##################################################################
 
 class _SseReader:
     """Incremental SSE framing shared by every vendor (providers.md §3.7, rules 1-7).
 
     ``feed(bytes)`` returns the payload texts completed so far; ``finish()`` the rest.
+    It reads line by line and touches each character once, so a reply of any size
+    and any split costs time linear in its length (issue 8). Besides ``data:``
+    events it takes the bare framing python-genai also accepts (``_api_client.py``,
+    its stream iterator): lines that are not SSE fields are gathered until their
+    braces balance, then form one payload. So a bare JSON line, a bare error after
+    a bare candidate line and a pretty-printed error tail each come out whole.
     """
 
     def __init__(self) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._buffer = ""
+        self._line: list[str] = []       # pieces of the line not ended yet
+        self._after_cr = False           # the last text ended with \r: a leading \n belongs to it
+        self._data: list[str] = []       # data: lines of the event being read
+        self._bare: list[str] = []       # lines of a bare JSON payload being read
+        self._depth = 0                  # brace depth of the bare payload, strings skipped
+        self._in_string = False
+        self._escaped = False
 
     def feed(self, data: bytes) -> list[str]:
-        return self._take(self._decoder.decode(data), final=False)
+        return self._take(self._decoder.decode(data))
 
     def finish(self) -> list[str]:
-        payloads = self._take(self._decoder.decode(b"", final=True), final=True)
-        rest, self._buffer = self._buffer, ""
-        return payloads + self._frame(rest)        # rule 6: a stream may end without its blank line
-
-    def _take(self, text: str, final: bool) -> list[str]:
-        buffer = self._buffer + text
-        held = ""
-        if not final and buffer.endswith("\r"):
-            buffer, held = buffer[:-1], "\r"       # rule 2: maybe half of a \r\n
-        buffer = buffer.replace("\r\n", "\n").replace("\r", "\n")
-        frames = buffer.split("\n\n")
-        self._buffer = frames.pop() + held
-        payloads: list[str] = []
-        for frame in frames:
-            payloads.extend(self._frame(frame))
+        payloads = self._take(self._decoder.decode(b"", final=True))
+        if self._line:
+            self._read_line("".join(self._line), payloads)     # rule 6: the last line may lack its end
+            self._line = []
+        self._dispatch(payloads)
+        if self._bare:
+            payloads.append("\n".join(self._bare))             # an unbalanced tail: rule 7 skips it
+            self._bare = []
         return payloads
 
-    @staticmethod
-    def _frame(frame: str) -> list[str]:
-        data = [line[5:][1:] if line[5:].startswith(" ") else line[5:]
-                for line in frame.split("\n") if line.startswith("data:")]
-        if data:
-            payload = "\n".join(data)
+    def _take(self, text: str) -> list[str]:
+        payloads: list[str] = []
+        if self._after_cr and text.startswith("\n"):
+            text = text[1:]                                    # rule 2: the \n of a split \r\n
+        self._after_cr = text.endswith("\r")
+        start = 0
+        for match in _LINE_END.finditer(text):
+            self._line.append(text[start:match.start()])
+            self._read_line("".join(self._line), payloads)
+            self._line = []
+            start = match.end()
+        if start < len(text):
+            self._line.append(text[start:])
+        return payloads
+
+    def _read_line(self, line: str, payloads: list[str]) -> None:
+        if self._bare:
+            self._gather(line, payloads)
+        elif line == "":
+            self._dispatch(payloads)                           # a blank line ends an event
+        elif line.startswith("data:"):
+            value = line[5:]
+            self._data.append(value[1:] if value.startswith(" ") else value)
+        elif line.startswith(":") or _SSE_FIELD.match(line):
+            pass                                               # a comment, event:, id:, retry:
+        elif line.lstrip().startswith("{"):
+            self._dispatch(payloads)                           # a bare payload ends the event before it
+            self._gather(line, payloads)
         else:
-            stripped = frame.strip()
-            payload = stripped if stripped.startswith("{") else ""   # rule 4: a bare in-band JSON object
-        if not payload.strip() or payload.strip() == "[DONE]":
-            return []
-        return [payload]
+            log.debug("[falai_providers] skipped a stream line that is neither SSE nor JSON (%d chars)",
+                      len(line))
+
+    def _gather(self, line: str, payloads: list[str]) -> None:
+        """Add a line to the bare payload; emit it when its braces balance (strings are skipped)."""
+        self._bare.append(line)
+        depth, in_string, escaped = self._depth, self._in_string, self._escaped
+        for char in line:
+            if in_string:
+                if escaped:
+                    escaped = False
+                elif char == "\\":
+                    escaped = True
+                elif char == '"':
+                    in_string = False
+            elif char == '"':
+                in_string = True
+            elif char == "{":
+                depth += 1
+            elif char == "}":
+                depth -= 1
+        self._depth, self._in_string, self._escaped = depth, in_string, escaped
+        if depth <= 0:
+            payloads.append("\n".join(self._bare))
+            self._bare, self._depth, self._in_string, self._escaped = [], 0, False, False
+
+    def _dispatch(self, payloads: list[str]) -> None:
+        if not self._data:
+            return
+        payload = "\n".join(self._data)
+        self._data = []
+        if payload.strip() and payload.strip() != "[DONE]":
+            payloads.append(payload)
+
+
+_LINE_END = re.compile(r"\r\n|\r|\n")
+_SSE_FIELD = re.compile(r"(event|id|retry)(:|$)")
+MAX_JSON_DEPTH = 128           # deeper than any reply a model writes; deeper input is refused, not recursed
+
+
+def _too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether a parsed JSON value nests deeper than ``limit`` (an iterative walk: no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+class _TooDeep(ValueError):
+    """A body nested deeper than MAX_JSON_DEPTH (becomes a ProviderError where it is read)."""
+
+
+def _loads(text: str) -> Any:
+    """json.loads that raises only ValueError: a body too deep to read is a ``_TooDeep``."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise _TooDeep(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    if _too_deep(value):
+        raise _TooDeep(f"nested deeper than {MAX_JSON_DEPTH} levels")
+    return value
 
 
 def _json_payload(text: str) -> dict | None:
     try:
-        value = json.loads(text)
+        value = _loads(text)
+    except _TooDeep:
+        raise
     except ValueError:
         log.debug("[falai_providers] skipped a payload that is not JSON (%d chars)", len(text))
         return None           # §3.7 rule 7
@@ -459,11 +812,20 @@ def _read_timeout_in(exc: BaseException) -> bool:
     return False
 
 
-# 4. HTTP errors ##############################################################
+# 5. HTTP errors ##############################################################
 
-_RESET_HEADERS = ("anthropic-ratelimit-unified-reset", "anthropic-ratelimit-requests-reset",
-                  "anthropic-ratelimit-tokens-reset", "x-ratelimit-reset-requests",
-                  "x-ratelimit-reset-tokens", "x-ratelimit-reset")
+# A rate-limit bucket's reset and remaining headers. OpenAI names two buckets
+# (platform.openai.com/docs/guides/rate-limits: x-ratelimit-{remaining,reset}-{requests,tokens});
+# Anthropic four plus its unified window (docs.claude.com/en/api/rate-limits:
+# anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{remaining,reset}).
+_BUCKETS = (("anthropic-ratelimit-unified-reset", None),
+            ("anthropic-ratelimit-requests-reset", "anthropic-ratelimit-requests-remaining"),
+            ("anthropic-ratelimit-tokens-reset", "anthropic-ratelimit-tokens-remaining"),
+            ("anthropic-ratelimit-input-tokens-reset", "anthropic-ratelimit-input-tokens-remaining"),
+            ("anthropic-ratelimit-output-tokens-reset", "anthropic-ratelimit-output-tokens-remaining"),
+            ("x-ratelimit-reset-requests", "x-ratelimit-remaining-requests"),
+            ("x-ratelimit-reset-tokens", "x-ratelimit-remaining-tokens"),
+            ("x-ratelimit-reset", "x-ratelimit-remaining"))
 _SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?")      # a number of seconds, decimals allowed
 _RETRY_DELAY = re.compile(r'"retryDelay"\s*:\s*"([0-9]+(?:\.[0-9]+)?)s"')
 _GO_DURATION = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?(?:ms|h|m|s))+")
@@ -520,22 +882,32 @@ def _reset_header_ms(value: str, now_ms: int) -> int | None:
 
 
 def _server_wait(headers: Any, body: str, now_ms: int) -> tuple[int | None, int | None]:
-    """(retry_after_ms, reset_at_ms) named by a failed response (providers.md §8.1).
+    """(retry_after_ms, reset_at_ms) named by a failed response (providers.md §8.1, issue 7).
 
-    ``retry_after_ms`` comes from the first of ``retry-after``, the vendor reset
-    headers and a body ``retryDelay``. ``reset_at_ms`` is filled only from a
-    vendor reset header, which states when the binding limit resets, and is read
-    even when ``retry-after`` names a shorter wait: it "can be far beyond
+    ``retry_after_ms`` comes from the first of ``retry-after-ms`` (read first by
+    both Stainless SDKs, openai-python and anthropic-sdk-python ``_base_client.py``),
+    ``retry-after``, the rate-limit reset headers and a body ``retryDelay``.
+    ``reset_at_ms`` is the reset of the bucket that ran out (remaining ``0``); when
+    no header says which did, or several did, the latest reset. It is read even
+    when ``retry-after`` names a shorter wait: it "can be far beyond
     retry_after_ms" (inferred; ``retry-after`` and ``retryDelay`` are waits).
     """
     lowered = _header_map(headers)
-    reset_at = None
-    for name in _RESET_HEADERS:
-        if lowered.get(name):
-            at = _reset_header_ms(lowered[name], now_ms)
-            if at is not None and at > now_ms:
-                reset_at = at
-                break
+    resets, exhausted = [], []
+    for reset_name, remaining_name in _BUCKETS:
+        if not lowered.get(reset_name):
+            continue
+        at = _reset_header_ms(lowered[reset_name], now_ms)
+        if at is None or at <= now_ms:
+            continue
+        resets.append(at)
+        if remaining_name and lowered.get(remaining_name, "").strip() == "0":
+            exhausted.append(at)
+    reset_at = max(exhausted or resets) if resets else None
+    if lowered.get("retry-after-ms"):
+        value = lowered["retry-after-ms"].strip()
+        if _SECONDS.fullmatch(value):
+            return round(float(value)), reset_at
     if lowered.get("retry-after"):
         wait = _retry_after_header_ms(lowered["retry-after"], now_ms)
         if wait is not None:
@@ -558,7 +930,7 @@ def _should_retry_header(headers: Any) -> bool | None:
 
 def _loads_or_none(text: str) -> Any:
     try:
-        return json.loads(text)
+        return _loads(text)
     except (ValueError, TypeError):
         return None
 
@@ -567,7 +939,7 @@ def _seconds(value: float) -> str:
     return f"{value:g}"
 
 
-# 5. The pipeline #############################################################
+# 6. The pipeline #############################################################
 #
 # providers.md §3: a vendor adapter builds the HTTP request (_wire) and turns
 # each payload into normalized events (_parse); everything else is common.
@@ -664,14 +1036,24 @@ def _check_options(owner: str, config: Any) -> dict:
 class _HttpProvider:
     """The common HTTP pipeline of the vendor providers (the original's ``ProviderAdapter``, providers.md §3).
 
-    Options every HTTP provider takes (§3.9): ``api_key``, ``model`` (no default),
+    Options every HTTP provider takes (§3.9): ``api_key`` (surrounding whitespace
+    is stripped, as python-genai does; a key that still holds whitespace, a
+    control or a non-ASCII character raises ``ValueError``: it cannot travel in a
+    header), ``model`` (no default),
     ``backup_models`` (tried in order on overload, rate and model errors),
     ``base_url`` (any endpoint of the same dialect; trailing slashes ignored),
     ``config`` (``temperature``, ``topP``, ``maxTokens``, ``stopSequences``,
     ``effort``), ``retry_config`` (``{"timeout": idle ms, "retries": n}``, default
     ``{"timeout": 60000, "retries": 3}``), ``headers`` (merged last), ``session``
     (a ``requests.Session``, one per provider) and ``sleep`` (backoff; tests pass
-    a no-op).
+    a no-op), ``model_caps`` (overrides of the capability table, section 2) and
+    ``understand_effort`` (default ``"none"``: an ``"understand"`` call with no
+    effort configured thinks as little as its model allows, the lowest level the
+    table accepts, or nothing on a model the table does not know; ``None`` sends
+    nothing).
+
+    The key never appears in an error message, its ``__cause__``, a log line or
+    ``repr``, raw or escaped or quoted.
 
     ``generate`` drains ``generate_stream`` (one code path, §1.6 rule 1). A call
     raises only ``ProviderError``, after its retries and backup models.
@@ -683,14 +1065,22 @@ class _HttpProvider:
     def __init__(self, *, owner: str, name: str, api_key: str | None, key_required: bool, model: str | None,
                  backup_models: list[str] | None, base_url: str | None, config: dict | None,
                  retry_config: dict | None, headers: dict | None, session: requests.Session | None,
-                 sleep: Callable[[float], Any], example_model: str, key_variable: str):
+                 sleep: Callable[[float], Any], example_model: str, key_variable: str,
+                 model_caps: dict | None = None, understand_effort: str | None = "none"):
         if not isinstance(model, str) or not model.strip():
             raise ValueError(f'[{owner}] model is empty: there is no default. Pass one, e.g. model="{example_model}".')
         if api_key is not None and not isinstance(api_key, str):
             raise ValueError(f"[{owner}] api_key must be a string.")
-        if api_key == "" or (api_key is None and key_required) or (api_key is not None and not api_key.strip()):
+        if isinstance(api_key, str):
+            api_key = api_key.strip()            # a key read with `cat key.txt` ends in a newline
+        if api_key == "" or (api_key is None and key_required):
             raise ValueError(f"[{owner}] api_key is empty: the provider cannot authenticate. Pass "
                              f'api_key=os.environ["{key_variable}"] and check the variable is set.')
+        if api_key is not None and not _KEY_CHARS.fullmatch(api_key):
+            # The message leaves the key out: it must never reach a log (issue 7).
+            raise ValueError(f"[{owner}] api_key contains whitespace, a control character or a non-ASCII "
+                             "character inside it, so it cannot travel in an HTTP header. Copy the key again "
+                             f"from the vendor's console into {key_variable}.")
         if backup_models is None:
             backup_models = []
         if isinstance(backup_models, str) or not all(isinstance(m, str) and m.strip() for m in backup_models):
@@ -699,6 +1089,9 @@ class _HttpProvider:
             raise ValueError(f"[{owner}] base_url is empty: pass the endpoint URL.")
         if not callable(sleep):
             raise ValueError(f"[{owner}] sleep must be a callable taking seconds, like time.sleep.")
+        if understand_effort is not None and understand_effort not in EFFORTS:
+            raise ValueError(f'[{owner}] understand_effort is {understand_effort!r}: use one of '
+                             f'{", ".join(EFFORTS)}, or None to send nothing.')
         retry = dict(retry_config or {})
         timeout = retry.get("timeout") or 60_000
         retries = retry.get("retries", 3)
@@ -713,6 +1106,10 @@ class _HttpProvider:
         self.name = name
         self._owner = owner
         self._api_key = api_key
+        self._secret_forms = _secret_forms(api_key)
+        self.model_caps = _check_model_caps(owner, model_caps)
+        self.understand_effort = understand_effort
+        self._warned: set = set()
         self.model = model.strip()
         self.backup_models = [m.strip() for m in backup_models]
         self.base_url = base_url.strip().rstrip("/")
@@ -765,14 +1162,23 @@ class _HttpProvider:
                         if delta and streaming:
                             delivered = True
                             yield GenerationChunk(delta=delta, accumulated=accumulator.text, done=False)
+                    refusal = self._refusal(state, accumulator)
+                    if refusal is not None:
+                        raise refusal                                     # issue 7: one request, no retry
                     if accumulator.is_empty():
                         raise self._empty_error(state, accumulator)      # §3.5 rule 1, per attempt
                 except Exception as exc:
-                    error = self._wrap(exc)
+                    error = self._sanitized(self._wrap(exc))
                 else:
                     # After the stream: the empty-reply rule (§3.5 rule 6) is raised from here and is
                     # deliberately outside the retry loop.
-                    yield self._final_chunk(plan, model, accumulator)
+                    try:
+                        final = self._final_chunk(plan, model, accumulator)
+                    except ProviderError:
+                        raise
+                    except Exception as exc:            # §1.6 rule 3, issue 7 item 9
+                        raise self._sanitized(self._wrap(exc)) from None
+                    yield final
                     return
                 finally:
                     events.close()
@@ -801,6 +1207,10 @@ class _HttpProvider:
             options["maxTokens"] = request.max_output_tokens
         if request.effort is not None:
             options["effort"] = request.effort
+        if options.get("effort") is None and request.schema_name == "understand" \
+                and self.understand_effort is not None:
+            options["effort"] = self.understand_effort      # issue 7: as little thinking as the model allows
+            options["quiet"] = True                          # not the user's choice: no warning when dropped
         if options.get("effort") is not None and options["effort"] not in EFFORTS:
             raise ProviderError(f'{self.name}: effort {options["effort"]!r} is not one of {", ".join(EFFORTS)}',
                                 provider=self.name, kind="invalid")
@@ -815,8 +1225,8 @@ class _HttpProvider:
                                 provider=self.name, kind="invalid") from exc
 
     def _retryable(self, error: ProviderError) -> bool:
-        if error.kind == "aborted":
-            return False
+        if error.kind in ("aborted", "content"):
+            return False            # a refusal or a block is the answer: one request (issue 7)
         if error.should_retry is not None:
             return error.should_retry
         return error.is_transient
@@ -854,16 +1264,40 @@ class _HttpProvider:
         """§1.6 rule 3: nothing but ProviderError escapes a call."""
         if isinstance(exc, ProviderError):
             return exc
+        if isinstance(exc, _TooDeep):
+            return ProviderError(f"{self.name}: the reply is {exc}, which no model writes: the endpoint sent a "
+                                 "broken body", provider=self.name, kind="overload")
         error = ProviderError(self._scrub(f"{self.name}: {type(exc).__name__}: {exc}"), provider=self.name,
                               kind=classify_error(exc))
         error.__cause__ = exc
         return error
 
     def _scrub(self, text: str) -> str:
-        # Real keys are long; a very short one (a test's "k") would mangle every message.
-        if self._api_key and len(self._api_key) >= 8 and text:
-            text = text.replace(self._api_key, "[redacted]")
+        """``text`` with the key replaced in every form an error text may carry it (issue 7 item 8)."""
+        for form in self._secret_forms:
+            if form in text:
+                text = text.replace(form, "[redacted]")
         return text
+
+    def _sanitized(self, error: ProviderError) -> ProviderError:
+        """Drop an exception chain that carries the key; scrub the error's own text and body."""
+        if not self._secret_forms:
+            return error
+        error.args = tuple(self._scrub(a) if isinstance(a, str) else a for a in error.args)
+        if isinstance(error.body, str):
+            error.body = self._scrub(error.body)
+        link: BaseException | None = error.__cause__ or error.__context__
+        for _ in range(10):
+            if link is None:
+                break
+            text = f"{link!s} {link!r} {link.args!r}"
+            if any(form in text for form in self._secret_forms):
+                error.__cause__ = None
+                error.__context__ = None
+                error.__suppress_context__ = True
+                break
+            link = link.__cause__ or link.__context__
+        return error
 
     # -- one attempt (§3.7) -----------------------------------------------------
 
@@ -885,7 +1319,16 @@ class _HttpProvider:
             if not 200 <= response.status_code < 300:
                 raise self._response_error(response)
             for payload in self._payloads(response, request):
-                yield from self._parse(payload, state)
+                try:
+                    events = list(self._parse(payload, state))
+                except ProviderError:
+                    raise
+                except Exception as exc:
+                    # A payload of the wrong shape (issue 7 item 9): an upstream fault, like a broken stream.
+                    raise ProviderError(f"{self.name}: unreadable reply payload ({type(exc).__name__}: "
+                                        f"{self._scrub(str(exc))[:200]})", provider=self.name,
+                                        kind="overload") from None
+                yield from events
         finally:
             response.close()
 
@@ -975,7 +1418,15 @@ class _HttpProvider:
 
     # -- final assembly (§3.5) --------------------------------------------------
 
+    def _refusal(self, state: dict, accumulator: _Accumulator) -> ProviderError | None:
+        """A refusal or moderation block the stream carried, as kind ``content`` (issue 7 item 5)."""
+        return None
+
     def _empty_error(self, state: dict, accumulator: _Accumulator) -> ProviderError:
+        if accumulator.finish == "content_filter":
+            return ProviderError(f"{self.name}: reply blocked by the content filter "
+                                 f"({accumulator.vendor_finish})", provider=self.name, kind="content",
+                                 code=accumulator.vendor_finish)
         return ProviderError(f"{self.name}: completed with no content", provider=self.name, kind="overload")
 
     def _final_chunk(self, plan: _Plan, model: str, acc: _Accumulator) -> GenerationChunk:
@@ -1026,21 +1477,60 @@ class _HttpProvider:
         return {"User-Agent": USER_AGENT, "Content-Type": "application/json"}
 
 
-def _generation_config_common(options: dict, into: dict, names: dict) -> None:
-    """Copy temperature / topP / stopSequences under a vendor's own names."""
-    if options.get("temperature") is not None:
-        into[names["temperature"]] = options["temperature"]
-    if options.get("topP") is not None:
-        into[names["topP"]] = options["topP"]
-    if options.get("stopSequences"):
-        into[names["stopSequences"]] = list(options["stopSequences"])
+    def _caps(self, vendor: str, model: str, unknown: ModelCaps = UNKNOWN_MODEL) -> ModelCaps:
+        return model_caps(vendor, model, self.model_caps, unknown)
+
+    def _warn_once(self, key: tuple, message: str, *args: Any) -> None:
+        """Log a configuration value dropped for a model, once per provider object and model."""
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(message, *args)
+
+    def _sampling(self, options: dict, into: dict, names: dict, model: str, caps: ModelCaps) -> None:
+        """Copy temperature / topP / stopSequences under a vendor's own names, as the model's row allows."""
+        wanted = [k for k in ("temperature", "topP") if options.get(k) is not None]
+        allowed = wanted if caps.sampling == "any" else wanted[:1] if caps.sampling == "one" else []
+        for key in wanted:
+            if key in allowed:
+                into[names[key]] = options[key]
+            else:
+                why = ("it takes temperature or topP, not both" if caps.sampling == "one" else
+                       "the capability table does not know the model, so nothing optional is sent"
+                       if caps == UNKNOWN_MODEL else "the model refuses sampling parameters")
+                self._warn_once(("sampling", model, key), '[%s] config["%s"] is not sent to %s: %s. To send it '
+                                'anyway, override the row: model_caps={"%s": {"sampling": "any"}}.',
+                                self.name, key, model, why, model)
+        if options.get("stopSequences"):
+            into[names["stopSequences"]] = list(options["stopSequences"])
+
+    def _dropped_effort(self, options: dict, model: str) -> None:
+        if not options.get("quiet"):
+            self._warn_once(("effort", model), '[%s] effort %r is not sent to %s: the capability table has no '
+                            "thinking control for it. Override the row with model_caps if the model takes one.",
+                            self.name, options.get("effort"), model)
 
 
-# 6. GeminiProvider ###########################################################
+_KEY_CHARS = re.compile(r"[\x21-\x7e]+")        # printable ASCII, no whitespace: what a header can carry
+
+
+def _secret_forms(key: str | None) -> tuple[str, ...]:
+    """Every form a key may take in an error text: raw, repr- and JSON-escaped, URL-quoted.
+
+    Real keys are long; a very short one (a test's "k") would mangle every message,
+    so keys under 8 characters are not scrubbed.
+    """
+    if not key or len(key) < 8:
+        return ()
+    forms = {key, repr(key)[1:-1], json.dumps(key)[1:-1], key.encode("unicode_escape").decode("ascii"),
+             urllib.parse.quote(key, safe=""), urllib.parse.quote_plus(key)}
+    return tuple(sorted(forms, key=len, reverse=True))
+
+
+# 7. GeminiProvider ###########################################################
 
 _GEMINI_VERSION = re.compile(r"gemini-([0-9]+)(?:\.([0-9]+))?")
-_GEMINI_LEVELS = {"none": "MINIMAL", "low": "LOW", "medium": "MEDIUM", "high": "HIGH", "max": "HIGH"}
-_GEMINI_BUDGETS = {"none": 0, "low": 1024, "medium": 8192, "high": 24576, "max": 24576}
+_GEMINI_LEVEL_NAMES = {"low": "LOW", "medium": "MEDIUM", "high": "HIGH"}
+_GEMINI_BUDGETS = {"low": 1024, "medium": 8192, "high": 24576, "max": 24576}
 _GEMINI_FILTERED = ("SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION", "IMAGE_SAFETY")
 SKIP_SIGNATURE = "skip_thought_signature_validator"
 # Gemini's own "prompt over the window" wording, which the generic context patterns of
@@ -1074,22 +1564,22 @@ def _gemini_object(text: str, wrap: str, name: str) -> dict:
 class GeminiProvider(_HttpProvider):
     """Google Gemini over REST ``streamGenerateContent?alt=sse`` (providers.md §4).
 
-    >>> gemini = GeminiProvider(api_key="k", model="gemini-2.5-flash", backup_models=["gemini-2.5-flash-lite"])
+    >>> gemini = GeminiProvider(api_key="k", model="gemini-3.8-flash", backup_models=["gemini-3.5-flash-lite"])
     >>> gemini.name
     'gemini'
 
     Beyond the common options: ``json_with_tools`` (``"response_format"`` or
-    ``"prompt"``, how a schema travels on a call that also carries tools, §4.5),
-    ``schema_dialect`` (``"json_schema"``, or ``"openapi"`` for endpoints that
-    only know ``responseSchema``) and ``understand_effort`` (below). A leading
-    ``models/`` on a model id is stripped.
+    ``"prompt"``, how a schema travels on a call that also carries tools, §4.5;
+    ``"response_format"`` applies only where the capability table says the
+    model takes JSON mode with tools) and ``schema_dialect`` (``"json_schema"``,
+    or ``"openapi"`` for endpoints that only know ``responseSchema``). A leading
+    ``models/`` on a model id is stripped. The key travels only in the
+    ``x-goog-api-key`` header.
 
-    The key travels only in the ``x-goog-api-key`` header. ``understand_effort``
-    (default ``"none"``) is the thinking effort of an ``"understand"`` call when
-    no effort is configured, on ids whose version is known to think (2.5 and
-    later): the issue asks for thinking off there unless configured, so a
-    routing call does not spend its token budget thinking (inferred option;
-    ``None`` sends nothing, as providers.md §4.6 does for every other call).
+    Thinking follows the capability table: Gemini 2.x get ``thinkingBudget``
+    within the model's range, Gemini 3.x the ``thinkingLevel`` the model accepts
+    (``"none"`` is its lowest level, never one it refuses), a model the table
+    does not know gets no ``thinkingConfig``.
     """
 
     DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
@@ -1100,7 +1590,7 @@ class GeminiProvider(_HttpProvider):
                  retry_config: dict | None = None, headers: dict | None = None,
                  session: requests.Session | None = None, sleep: Callable[[float], Any] = time.sleep,
                  json_with_tools: str = "response_format", schema_dialect: str = "json_schema",
-                 understand_effort: str | None = "none"):
+                 understand_effort: str | None = "none", model_caps: dict | None = None):
         owner = "GeminiProvider"
         strip = (lambda m: m.strip()[len("models/"):] if isinstance(m, str) and m.strip().startswith("models/")
                  else m)
@@ -1108,18 +1598,14 @@ class GeminiProvider(_HttpProvider):
                          backup_models=[strip(m) for m in backup_models] if isinstance(backup_models, list)
                          else backup_models,
                          base_url=base_url, config=config, retry_config=retry_config, headers=headers,
-                         session=session, sleep=sleep, example_model="gemini-2.5-flash",
-                         key_variable="GEMINI_API_KEY")
+                         session=session, sleep=sleep, example_model=GEMINI_DEFAULT_MODEL,
+                         key_variable="GEMINI_API_KEY", model_caps=model_caps, understand_effort=understand_effort)
         if json_with_tools not in ("response_format", "prompt"):
             raise ValueError(f'[{owner}] json_with_tools is {json_with_tools!r}: use "response_format" or "prompt".')
         if schema_dialect not in ("json_schema", "openapi"):
             raise ValueError(f'[{owner}] schema_dialect is {schema_dialect!r}: use "json_schema" or "openapi".')
-        if understand_effort is not None and understand_effort not in EFFORTS:
-            raise ValueError(f'[{owner}] understand_effort is {understand_effort!r}: use one of '
-                             f'{", ".join(EFFORTS)}, or None to send nothing.')
         self.json_with_tools = json_with_tools
         self.schema_dialect = schema_dialect
-        self.understand_effort = understand_effort
         self.capabilities = ProviderCapabilities(supports_tools=True, supports_native_json_schema=True,
                                                  supports_streaming=True, supports_streaming_tool_calls=True,
                                                  supports_prompt_caching=True)
@@ -1133,21 +1619,22 @@ class GeminiProvider(_HttpProvider):
         system = [m["content"] for m in plan.messages if m["role"] == "system"]
         contents = self._contents([m for m in plan.messages if m["role"] != "system"], model)
         options = plan.options
+        caps = self._caps("gemini", model)
         config: dict = {}
         if options.get("maxTokens") is not None:
             config["maxOutputTokens"] = options["maxTokens"]
-        _generation_config_common(options, config, {"temperature": "temperature", "topP": "topP",
-                                                    "stopSequences": "stopSequences"})
+        self._sampling(options, config, {"temperature": "temperature", "topP": "topP",
+                                         "stopSequences": "stopSequences"}, model, caps)
         effort = options.get("effort")
-        if effort is None and plan.request.schema_name == "understand" and self.understand_effort is not None:
-            version = _gemini_version(model)
-            if version is not None and version >= (2, 5):
-                effort = self.understand_effort
         if effort is not None:
-            config["thinkingConfig"] = self._thinking(model, effort)
+            thinking = self._thinking(caps, effort)
+            if thinking is None:
+                self._dropped_effort(options, model)
+            else:
+                config["thinkingConfig"] = thinking
         if plan.json is not None:
             schema = plan.json["schema"]
-            if plan.tools and (self.json_with_tools == "prompt" or _gemini_is_legacy(model)):
+            if plan.tools and (self.json_with_tools == "prompt" or not caps.json_with_tools):
                 system.append(schema_prompt(schema))      # after the stable text, so it stays cacheable
             else:
                 config["responseMimeType"] = "application/json"
@@ -1174,12 +1661,17 @@ class GeminiProvider(_HttpProvider):
         return declaration
 
     @staticmethod
-    def _thinking(model: str, effort: str) -> dict:
-        if not _gemini_is_legacy(model):
-            return {"thinkingLevel": _GEMINI_LEVELS[effort]}
-        if effort == "none" and model.startswith("gemini-2.5-pro"):
-            return {"thinkingBudget": 128}        # 2.5 Pro cannot turn thinking off
-        return {"thinkingBudget": _GEMINI_BUDGETS[effort]}
+    def _thinking(caps: ModelCaps, effort: str) -> dict | None:
+        """``thinkingConfig`` for ``effort`` as the model's row allows (never both fields, §4.6)."""
+        if caps.thinking == "level":
+            level = _level_for(caps, effort, _GEMINI_LEVEL_NAMES)
+            return {"thinkingLevel": level} if level else None
+        if caps.thinking == "budget" and caps.budget is not None:
+            low, high = caps.budget
+            if effort == "none":
+                return {"thinkingBudget": 0 if caps.can_disable else low}   # 2.5 Pro cannot turn it off
+            return {"thinkingBudget": min(high, max(low, _GEMINI_BUDGETS[effort]))}
+        return None
 
     @staticmethod
     def _contents(messages: list[dict], model: str) -> list[dict]:
@@ -1293,9 +1785,6 @@ class GeminiProvider(_HttpProvider):
         if state.get("blocked"):
             return ProviderError(f"gemini: prompt blocked ({state['blocked']})", provider=self.name,
                                  kind="content", code=str(state["blocked"]))
-        if accumulator.finish == "content_filter":
-            return ProviderError(f"gemini: reply blocked ({accumulator.vendor_finish})", provider=self.name,
-                                 kind="content", code=accumulator.vendor_finish)
         return super()._empty_error(state, accumulator)
 
     def _classify(self, status: int | None, text: str, data: Any) -> tuple[str, str | None, int | None]:
@@ -1326,10 +1815,11 @@ def _gemini_429(error: dict) -> tuple[str, int | None]:
     return "rate", None
 
 
-# 7. OpenAICompatibleProvider #################################################
+# 8. OpenAICompatibleProvider #################################################
 
 _OPENAI_PRESETS = {"openai": "https://api.openai.com/v1", "openrouter": "https://openrouter.ai/api/v1",
                    "deepseek": "https://api.deepseek.com"}
+_FLAGGED = re.compile(r"\bflagged\b|moderation", re.I)
 _OPENAI_FINISH = {"stop": "stop", "length": "length", "tool_calls": "tool_calls", "function_call": "tool_calls",
                   "content_filter": "content_filter"}
 
@@ -1345,6 +1835,13 @@ class OpenAICompatibleProvider(_HttpProvider):
     ``effort_dialect``, ``organization``, ``site_url`` / ``site_name`` and
     ``provider_order`` (OpenRouter), ``include_usage`` and ``capabilities``.
 
+    The capability table decides what a model gets: ``reasoning_effort`` only on
+    reasoning models, at a level the model accepts; ``temperature`` / ``top_p``
+    not on gpt-5.x and the o-series. On OpenAI's own endpoint an unknown model
+    gets nothing optional; OpenRouter and local servers get what is configured.
+    A ``refusal`` (streamed or whole) and an OpenRouter moderation 403 are a
+    ``ProviderError(kind="content")``.
+
     >>> ollama = OpenAICompatibleProvider(name="ollama", base_url="http://localhost:11434/v1",
     ...                                   api_key=None, model="llama3.3")
     >>> ollama.name, ollama.capabilities.supports_prompt_caching
@@ -1359,7 +1856,8 @@ class OpenAICompatibleProvider(_HttpProvider):
                  effort_dialect: str | None = None, organization: str | None = None,
                  site_url: str | None = None, site_name: str | None = None,
                  provider_order: list[str] | None = None, include_usage: bool = True,
-                 capabilities: dict | None = None):
+                 capabilities: dict | None = None, model_caps: dict | None = None,
+                 understand_effort: str | None = "none"):
         owner = "OpenAICompatibleProvider"
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f'[{owner}] name is empty: pass one, e.g. name="openrouter" or name="ollama".')
@@ -1371,7 +1869,8 @@ class OpenAICompatibleProvider(_HttpProvider):
         super().__init__(owner=owner, name=name, api_key=api_key, key_required=name in _OPENAI_PRESETS,
                          model=model, backup_models=backup_models, base_url=base_url, config=config,
                          retry_config=retry_config, headers=headers, session=session, sleep=sleep,
-                         example_model="gpt-4.1-mini", key_variable=f"{name.upper()}_API_KEY")
+                         example_model="gpt-4.1-mini", key_variable=f"{name.upper()}_API_KEY",
+                         model_caps=model_caps, understand_effort=understand_effort)
         if structured_output is None:
             structured_output = "json_object" if name == "deepseek" else "json_schema"
         if structured_output not in ("json_schema", "json_object"):
@@ -1421,11 +1920,14 @@ class OpenAICompatibleProvider(_HttpProvider):
         if self.include_usage:
             body["stream_options"] = {"include_usage": True}
         options = plan.options
+        # Only OpenAI's own endpoint gets the conservative row for an unknown model; OpenRouter
+        # drops what a model does not support, and a local server takes what it is configured with.
+        caps = self._caps("openai", model, UNKNOWN_MODEL if self.name == "openai" else PASS_THROUGH)
         if options.get("maxTokens") is not None:
             body["max_completion_tokens" if self.name == "openai" else "max_tokens"] = options["maxTokens"]
-        _generation_config_common(options, body, {"temperature": "temperature", "topP": "top_p",
-                                                  "stopSequences": "stop"})
-        body.update(self._effort(options.get("effort")))
+        self._sampling(options, body, {"temperature": "temperature", "topP": "top_p", "stopSequences": "stop"},
+                       model, caps)
+        body.update(self._effort(options, model, caps))
         if plan.tools:
             body["tools"] = [{"type": "function", "function": dict(t)} for t in plan.tools]
         if plan.json is not None:
@@ -1442,8 +1944,7 @@ class OpenAICompatibleProvider(_HttpProvider):
             body["provider"] = {"order": list(self.provider_order), "allow_fallbacks": True}
         return url, headers, body
 
-    @staticmethod
-    def _message(message: dict) -> dict:
+    def _message(self, message: dict) -> dict:
         role = message["role"]
         if role == "tool":
             return {"role": "tool", "tool_call_id": message["toolCallId"], "content": message["content"]}
@@ -1454,16 +1955,34 @@ class OpenAICompatibleProvider(_HttpProvider):
             out["tool_calls"] = [{"id": c["id"], "type": "function",
                                   "function": {"name": c["name"], "arguments": c["arguments"]}}
                                  for c in message["toolCalls"]]
+        if self.name == "openai":
+            return out     # OpenAI's own endpoint takes no reasoning replay (review O7): extra keys are refused
         if message.get("reasoning"):
             out["reasoning_content"] = message["reasoning"]
-        if message.get("reasoningDetails") is not None:
-            out["reasoning_details"] = message["reasoningDetails"]
+        details = message.get("reasoningDetails")
+        if isinstance(details, list):
+            # Anthropic's signed thinking blocks never go to another vendor (issue 7 item 4).
+            details = [d for d in details if not _is_anthropic_thinking(d)]
+            if details:
+                out["reasoning_details"] = details
+        elif details is not None:
+            out["reasoning_details"] = details
         return out
 
-    def _effort(self, effort: str | None) -> dict:
-        """providers.md §5.5."""
+    def _effort(self, options: dict, model: str, caps: ModelCaps) -> dict:
+        """providers.md §5.5; in the openai dialect, only what the model's row accepts."""
+        effort = options.get("effort")
         if effort is None or self.effort_dialect == "off":
             return {}
+        if options.get("quiet") and (self.effort_dialect != "openai" or caps == PASS_THROUGH):
+            return {}       # the understand default only goes to a model the table knows (issue 7 item 2)
+        if self.effort_dialect == "openai":
+            level = _level_for(caps, effort, {e: e for e in ("low", "medium", "high")}) \
+                if caps.thinking == "reasoning" else None
+            if level is None:
+                self._dropped_effort(options, model)
+                return {}
+            return {"reasoning_effort": level}
         if self.effort_dialect == "openrouter":
             return {"reasoning": {"effort": "xhigh" if effort == "max" else effort}}
         if self.effort_dialect == "deepseek":
@@ -1472,7 +1991,7 @@ class OpenAICompatibleProvider(_HttpProvider):
             if effort in ("low", "medium"):
                 return {"thinking": {"type": "enabled"}, "reasoning_effort": effort}
             return {"thinking": {"type": "enabled"}}
-        return {"reasoning_effort": "high" if effort == "max" else effort}
+        return {}
 
     def _parse(self, payload: dict, state: dict) -> Iterator[dict]:
         """providers.md §5.6 (a whole ``chat.completion`` object is read the same way, §3.7 rule 8)."""
@@ -1496,6 +2015,9 @@ class OpenAICompatibleProvider(_HttpProvider):
         choice = choices[0]
         delta = choice.get("delta") or choice.get("message") or {}
         event: dict = {"type": "delta"}
+        if isinstance(delta.get("refusal"), str) and delta["refusal"]:
+            # openai-python chat_completion_chunk.py ChoiceDelta.refusal: the model declined (issue 7).
+            state["refusal"] = state.get("refusal", "") + delta["refusal"]
         if isinstance(delta.get("content"), str) and delta["content"]:
             event["content"] = delta["content"]
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
@@ -1517,6 +2039,12 @@ class OpenAICompatibleProvider(_HttpProvider):
         if vendor in _OPENAI_FINISH:
             yield {"type": "finish", "finish_reason": _OPENAI_FINISH[vendor], "vendor_finish_reason": vendor}
 
+    def _refusal(self, state: dict, accumulator: _Accumulator) -> ProviderError | None:
+        if not state.get("refusal"):
+            return None
+        return ProviderError(self._scrub(f"{self.name}: the model refused: {state['refusal'][:300]}"),
+                             provider=self.name, kind="content", code="refusal")
+
     def _classify(self, status: int | None, text: str, data: Any) -> tuple[str, str | None, int | None]:
         error = data.get("error") if isinstance(data, dict) else None
         code = None
@@ -1525,10 +2053,16 @@ class OpenAICompatibleProvider(_HttpProvider):
                 if isinstance(error.get(key), str):
                     code = error[key]
                     break
+            # OpenRouter's moderation block: 403 with metadata.reasons / flagged_input
+            # (openrouter.ai/docs/api/errors). A flagged input is content, not a bad key.
+            metadata = error.get("metadata") if isinstance(error.get("metadata"), dict) else {}
+            if status == 403 and ("flagged_input" in metadata or "reasons" in metadata
+                                  or _FLAGGED.search(str(error.get("message") or ""))):
+                return "content", code or "moderation", None
         return classify_error(status=status, body=text), code, None
 
 
-# 8. AnthropicProvider ########################################################
+# 9. AnthropicProvider ########################################################
 
 _ANTHROPIC_BUDGETS = {"low": 2048, "medium": 8192, "high": 16384, "max": 32768}
 _ANTHROPIC_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls",
@@ -1541,12 +2075,63 @@ _ANTHROPIC_ERROR_STATUS = {"invalid_request_error": 400, "authentication_error":
                            "overloaded_error": 529}
 
 
-class AnthropicProvider(_HttpProvider):
-    """Anthropic's Messages API with streaming (providers.md §6).
+def _is_anthropic_thinking(block: Any) -> bool:
+    """A signed Anthropic thinking block kept in ``reasoning_details`` (replayed to Anthropic only)."""
+    return isinstance(block, dict) and (
+        (block.get("type") == "thinking" and isinstance(block.get("signature"), str) and bool(block["signature"]))
+        or (block.get("type") == "redacted_thinking" and isinstance(block.get("data"), str)))
 
-    The common options only. Anthropic has no native schema mode: the schema
-    rides as a second system block after the cached one. ``max_tokens`` is
-    required by the API and defaults to 8192.
+
+_NATIVE_SCHEMA_REFUSED = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+                          "minLength", "maxLength", "pattern", "minProperties", "maxProperties")
+
+
+def _anthropic_native_ok(schema: Any) -> bool:
+    """Whether Anthropic's structured outputs take ``schema`` as written.
+
+    Every object closed with ``additionalProperties: false`` and naming its
+    properties, and none of the numeric or string constraints the feature does not support
+    (platform.claude.com/docs/en/build-with-claude/structured-outputs, "JSON
+    Schema limitations"); anything else rides in the prompt.
+    """
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        if any(key in node for key in _NATIVE_SCHEMA_REFUSED):
+            return False
+        kinds = node.get("type") if isinstance(node.get("type"), list) else [node.get("type")]
+        # An object must be closed and name its properties: an open or property-less object is refused
+        # ("arbitrary JSON objects" are not supported, ax-llm/ax#459).
+        if ("object" in kinds or "properties" in node) and (node.get("additionalProperties") is not False
+                                                            or not node.get("properties")):
+            return False
+        for key in ("properties", "$defs", "definitions"):
+            if isinstance(node.get(key), dict):
+                stack.extend(node[key].values())
+        for key in ("items", "anyOf", "oneOf", "allOf"):
+            if key in node:
+                stack.append(node[key])
+    return True
+
+
+class AnthropicProvider(_HttpProvider):
+    """Anthropic's Messages API with streaming (providers.md §6, issue 7).
+
+    The common options only. ``max_tokens`` is required by the API and defaults
+    to 8192. What is sent follows the capability table: extended thinking with
+    a budget (at least 1024 and below ``max_tokens``) or adaptive thinking with
+    ``output_config.effort``, per model; only the sampling parameters the model
+    takes; the understand and speak envelopes as native structured output
+    (``output_config.format``) where the model supports it and the schema fits,
+    else as a second system block after the cached one. The signed thinking
+    blocks of a tool round come back in ``reasoning_details`` and are replayed
+    before its ``tool_use`` in the next round. A ``stop_reason`` of
+    ``"refusal"`` is a ``ProviderError(kind="content")``.
 
     >>> claude = AnthropicProvider(api_key="k", model="claude-sonnet-4-5", config={"maxTokens": 8192})
     >>> claude.name
@@ -1556,16 +2141,19 @@ class AnthropicProvider(_HttpProvider):
     DEFAULT_BASE_URL = "https://api.anthropic.com"
     API_VERSION = "2023-06-01"
     DEFAULT_MAX_TOKENS = 8192
+    MIN_THINKING_BUDGET = 1024          # thinking_config_enabled_param.py: "Must be ≥1024 and less than max_tokens"
 
     def __init__(self, *, api_key: str | None = None, model: str | None = None,
                  backup_models: list[str] | None = None,
                  base_url: str = DEFAULT_BASE_URL, config: dict | None = None,
                  retry_config: dict | None = None, headers: dict | None = None,
-                 session: requests.Session | None = None, sleep: Callable[[float], Any] = time.sleep):
+                 session: requests.Session | None = None, sleep: Callable[[float], Any] = time.sleep,
+                 model_caps: dict | None = None, understand_effort: str | None = "none"):
         super().__init__(owner="AnthropicProvider", name="anthropic", api_key=api_key, key_required=True,
                          model=model, backup_models=backup_models, base_url=base_url, config=config,
                          retry_config=retry_config, headers=headers, session=session, sleep=sleep,
-                         example_model="claude-sonnet-4-5", key_variable="ANTHROPIC_API_KEY")
+                         example_model="claude-sonnet-4-5", key_variable="ANTHROPIC_API_KEY",
+                         model_caps=model_caps, understand_effort=understand_effort)
         self.capabilities = ProviderCapabilities(supports_tools=True, supports_native_json_schema=False,
                                                  supports_streaming=True, supports_streaming_tool_calls=True,
                                                  supports_prompt_caching=True)
@@ -1575,35 +2163,86 @@ class AnthropicProvider(_HttpProvider):
         headers = {**self._base_headers(), "anthropic-version": self.API_VERSION, "x-api-key": self._api_key,
                    **self.headers}
         options = plan.options
+        caps = self._caps("anthropic", model)
         max_tokens = options.get("maxTokens") or self.DEFAULT_MAX_TOKENS
+        thinking, effort = self._thinking(caps, options, max_tokens, model)
+        turned_on = thinking["type"] != "disabled" if thinking is not None else caps.thinks_by_default
+        if turned_on and self._unsigned_tool_round(plan.messages):
+            # The API wants the signed thinking block ahead of the last tool_use when thinking is on;
+            # a round from another vendor (or an older session) has none, so this call thinks not.
+            thinking, effort, turned_on = ({"type": "disabled"} if caps.thinks_by_default else None), None, False
         body: dict = {"model": model, "max_tokens": max_tokens,
-                      "messages": self._messages([m for m in plan.messages if m["role"] != "system"]),
+                      "messages": self._messages([m for m in plan.messages if m["role"] != "system"],
+                                                 replay=turned_on),
                       "stream": True}
         system_text = "\n\n".join(m["content"] for m in plan.messages if m["role"] == "system")
         system: list[dict] = []
         if system_text:
             system.append({"type": "text", "text": system_text, "cache_control": {"type": "ephemeral"}})
+        output_config: dict = {}
         if plan.json is not None:
-            # After the cached block: a per-call schema never invalidates the stable prefix (§6.2).
-            system.append({"type": "text", "text": schema_prompt(plan.json["schema"])})
+            if caps.native_schema and _anthropic_native_ok(plan.json["schema"]):
+                output_config["format"] = {"type": "json_schema", "schema": plan.json["schema"]}
+            else:
+                # After the cached block: a per-call schema never invalidates the stable prefix (§6.2).
+                system.append({"type": "text", "text": schema_prompt(plan.json["schema"])})
         if system:
             body["system"] = system
-        _generation_config_common(options, body, {"temperature": "temperature", "topP": "top_p",
-                                                  "stopSequences": "stop_sequences"})
+        if thinking is None or thinking["type"] == "disabled":     # thinking on takes no temperature/top_p (§6.4)
+            self._sampling(options, body, {"temperature": "temperature", "topP": "top_p",
+                                           "stopSequences": "stop_sequences"}, model, caps)
+        elif options.get("stopSequences"):
+            body["stop_sequences"] = list(options["stopSequences"])
         if plan.tools:
             body["tools"] = [{"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
                              for t in plan.tools]
-        effort = options.get("effort")
-        if effort is not None and effort != "none":
-            budget = min(_ANTHROPIC_BUDGETS[effort], math.floor(max_tokens * 0.8))
-            body["thinking"] = {"type": "enabled", "budget_tokens": budget}
-            body.pop("temperature", None)        # cannot be combined with thinking (§6.4)
-            body.pop("top_p", None)
+        if thinking is not None:
+            body["thinking"] = thinking
+        if effort is not None:
+            output_config["effort"] = effort
+        if output_config:
+            body["output_config"] = output_config
         return url, headers, body
 
+    def _thinking(self, caps: ModelCaps, options: dict, max_tokens: int, model: str) -> tuple[dict | None, str | None]:
+        """(``thinking``, ``output_config.effort``) for the effort, as the model's row allows."""
+        effort = options.get("effort")
+        if effort is None:
+            return None, None
+        if effort == "none":
+            # Off is the default, except on models that think when `thinking` is omitted.
+            return ({"type": "disabled"} if caps.thinks_by_default and caps.can_disable else None), None
+        if caps.thinking == "adaptive":
+            return {"type": "adaptive"}, _level_for(caps, effort, {e: e for e in ("low", "medium", "high")})
+        if caps.thinking == "enabled":
+            if max_tokens <= self.MIN_THINKING_BUDGET:
+                self._warn_once(("budget", model), "[%s] effort %r is not sent to %s: maxTokens %d leaves no room "
+                                "for the 1024-token thinking minimum. Raise maxTokens above 1024.", self.name,
+                                effort, model, max_tokens)
+                return None, None
+            budget = max(self.MIN_THINKING_BUDGET, min(_ANTHROPIC_BUDGETS[effort], math.floor(max_tokens * 0.8)))
+            return {"type": "enabled", "budget_tokens": budget}, None
+        self._dropped_effort(options, model)
+        return None, None
+
     @staticmethod
-    def _messages(messages: list[dict]) -> list[dict]:
-        """providers.md §6.3: blocks, with consecutive same-role messages merged."""
+    def _unsigned_tool_round(messages: list[dict]) -> bool:
+        """The last assistant message calls tools, is answered after it, and has no signed thinking block."""
+        for message in reversed(messages):
+            if message["role"] == "assistant":
+                details = message.get("reasoningDetails")
+                signed = isinstance(details, list) and any(_is_anthropic_thinking(b) for b in details)
+                return bool(message["toolCalls"]) and not signed
+        return False
+
+    @staticmethod
+    def _messages(messages: list[dict], replay: bool = False) -> list[dict]:
+        """providers.md §6.3: blocks, with consecutive same-role messages merged.
+
+        With ``replay``, an assistant message's signed thinking blocks (kept in its
+        ``reasoningDetails``) open its blocks, ahead of its text and ``tool_use``
+        (issue 7 item 4; the API requires them in a tool round with thinking on).
+        """
         out: list[dict] = []
         for message in messages:
             role = message["role"]
@@ -1619,6 +2258,10 @@ class AnthropicProvider(_HttpProvider):
                 blocks.append(block)
                 role = "user"
             elif role == "assistant":
+                details = message.get("reasoningDetails")
+                if replay and isinstance(details, list) and message["toolCalls"]:
+                    blocks.extend({k: v for k, v in b.items() if k in ("type", "thinking", "signature", "data")}
+                                  for b in details if _is_anthropic_thinking(b))
                 if message["content"]:
                     blocks.append({"type": "text", "text": message["content"]})
                 for call in message["toolCalls"]:
@@ -1633,7 +2276,8 @@ class AnthropicProvider(_HttpProvider):
         return out
 
     def _new_state(self) -> dict:
-        return {"blocks": 0, "open_tool": None, "fresh": 0, "read": 0, "write": 0, "output": 0}
+        return {"blocks": 0, "open_tool": None, "fresh": 0, "read": 0, "write": 0, "output": 0,
+                "thinking": [], "open_thinking": None, "stop": None, "stop_details": None}
 
     def _parse(self, payload: dict, state: dict) -> Iterator[dict]:
         kind = payload.get("type")
@@ -1656,20 +2300,45 @@ class AnthropicProvider(_HttpProvider):
             if delta.get("type") == "text_delta" and delta.get("text"):
                 yield {"type": "delta", "content": delta["text"]}
             elif delta.get("type") == "thinking_delta" and delta.get("thinking"):
+                if state["open_thinking"] is not None:
+                    state["open_thinking"]["thinking"] += delta["thinking"]
                 yield {"type": "delta", "reasoning": delta["thinking"]}
+            elif delta.get("type") == "signature_delta" and state["open_thinking"] is not None:
+                # The signature the next tool round must send back (issue 7 item 4).
+                state["open_thinking"]["signature"] += str(delta.get("signature") or "")
             elif delta.get("type") == "input_json_delta" and state["open_tool"] is not None \
                     and delta.get("partial_json"):
                 yield {"type": "delta", "tool_calls": [{"index": state["open_tool"],
                                                         "arguments": delta["partial_json"]}]}
         elif kind == "content_block_stop":
             state["open_tool"] = None
+            yield from self._close_thinking(state)
         elif kind == "message_delta":
             self._read_usage(payload.get("usage"), state)
             stop = (payload.get("delta") or {}).get("stop_reason")
+            state["stop"] = stop
+            state["stop_details"] = (payload.get("delta") or {}).get("stop_details")
             if stop in _ANTHROPIC_FINISH:
                 yield {"type": "finish", "finish_reason": _ANTHROPIC_FINISH[stop], "vendor_finish_reason": stop}
         elif kind == "message_stop":
+            yield from self._close_thinking(state)
             yield self._usage_event(state)
+
+    @staticmethod
+    def _close_thinking(state: dict) -> Iterator[dict]:
+        """A finished thinking block joins the signed blocks the reply carries in ``reasoning_details``."""
+        block, state["open_thinking"] = state["open_thinking"], None
+        if block is not None and _is_anthropic_thinking(block):
+            state["thinking"].append(block)
+            yield {"type": "delta", "reasoning_details": [dict(b) for b in state["thinking"]]}
+
+    def _refusal(self, state: dict, accumulator: _Accumulator) -> ProviderError | None:
+        if state.get("stop") != "refusal":
+            return None
+        details = state.get("stop_details") if isinstance(state.get("stop_details"), dict) else {}
+        why = details.get("explanation") or details.get("category") or "no reason given"
+        return ProviderError(f"anthropic: the model refused ({why})", provider=self.name, kind="content",
+                             code="refusal")
 
     def _block_start(self, block: dict, index: int, state: dict) -> Iterator[dict]:
         if block.get("type") == "tool_use":
@@ -1679,17 +2348,25 @@ class AnthropicProvider(_HttpProvider):
                                                     "arguments": arguments}]}
         elif block.get("type") == "text" and block.get("text"):
             yield {"type": "delta", "content": block["text"]}
-        elif block.get("type") == "thinking" and block.get("thinking"):
-            yield {"type": "delta", "reasoning": block["thinking"]}
+        elif block.get("type") == "thinking":
+            state["open_thinking"] = {"type": "thinking", "thinking": str(block.get("thinking") or ""),
+                                      "signature": str(block.get("signature") or "")}
+            if block.get("thinking"):
+                yield {"type": "delta", "reasoning": block["thinking"]}
+        elif block.get("type") == "redacted_thinking" and isinstance(block.get("data"), str):
+            state["open_thinking"] = {"type": "redacted_thinking", "data": block["data"]}
 
     def _whole_message(self, message: dict, state: dict) -> Iterator[dict]:
         for block in message.get("content") or []:
             index = state["blocks"]
             state["blocks"] += 1
             yield from self._block_start(block, index, state)
+            yield from self._close_thinking(state)
         state["open_tool"] = None
         self._read_usage(message.get("usage"), state)
         stop = message.get("stop_reason")
+        state["stop"] = stop
+        state["stop_details"] = message.get("stop_details")
         if stop in _ANTHROPIC_FINISH:
             yield {"type": "finish", "finish_reason": _ANTHROPIC_FINISH[stop], "vendor_finish_reason": stop}
         yield self._usage_event(state)
@@ -1720,7 +2397,7 @@ class AnthropicProvider(_HttpProvider):
         return classify_error(status=status, body=text), error_type, None
 
 
-# 9. FallbackProvider #########################################################
+# 10. FallbackProvider ########################################################
 
 DEFAULT_COOLDOWN_MS: dict[str, int | None] = {
     "rate": 60_000, "quota": 3_600_000, "timeout": 30_000, "network": 30_000, "overload": 30_000,
@@ -1740,7 +2417,7 @@ class NoAvailableProviderError(ProviderError):
 class FallbackProvider:
     """An ordered pool of providers: each call goes to the first member not cooling down (providers.md §7).
 
-    >>> pool = FallbackProvider([GeminiProvider(api_key="k", model="gemini-2.5-flash"),
+    >>> pool = FallbackProvider([GeminiProvider(api_key="k", model="gemini-3.8-flash"),
     ...                          AnthropicProvider(api_key="k", model="claude-sonnet-4-5")])
     >>> pool.name
     'fallback(gemini->anthropic)'

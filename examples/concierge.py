@@ -11,7 +11,7 @@
   field extraction, the tool rounds and the session. Then it is your turn:
   type messages to the same offline stand-in.
 - With ``GEMINI_API_KEY`` set, the Concierge talks to Gemini (``FALAI_MODEL``
-  picks the model).
+  picks the model, default ``gemini-3.8-flash``).
 - With ``OPENAI_BASE_URL`` set (plus ``OPENAI_API_KEY`` when the server needs
   one, and ``FALAI_MODEL``), it talks to any OpenAI-compatible server, such as
   a local Ollama at ``http://localhost:11434/v1``.
@@ -151,7 +151,7 @@ def live_provider():
         print(f"(falai_providers could not be imported: {error}; running the offline demo)")
         return None
     if os.environ.get("GEMINI_API_KEY"):
-        return falai_providers.GeminiProvider(api_key=os.environ["GEMINI_API_KEY"], model=model or "gemini-2.5-flash")
+        return falai_providers.GeminiProvider(api_key=os.environ["GEMINI_API_KEY"], model=model or "gemini-3.8-flash")
     return falai_providers.OpenAICompatibleProvider(
         name="local", base_url=os.environ["OPENAI_BASE_URL"], api_key=os.environ.get("OPENAI_API_KEY"),
         model=model or "llama3.1")

@@ -12,12 +12,23 @@ every request and replays scripted replies, one per request, in order::
     fake.close()
 
 A request that finds the script dry gets a 500 ``{"error": "no scripted reply"}``.
+
+Strict by default (issue 7 item 10): every request is checked against the rules of
+its vendor's live API, picked by path (Gemini ``/v1beta/models/...``, chat
+completions ``.../chat/completions``, Anthropic ``/v1/messages``). A request that
+breaks one is answered with the vendor's own 400 body instead of the script, and
+listed in ``fake.rejections``; ``fake.close()`` fails the test unless the test took
+them with ``fake.take_rejections()``. ``fake.chat_dialect`` picks the chat rules:
+``"generic"`` (the default: any OpenAI-compatible server), ``"openai"``,
+``"openrouter"`` or ``"deepseek"``. ``FakeModelServer(strict=False)`` accepts anything.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import http.server
 import json
+import re
 import threading
 import time
 import urllib.parse
@@ -38,9 +49,12 @@ class RecordedRequest:
 class FakeModelServer:
     """Scripted replies: ``sse``, ``error``, ``json``, ``empty`` (providers.md §9.3)."""
 
-    def __init__(self) -> None:
+    def __init__(self, strict: bool = True) -> None:
         self.requests: list[RecordedRequest] = []
         self.replies: list[dict] = []
+        self.strict = strict
+        self.chat_dialect = "generic"
+        self.rejections: list[dict] = []     # {"path", "status", "message"} of each request refused
         self._lock = threading.Lock()
         server = self
 
@@ -57,12 +71,24 @@ class FakeModelServer:
                     body = json.loads(raw) if raw else None
                 except ValueError:
                     body = None
+                query = dict(urllib.parse.parse_qsl(url.query))
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                refusal = None
+                if server.strict:
+                    try:
+                        check_request(server, url.path, query, headers, body)
+                    except Rejected as rejected:
+                        refusal = rejected
                 with server._lock:
-                    server.requests.append(RecordedRequest(
-                        "POST", url.path, dict(urllib.parse.parse_qsl(url.query)),
-                        {k.lower(): v for k, v in self.headers.items()}, raw, body))
-                    reply = server.replies.pop(0) if server.replies else \
-                        {"status": 500, "body": '{"error": "no scripted reply"}'}
+                    server.requests.append(RecordedRequest("POST", url.path, query, headers, raw, body))
+                    if refusal is not None:
+                        server.rejections.append({"path": url.path, "status": refusal.status,
+                                                  "message": refusal.message})
+                        reply = {"status": refusal.status, "body": json.dumps(refusal.body()),
+                                 "type": "application/json"}
+                    else:
+                        reply = server.replies.pop(0) if server.replies else \
+                            {"status": 500, "body": '{"error": "no scripted reply"}'}
                 try:
                     if "frames" in reply:
                         self._stream(reply)
@@ -159,9 +185,562 @@ class FakeModelServer:
         """A 200 with no body bytes."""
         self.replies.append({"status": 200, "body": "", "type": "application/json"})
 
+    def take_rejections(self) -> list[str]:
+        """The messages of the requests refused so far (and forget them, so close() passes)."""
+        with self._lock:
+            taken, self.rejections = [r["message"] for r in self.rejections], []
+        return taken
+
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+        if self.rejections:
+            raise AssertionError("the strict fake refused request(s) the live API would refuse: "
+                                 + "; ".join(f'{r["path"]}: {r["message"]}' for r in self.rejections))
+
+
+# Strict mode: validate each request the way the live API does (issue 7 item 10) ##########
+#
+# Each rule below cites where the vendor states it (SDK sources: python-genai, openai-python,
+# anthropic-sdk-python; vendor docs; public issues quoting the live 400). A request that breaks
+# one gets the vendor's own 400 body and is listed in ``fake.rejections``; a test that does not
+# take the rejections (``take_rejections()``) fails when the fake closes. Per-model rules are
+# this file's own tables, written from the vendors' material and kept apart from the provider's
+# capability table on purpose: a test must not check the provider against itself.
+
+class Rejected(Exception):
+    """A request the live API would refuse: ``status`` and the vendor's error ``body``."""
+
+    def __init__(self, vendor: str, message: str, status: int = 400):
+        super().__init__(message)
+        self.vendor, self.message, self.status = vendor, message, status
+
+    def body(self) -> dict:
+        if self.vendor == "gemini":        # google.rpc.Status, as the Gemini API answers
+            return {"error": {"code": self.status, "message": self.message, "status": "INVALID_ARGUMENT"}}
+        if self.vendor == "anthropic":     # anthropic-sdk-python _exceptions / docs "Errors"
+            return {"type": "error", "error": {"type": "invalid_request_error", "message": self.message},
+                    "request_id": "req_fake"}
+        return {"error": {"message": self.message, "type": "invalid_request_error", "param": None,
+                          "code": None}}
+
+
+def _glob(model: str, table: dict, default: Any = None) -> Any:
+    for pattern, value in table.items():
+        if fnmatch.fnmatchcase(model, pattern):
+            return value
+    return default
+
+
+def _require(condition: bool, vendor: str, message: str) -> None:
+    if not condition:
+        raise Rejected(vendor, message)
+
+
+# Gemini ---------------------------------------------------------------------------------
+
+# python-genai models.py _GenerateContentParameters_to_mldev / types.py GenerateContentConfig.
+GEMINI_TOP = {"contents", "systemInstruction", "tools", "toolConfig", "safetySettings", "generationConfig",
+              "cachedContent", "serviceTier", "labels"}
+GEMINI_GENERATION = {"maxOutputTokens", "temperature", "topP", "topK", "stopSequences", "thinkingConfig",
+                     "responseMimeType", "responseJsonSchema", "responseSchema", "candidateCount", "seed",
+                     "presencePenalty", "frequencyPenalty", "responseModalities", "mediaResolution",
+                     "responseLogprobs", "logprobs", "speechConfig", "imageConfig"}
+GEMINI_PART = {"text", "thought", "thoughtSignature", "functionCall", "functionResponse", "inlineData",
+               "fileData", "executableCode", "codeExecutionResult", "videoMetadata"}
+# thinkingLevel per model (docs.cloud.google.com .../models/thinking; vellum-ai/vellum-assistant#32687;
+# jenslys/opencode-gemini-auth#14; can1357/oh-my-pi#10543). 3.6 Flash: the Vertex table's MINIMAL..HIGH.
+GEMINI_LEVELS = {"gemini-3.8-flash*": ("LOW", "MEDIUM", "HIGH"), "gemini-3.7-flash*": ("LOW", "MEDIUM", "HIGH"),
+                 "gemini-3.6-flash*": ("MINIMAL", "LOW", "MEDIUM", "HIGH"),
+                 "gemini-3.5-flash-lite*": ("MINIMAL", "LOW", "MEDIUM", "HIGH"),
+                 "gemini-3-flash*": ("MINIMAL", "LOW", "MEDIUM", "HIGH"),
+                 "gemini-3.1-pro*": ("LOW", "MEDIUM", "HIGH"), "gemini-3-pro*": ("LOW", "HIGH")}
+# thinkingBudget per model (ai.google.dev/gemini-api/docs/thinking): (lowest, highest, 0 allowed).
+GEMINI_BUDGETS = {"gemini-2.5-pro*": (128, 32768, False), "gemini-2.5-flash-lite*": (512, 24576, True),
+                  "gemini-2.5-flash*": (0, 24576, True)}
+GEMINI_NO_THINKING = ("gemini-2.0*", "gemini-1.*")
+GEMINI_TOOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,127}")        # types.py FunctionDeclaration.name
+
+
+def check_gemini(model: str, headers: dict, query: dict, body: Any) -> None:
+    v = "gemini"
+    if not headers.get("x-goog-api-key", "").strip():
+        raise Rejected(v, "Method doesn't allow unregistered callers (callers without established identity). "
+                          "Please use API Key or other form of API consumer identity to call this API.", 403)
+    _require(headers["x-goog-api-key"] == headers["x-goog-api-key"].strip(), v, "API key not valid. Please pass "
+             "a valid API key.")
+    _require("key" not in query, v, "the key must travel in the x-goog-api-key header, never the URL")
+    _require(query.get("alt") == "sse", v, "streamGenerateContent without alt=sse answers a JSON array")
+    _require(isinstance(body, dict), v, "Invalid JSON payload received.")
+    for key in body:
+        _require(key in GEMINI_TOP, v, f'Invalid JSON payload received. Unknown name "{key}": Cannot find field.')
+    contents = body.get("contents")
+    _require(isinstance(contents, list) and contents, v, "* GenerateContentRequest.contents: contents is not "
+             "specified")
+    previous = None
+    for i, content in enumerate(contents):
+        _require(isinstance(content, dict) and content.get("role") in ("user", "model"), v,
+                 f"Please use a valid role: user, model. (contents[{i}])")
+        parts = content.get("parts")
+        _require(isinstance(parts, list) and parts, v, f"* GenerateContentRequest.contents[{i}].parts: contents."
+                 "parts must not be empty.")
+        for j, part in enumerate(parts):
+            _require(isinstance(part, dict), v, f"Invalid JSON payload received. contents[{i}].parts[{j}]")
+            for key in part:
+                _require(key in GEMINI_PART, v, f'Invalid JSON payload received. Unknown name "{key}" at '
+                         f"'contents[{i}].parts[{j}]': Cannot find field.")
+            _require(any(k in part for k in ("text", "functionCall", "functionResponse", "inlineData",
+                                              "fileData")), v,
+                     f"* GenerateContentRequest.contents[{i}].parts[{j}].data: required oneof field 'data' must "
+                     "have one initialized field")
+            if "text" in part:
+                _require(isinstance(part["text"], str), v, f"contents[{i}].parts[{j}].text must be a string")
+        calls = [p for p in parts if "functionCall" in p]
+        responses = [p for p in parts if "functionResponse" in p]
+        if calls:
+            # ai.google.dev function calling: a call turn follows a user turn or a function-response turn.
+            _require(previous is not None and previous["role"] == "user", v, "Please ensure that function call "
+                     "turn comes immediately after a user turn or after a function response turn.")
+            for p in calls:
+                _require(isinstance(p["functionCall"].get("args", {}), dict), v, "functionCall.args must be an "
+                         "object")
+        if responses:
+            _require(content["role"] == "user", v, "functionResponse parts must be in a user turn")
+            asked = [p for p in (previous or {}).get("parts", []) if "functionCall" in p]
+            # google-gemini/gemini-cli#5443
+            _require(previous is not None and previous["role"] == "model" and len(asked) == len(responses), v,
+                     "Please ensure that the number of function response parts is equal to the number of function "
+                     "call parts of the function call turn.")
+            for p in responses:
+                _require(isinstance(p["functionResponse"].get("response"), dict), v,
+                         "functionResponse.response must be an object (types.py FunctionResponse)")
+        previous = content
+    if model.startswith("gemini-3"):
+        _gemini_signatures(contents)
+    system = body.get("systemInstruction")
+    if system is not None:
+        _require(isinstance(system, dict) and isinstance(system.get("parts"), list), v,
+                 'Invalid value at \'system_instruction\' (type.googleapis.com/google.ai.generativelanguage.v1beta.'
+                 'Content), a Content object {"parts": [{"text": ...}]} is expected')
+    tools = body.get("tools") or []
+    for tool in tools:
+        for declaration in tool.get("functionDeclarations", []):
+            _require(GEMINI_TOOL_NAME.fullmatch(str(declaration.get("name", ""))) is not None, v,
+                     f"* GenerateContentRequest.tools[0].function_declarations[0].name: Invalid function name "
+                     f"{declaration.get('name')!r}.")
+            _require(not ("parameters" in declaration and "parametersJsonSchema" in declaration), v,
+                     "parameters and parametersJsonSchema are mutually exclusive")
+            if "parameters" in declaration:
+                _gemini_openapi(declaration["parameters"])
+    config = body.get("generationConfig") or {}
+    for key in config:
+        _require(key in GEMINI_GENERATION, v, f'Invalid JSON payload received. Unknown name "{key}" at '
+                 "'generation_config': Cannot find field.")
+    _require(not ("responseSchema" in config and "responseJsonSchema" in config), v,
+             "responseSchema and responseJsonSchema cannot both be set")
+    if "responseSchema" in config:
+        _gemini_openapi(config["responseSchema"])
+    if config.get("responseMimeType") == "application/json" and tools and not model.startswith("gemini-3"):
+        raise Rejected(v, "Function calling with a response mime type: 'application/json' is unsupported")
+    thinking = config.get("thinkingConfig")
+    if thinking is not None:
+        _gemini_thinking(model, thinking)
+
+
+def _gemini_signatures(contents: list) -> None:
+    """ai.google.dev/gemini-api/docs/thought-signatures: in the current turn, the first functionCall part of
+    each model step carries its signature (or Google's documented placeholder)."""
+    start = 0
+    for i, content in enumerate(contents):
+        if content["role"] == "user" and any("text" in p for p in content["parts"]):
+            start = i + 1
+    for i, content in enumerate(contents[start:], start):
+        calls = [p for p in content["parts"] if "functionCall" in p]
+        if content["role"] == "model" and calls and not calls[0].get("thoughtSignature"):
+            raise Rejected("gemini", f"Function call is missing a thought_signature in functionCall parts. This is "
+                           f"required for tools to work correctly, and missing thought_signature may lead to "
+                           f"degraded model performance. Additional data, function call `default_api:"
+                           f"{calls[0]['functionCall'].get('name')}` , position {i + 1}.")
+
+
+def _gemini_openapi(schema: Any) -> None:
+    """The OpenAPI-subset Schema: `enum` only on STRING (diegosouzapw/OmniRoute#760, directus/directus#26763)."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        if "enum" in node and node.get("type") != "STRING":
+            raise Rejected("gemini", "* GenerateContentRequest.generation_config.response_schema.properties[0]."
+                           "value.enum: only allowed for STRING type")
+        stack.extend((node.get("properties") or {}).values())
+        if "items" in node:
+            stack.append(node["items"])
+
+
+def _gemini_thinking(model: str, thinking: Any) -> None:
+    v = "gemini"
+    _require(isinstance(thinking, dict), v, "thinkingConfig must be an object")
+    for key in thinking:
+        _require(key in ("thinkingBudget", "thinkingLevel", "includeThoughts"), v,
+                 f'Invalid JSON payload received. Unknown name "{key}" at \'generation_config.thinking_config\': '
+                 "Cannot find field.")
+    _require(not ("thinkingBudget" in thinking and "thinkingLevel" in thinking), v,
+             "You can only set only one of thinking budget and thinking level.")
+    if any(fnmatch.fnmatchcase(model, p) for p in GEMINI_NO_THINKING):
+        raise Rejected(v, "Thinking is not supported for this model.")
+    if "thinkingLevel" in thinking:
+        levels = _glob(model, GEMINI_LEVELS)
+        _require(levels is not None, v, "Thinking level is not supported for this model.")
+        _require(thinking["thinkingLevel"] in levels, v,
+                 f"Thinking level {thinking['thinkingLevel']} is not supported for this model.")
+    if "thinkingBudget" in thinking:
+        budget = _glob(model, GEMINI_BUDGETS)
+        _require(budget is not None, v, "Thinking budget is not supported for this model.")
+        low, high, off = budget
+        value = thinking["thinkingBudget"]
+        ok = isinstance(value, int) and (low <= value <= high or (off and value == 0) or value == -1)
+        _require(ok, v, f"The thinking budget {value} is invalid. Please choose a value between {low} and {high}.")
+
+
+# OpenAI chat completions -----------------------------------------------------------------
+
+# openai-python types/chat/completion_create_params.py (CompletionCreateParamsBase).
+OPENAI_TOP = {"messages", "model", "audio", "frequency_penalty", "function_call", "functions", "logit_bias",
+              "logprobs", "max_completion_tokens", "max_tokens", "metadata", "modalities", "n",
+              "parallel_tool_calls", "prediction", "presence_penalty", "prompt_cache_key", "prompt_cache_retention",
+              "reasoning_effort", "response_format", "safety_identifier", "seed", "service_tier", "stop", "store",
+              "stream", "stream_options", "temperature", "tool_choice", "tools", "top_logprobs", "top_p", "user",
+              "verbosity", "web_search_options"}
+CHAT_EXTRA = {"openrouter": {"reasoning", "provider", "transforms", "models", "route", "usage", "plugins"},
+              "deepseek": {"thinking"}, "generic": None}
+# Message fields per role (chat_completion_*_message_param.py).
+OPENAI_MESSAGE = {"system": {"role", "content", "name"}, "developer": {"role", "content", "name"},
+                  "user": {"role", "content", "name"},
+                  "assistant": {"role", "content", "name", "tool_calls", "refusal", "audio", "function_call"},
+                  "tool": {"role", "content", "tool_call_id"}}
+# reasoning_effort per model (types/shared/reasoning_effort.py; platform.openai.com reasoning guide);
+# None: not a reasoning model, the field is refused (AAswordman/Operit#1048).
+OPENAI_EFFORTS = {"gpt-5*-chat*": None, "gpt-5": ("minimal", "low", "medium", "high"),
+                  "gpt-5-*": ("minimal", "low", "medium", "high"), "gpt-5.1*": ("none", "low", "medium", "high"),
+                  "gpt-5.*": ("none", "low", "medium", "high", "xhigh"), "o*": ("low", "medium", "high"),
+                  "gpt-4*": None, "gpt-3.5*": None}
+# Models that take only the default temperature (chatboxai/chatbox#2564, johny-b/llmcomp#69).
+OPENAI_DEFAULT_SAMPLING = ("gpt-5", "gpt-5-*", "gpt-5.*", "o1*", "o3*", "o4*")
+OPENAI_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")                       # shared/function_definition.py
+
+
+def check_chat(dialect: str, headers: dict, body: Any) -> None:
+    v = "openai"
+    _require(isinstance(body, dict), v, "We could not parse the JSON body of your request.")
+    if dialect != "generic":
+        auth = headers.get("authorization", "")
+        if not auth.startswith("Bearer ") or auth != auth.strip() or not auth[7:].strip():
+            raise Rejected(v, "You didn't provide an API key. You need to provide your API key in an "
+                              "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).", 401)
+        allowed = OPENAI_TOP | (CHAT_EXTRA.get(dialect) or set())
+        for key in body:
+            # davidmigloz/langchain_dart#712, nashsu/llm_wiki#336
+            _require(key in allowed, v, f"Unrecognized request argument supplied: {key}")
+    model = str(body.get("model") or "")
+    messages = body.get("messages")
+    _require(isinstance(messages, list) and messages, v, "[] is too short - 'messages'")
+    _chat_messages(dialect, messages)
+    if "stream_options" in body:
+        _require(body.get("stream") is True, v, "The 'stream_options' parameter is only allowed when 'stream' "
+                 "is enabled.")
+    for tool in body.get("tools") or []:
+        _require(tool.get("type") == "function" and isinstance(tool.get("function"), dict), v,
+                 "Missing required parameter: 'tools[0].function'.")
+        _require(OPENAI_TOOL_NAME.fullmatch(str(tool["function"].get("name", ""))) is not None, v,
+                 "Invalid 'tools[0].function.name': string does not match pattern. Expected a string that matches "
+                 "the pattern '^[a-zA-Z0-9_-]+$'.")
+    fmt = body.get("response_format")
+    if isinstance(fmt, dict) and fmt.get("type") == "json_object":
+        text = json.dumps(messages, ensure_ascii=False).lower()
+        _require("json" in text, v, "'messages' must contain the word 'json' in some form, to use "
+                 "'response_format' of type 'json_object'.")
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        spec = fmt.get("json_schema") or {}
+        _require(isinstance(spec.get("name"), str) and re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", spec["name"]), v,
+                 "Missing required parameter: 'response_format.json_schema.name'.")
+        if spec.get("strict") is True:
+            _openai_strict(spec.get("schema"), spec["name"])
+    if dialect != "openai":
+        return
+    efforts = _glob(model, OPENAI_EFFORTS, default=())
+    if "reasoning_effort" in body:
+        if efforts is None:
+            raise Rejected(v, "Unrecognized request argument supplied: reasoning_effort")
+        if efforts:
+            _require(body["reasoning_effort"] in efforts, v,
+                     f"Unsupported value: 'reasoning_effort' does not support '{body['reasoning_effort']}' with this "
+                     f"model. Supported values are: {', '.join(repr(e) for e in efforts)}.")
+    if any(fnmatch.fnmatchcase(model, p) for p in OPENAI_DEFAULT_SAMPLING) and efforts is not None:
+        for key in ("temperature", "top_p"):
+            if key in body and body[key] != 1:
+                raise Rejected(v, f"Unsupported value: '{key}' does not support {body[key]} with this model. Only "
+                                  "the default (1) value is supported.")
+        _require("max_tokens" not in body, v, "Unsupported parameter: 'max_tokens' is not supported with this "
+                 "model. Use 'max_completion_tokens' instead.")
+
+
+def _chat_messages(dialect: str, messages: list) -> None:
+    v = "openai"
+    open_calls: list[str] = []
+    for i, message in enumerate(messages):
+        role = message.get("role") if isinstance(message, dict) else None
+        _require(role in OPENAI_MESSAGE, v, f"Invalid value: '{role}'. Supported values are: 'system', "
+                 "'assistant', 'user', 'tool', 'function', and 'developer'.")
+        if dialect == "openai":
+            for key in message:
+                _require(key in OPENAI_MESSAGE[role], v, f"Additional properties are not allowed ('{key}' was "
+                         f"unexpected) - 'messages.{i}'")
+        if role == "tool":
+            # RamiAwar/dataline#172
+            _require(message.get("tool_call_id") in open_calls, v, "Invalid parameter: messages with role 'tool' "
+                     "must be a response to a preceeding message with 'tool_calls'.")
+            open_calls.remove(message["tool_call_id"])
+            continue
+        if open_calls:
+            raise Rejected(v, "An assistant message with 'tool_calls' must be followed by tool messages responding "
+                              "to each 'tool_call_id'. The following tool_call_ids did not have response messages: "
+                              + ", ".join(open_calls))
+        if role == "assistant":
+            open_calls = [c.get("id") for c in message.get("tool_calls") or []]
+        else:
+            _require(isinstance(message.get("content"), (str, list)), v, f"Invalid type for 'messages[{i}]."
+                     "content': expected one of a string or array of objects, but got null instead.")
+    if open_calls:
+        raise Rejected(v, "An assistant message with 'tool_calls' must be followed by tool messages responding to "
+                          "each 'tool_call_id'. The following tool_call_ids did not have response messages: "
+                          + ", ".join(open_calls))
+
+
+def _openai_strict(schema: Any, name: str) -> None:
+    """platform.openai.com/docs/guides/structured-outputs, "Supported schemas": every object closed and
+    every property required."""
+    stack = [(schema, "()")]
+    while stack:
+        node, where = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        kinds = node.get("type") if isinstance(node.get("type"), list) else [node.get("type")]
+        if "object" in kinds or "properties" in node:
+            _require(node.get("additionalProperties") is False, "openai",
+                     f"Invalid schema for response_format '{name}': In context={where}, 'additionalProperties' is "
+                     "required to be supplied and to be false.")
+            properties = node.get("properties") or {}
+            missing = [k for k in properties if k not in (node.get("required") or [])]
+            _require(not missing, "openai", f"Invalid schema for response_format '{name}': In context={where}, "
+                     f"'required' is required to be supplied and to be an array including every key in properties. "
+                     f"Missing '{missing[0] if missing else ''}'.")
+            stack.extend((sub, f"{where}.properties.{k}") for k, sub in properties.items())
+        if "items" in node:
+            stack.append((node["items"], f"{where}.items"))
+        for union in ("anyOf", "oneOf"):
+            stack.extend((sub, f"{where}.{union}") for sub in node.get(union) or [])
+
+
+# Anthropic Messages -----------------------------------------------------------------------
+
+# anthropic-sdk-python types/message_create_params.py (MessageCreateParamsBase).
+ANTHROPIC_TOP = {"max_tokens", "messages", "model", "cache_control", "container", "context_management",
+                 "inference_geo", "mcp_servers", "metadata", "output_config", "service_tier", "stop_sequences",
+                 "stream", "system", "temperature", "thinking", "tool_choice", "tools", "top_k", "top_p"}
+# thinking per model: "enabled" (budget) or "adaptive" (platform.claude.com extended-thinking; the AWS
+# Bedrock adaptive-thinking page; NousResearch/hermes-agent#11137).
+ANTHROPIC_THINKING = {"claude-sonnet-5*": {"adaptive"}, "claude-opus-5*": {"adaptive"},
+                      "claude-opus-4-8*": {"adaptive"}, "claude-opus-4-7*": {"adaptive"},
+                      "claude-opus-4-6*": {"enabled", "adaptive"}, "claude-sonnet-4-6*": {"enabled", "adaptive"},
+                      "claude-3-5*": set(), "claude-3-haiku*": set(), "claude-*": {"enabled"}}
+# 400 "`temperature` is deprecated for this model." (Comfy-Org/ComfyUI#13923, dust-tt/dust#28308).
+ANTHROPIC_NO_SAMPLING = ("claude-sonnet-5*", "claude-opus-5*", "claude-opus-4-8*", "claude-opus-4-7*")
+# 400 "`temperature` and `top_p` cannot both be specified for this model." (BerriAI/litellm#15097).
+ANTHROPIC_ONE_SAMPLING = ("claude-sonnet-4-6*", "claude-opus-4-6*", "claude-sonnet-4-5*", "claude-haiku-4-5*",
+                          "claude-opus-4-5*", "claude-opus-4-1*")
+# Structured outputs (output_config.format): Claude 4.5 and later (platform.claude.com structured-outputs).
+ANTHROPIC_FORMAT = ("claude-sonnet-5*", "claude-opus-5*", "claude-opus-4-[5-8]*", "claude-sonnet-4-[56]*",
+                    "claude-haiku-4-5*")
+ANTHROPIC_NO_PREFILL = ("claude-sonnet-5*", "claude-opus-5*", "claude-opus-4-[678]*", "claude-sonnet-4-6*")
+ANTHROPIC_EFFORTS = ("low", "medium", "high", "xhigh", "max")                 # output_config_param.py
+ANTHROPIC_BLOCKS = {"user": {"text", "image", "document", "tool_result", "search_result"},
+                    "assistant": {"text", "tool_use", "thinking", "redacted_thinking", "server_tool_use"}}
+
+
+def check_anthropic(headers: dict, body: Any) -> None:
+    v = "anthropic"
+    if not headers.get("x-api-key", "").strip() or headers["x-api-key"] != headers["x-api-key"].strip():
+        raise Rejected(v, "invalid x-api-key", 401)
+    _require(headers.get("anthropic-version") == "2023-06-01", v, "anthropic-version: header is required")
+    _require(isinstance(body, dict), v, "There was an issue with your request body")
+    for key in body:
+        _require(key in ANTHROPIC_TOP, v, f"{key}: Extra inputs are not permitted")   # caozhiyuan/copilot-api#145
+    model = str(body.get("model") or "")
+    max_tokens = body.get("max_tokens")
+    _require(isinstance(max_tokens, int) and max_tokens >= 1, v, "max_tokens: Field required")
+    messages = body.get("messages")
+    _require(isinstance(messages, list) and messages, v, "messages: at least one message is required")
+    thinking = body.get("thinking")
+    thinking_on = isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
+    if thinking is not None:
+        kind = thinking.get("type") if isinstance(thinking, dict) else None
+        _require(kind in ("enabled", "adaptive", "disabled"), v, "thinking.type: Input tag does not match any "
+                 "of the expected tags: 'enabled', 'disabled', 'adaptive'")
+        if kind in ("enabled", "adaptive"):
+            accepted = _glob(model, ANTHROPIC_THINKING, default={"enabled"})
+            if kind == "enabled" and "enabled" not in accepted:
+                raise Rejected(v, '"thinking.type.enabled" is not supported for this model. Use '
+                                  '"thinking.type.adaptive" and "output_config.effort" to control thinking behavior.')
+            _require(kind in accepted, v, f"thinking.type.{kind} is not supported for this model")
+        if kind == "enabled":
+            budget = thinking.get("budget_tokens")
+            # types/thinking_config_enabled_param.py: "Must be ≥1024 and less than max_tokens"
+            _require(isinstance(budget, int) and budget >= 1024, v, "thinking.enabled.budget_tokens: Input should "
+                     "be greater than or equal to 1024")
+            _require(budget < max_tokens, v, "`max_tokens` must be greater than `thinking.budget_tokens`. Please "
+                     "consult our documentation at https://docs.claude.com/en/docs/build-with-claude/"
+                     "extended-thinking#max-tokens-and-context-window-size")
+    if thinking_on:
+        for key in ("temperature", "top_p", "top_k"):
+            _require(key not in body, v, f"`{key}` may only be set to 1 when thinking is enabled or in "
+                     "adaptive mode. Please consult our documentation at https://docs.claude.com/en/docs/"
+                     "build-with-claude/extended-thinking#feature-compatibility")
+    if any(fnmatch.fnmatchcase(model, p) for p in ANTHROPIC_NO_SAMPLING):
+        for key in ("temperature", "top_p", "top_k"):
+            _require(key not in body, v, f"`{key}` is deprecated for this model.")
+    if any(fnmatch.fnmatchcase(model, p) for p in ANTHROPIC_ONE_SAMPLING):
+        _require(not ("temperature" in body and "top_p" in body), v, "`temperature` and `top_p` cannot both be "
+                 "specified for this model. Please use only one.")
+    output = body.get("output_config")
+    if output is not None:
+        _require(isinstance(output, dict) and set(output) <= {"effort", "format"}, v,
+                 "output_config: Extra inputs are not permitted")
+        if "effort" in output:
+            _require(output["effort"] in ANTHROPIC_EFFORTS, v, "output_config.effort: Input should be 'low', "
+                     "'medium', 'high', 'xhigh' or 'max'")
+        if "format" in output:
+            fmt = output["format"]
+            _require(any(fnmatch.fnmatchcase(model, p) for p in ANTHROPIC_FORMAT), v,
+                     f"output_config.format: structured outputs are not supported for the model '{model}'.")
+            _require(isinstance(fmt, dict) and fmt.get("type") == "json_schema" and isinstance(fmt.get("schema"),
+                                                                                            dict), v,
+                     "output_config.format.type: Input tag does not match the expected tag 'json_schema'")
+            _anthropic_schema(fmt["schema"])
+    system = body.get("system")
+    if system is not None and not isinstance(system, str):
+        for block in system:
+            _require(block.get("type") == "text" and isinstance(block.get("text"), str) and block["text"], v,
+                     "system: text content blocks must be non-empty")
+    for tool in body.get("tools") or []:
+        _require(re.fullmatch(r"[a-zA-Z0-9_-]{1,128}", str(tool.get("name", ""))) is not None, v,
+                 "tools.0.custom.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'")
+        schema = tool.get("input_schema")
+        _require(isinstance(schema, dict) and schema.get("type") == "object", v,
+                 "tools.0.custom.input_schema.type: Field required")
+    _anthropic_messages(model, messages, thinking_on)
+
+
+def _anthropic_schema(schema: Any) -> None:
+    """Structured outputs: every object closed (platform.claude.com structured-outputs "JSON Schema limitations")."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        kinds = node.get("type") if isinstance(node.get("type"), list) else [node.get("type")]
+        if "object" in kinds or "properties" in node:
+            _require(node.get("additionalProperties") is False, "anthropic", "output_config.format.schema: For "
+                     "'object' type, 'additionalProperties' must be explicitly set to false")
+            # Arbitrary JSON objects are not supported (ax-llm/ax#459).
+            _require(bool(node.get("properties")), "anthropic", "output_config.format.schema: an 'object' "
+                     "must define its properties")
+        for key in ("minimum", "maximum", "minLength", "maxLength"):
+            _require(key not in node, "anthropic", f"output_config.format.schema: '{key}' is not supported")
+        stack.extend((node.get("properties") or {}).values())
+        for key in ("items",):
+            if key in node:
+                stack.append(node[key])
+        for union in ("anyOf", "oneOf", "allOf"):
+            stack.extend(node.get(union) or [])
+
+
+def _anthropic_messages(model: str, messages: list, thinking_on: bool) -> None:
+    v = "anthropic"
+    last_tool_round = None
+    for i, message in enumerate(messages):
+        role = message.get("role") if isinstance(message, dict) else None
+        _require(role in ("user", "assistant"), v, f"messages.{i}.role: Input should be 'user' or 'assistant'")
+        blocks = message.get("content")
+        if isinstance(blocks, str):
+            _require(bool(blocks), v, f"messages.{i}: text content blocks must be non-empty")
+            blocks = [{"type": "text", "text": blocks}]
+        _require(isinstance(blocks, list) and blocks, v, f"messages.{i}: all messages must have non-empty content "
+                 "except for the optional final assistant message")
+        for j, block in enumerate(blocks):
+            _require(block.get("type") in ANTHROPIC_BLOCKS[role], v, f"messages.{i}.content.{j}.type: Input tag "
+                     f"'{block.get('type')}' is not allowed in a {role} message")
+            if block["type"] == "text":
+                _require(isinstance(block.get("text"), str) and block["text"], v,
+                         f"messages.{i}.content.{j}.text: text content blocks must be non-empty")
+            if block["type"] == "thinking":
+                _require(isinstance(block.get("signature"), str) and block["signature"], v,
+                         f"messages.{i}.content.{j}.thinking.signature: Field required")
+        uses = [b.get("id") for b in blocks if b.get("type") == "tool_use"]
+        results = [b.get("tool_use_id") for b in blocks if b.get("type") == "tool_result"]
+        if results:
+            previous = messages[i - 1] if i else {}
+            asked = [b.get("id") for b in previous.get("content") or [] if isinstance(b, dict)
+                     and b.get("type") == "tool_use"]
+            stray = [r for r in results if r not in asked]
+            # anthropics/claude-code#18947
+            _require(not stray, v, f"messages.{i}.content.0: unexpected `tool_use_id` found in `tool_result` "
+                     f"blocks: {stray[0] if stray else ''}. Each `tool_result` block must have a corresponding "
+                     "`tool_use` block in the previous message.")
+            first_other = next((k for k, b in enumerate(blocks) if b.get("type") != "tool_result"), len(blocks))
+            # anthropics/anthropic-sdk-typescript#653
+            _require(all(b.get("type") != "tool_result" for b in blocks[first_other:]), v,
+                     f"messages.{i}: tool_result blocks must come first in the user message")
+            last_tool_round = i - 1
+        if uses:
+            following = messages[i + 1] if i + 1 < len(messages) else None
+            answered = [b.get("tool_use_id") for b in (following or {}).get("content") or [] if isinstance(b, dict)
+                        and b.get("type") == "tool_result"]
+            missing = [u for u in uses if u not in answered]
+            # anthropics/claude-code#8210
+            _require(not missing, v, f"messages.{i}: `tool_use` ids were found without `tool_result` blocks "
+                     f"immediately after: {missing[0] if missing else ''}. Each `tool_use` block must have a "
+                     "corresponding `tool_result` block in the next message.")
+    if thinking_on and last_tool_round is not None and _is_open_tool_round(messages, last_tool_round):
+        first = messages[last_tool_round]["content"][0]
+        # pydantic/pydantic-ai#2040, deepset-ai/haystack-core-integrations#2146
+        _require(first.get("type") in ("thinking", "redacted_thinking"), v,
+                 f"messages.{last_tool_round}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+                 f"`{first.get('type')}`. When `thinking` is enabled, a final `assistant` message must start with a "
+                 "thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We recommend "
+                 "you include thinking blocks from previous turns. To avoid this requirement, disable `thinking`. "
+                 "Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/"
+                 "extended-thinking")
+    if any(fnmatch.fnmatchcase(model, p) for p in ANTHROPIC_NO_PREFILL):
+        # platform.claude.com migration guide: prefilling the assistant turn is a 400 on Claude 4.6 and later.
+        _require(messages[-1].get("role") == "user", v, "This model does not support assistant message prefill. "
+                 "The conversation must end with a user message.")
+
+
+def _is_open_tool_round(messages: list, assistant_index: int) -> bool:
+    """The tool round at ``assistant_index`` is the last assistant message (the one the model continues)."""
+    return all(m.get("role") != "assistant" for m in messages[assistant_index + 1:])
+
+
+def check_request(server: "FakeModelServer", path: str, query: dict, headers: dict, body: Any) -> None:
+    """Route a request to its vendor's rules by path (raises ``Rejected``)."""
+    match = re.fullmatch(r"/v1beta/models/([^/:]+):streamGenerateContent", path)
+    if match:
+        check_gemini(urllib.parse.unquote(match.group(1)), headers, query, body)
+    elif path.endswith("/chat/completions"):
+        check_chat(server.chat_dialect, headers, body)
+    elif path.endswith("/v1/messages"):
+        check_anthropic(headers, body)
 
 
 # Frame builders (providers.md §9.3) ##########################################
@@ -235,3 +814,68 @@ def anthropic_tool_events(name, fragments, tool_id="toolu_1", text=None, input_t
                 "usage": {"output_tokens": output_tokens}},
                {"type": "message_stop"}]
     return [json.dumps(e) for e in events]
+
+
+# Fixtures in the vendors' own shapes (issue 7 item 10) ######################################
+
+def anthropic_refusal_events(model="claude-opus-4-7"):
+    """The SDK's recorded refusal (anthropic-sdk-python tests/lib/streaming/fixtures/refusal_response.txt):
+    an empty text block, then stop_reason "refusal" with stop_details; as raw SSE with event: lines."""
+    events = [
+        {"type": "message_start", "message": {"id": "msg_01RefusalTestMessage123456789", "type": "message",
+                                              "role": "assistant", "content": [], "model": model,
+                                              "stop_reason": None, "stop_sequence": None,
+                                              "usage": {"input_tokens": 20, "output_tokens": 1}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "refusal", "stop_sequence": None,
+                                            "stop_details": {"type": "refusal", "category": "cyber",
+                                                             "explanation": "This request was refused due to "
+                                                                            "policy."}},
+         "usage": {"output_tokens": 120, "output_tokens_details": {"thinking_tokens": 67}}},
+        {"type": "message_stop"},
+    ]
+    return [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events]
+
+
+def anthropic_thinking_tool_events(thinking, signature, name, arguments, tool_id="toolu_01"):
+    """A streamed reply with a signed thinking block (thinking_delta, then signature_delta, as the SDK's
+    streaming types describe them) and one tool_use block."""
+    events = [
+        {"type": "message_start", "message": {"usage": {"input_tokens": 30, "output_tokens": 1}}},
+        {"type": "content_block_start", "index": 0,
+         "content_block": {"type": "thinking", "thinking": "", "signature": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": thinking}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": signature}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1,
+         "content_block": {"type": "tool_use", "id": tool_id, "name": name, "input": {}}},
+        {"type": "content_block_delta", "index": 1,
+         "delta": {"type": "input_json_delta", "partial_json": json.dumps(arguments)}},
+        {"type": "content_block_stop", "index": 1},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 40}},
+        {"type": "message_stop"},
+    ]
+    return [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events]
+
+
+def openai_refusal_frames(text="I'm sorry, I can't help with that."):
+    """A streamed chat-completions refusal: delta.refusal fragments, content null (openai-python
+    chat_completion_chunk.py ChoiceDelta.refusal; the SDK's recorded refusal stream)."""
+    frames = [{"id": "chatcmpl-r", "object": "chat.completion.chunk", "model": "gpt-4o-2024-08-06",
+               "choices": [{"index": 0, "delta": {"role": "assistant", "content": None, "refusal": ""},
+                            "finish_reason": None}]}]
+    for piece in (text[:len(text) // 2], text[len(text) // 2:]):
+        frames.append({"id": "chatcmpl-r", "object": "chat.completion.chunk", "model": "gpt-4o-2024-08-06",
+                       "choices": [{"index": 0, "delta": {"refusal": piece}, "finish_reason": None}]})
+    frames.append({"id": "chatcmpl-r", "object": "chat.completion.chunk", "model": "gpt-4o-2024-08-06",
+                   "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    return [json.dumps(f) for f in frames] + ["[DONE]"]
+
+
+def gemini_bare_lines(text, error_message="Resource has been exhausted (e.g. check quota).", error_code=429):
+    """python-genai's bare-line framing (tests/client/test_async_stream.py): a bare candidate JSON line,
+    then a bare in-band error line, each ended by a single \\n, no data: prefix."""
+    candidate = {"candidates": [{"content": {"role": "model", "parts": [{"text": text}]}}]}
+    error = {"error": {"code": error_code, "message": error_message, "status": "RESOURCE_EXHAUSTED"}}
+    return json.dumps(candidate) + "\n" + json.dumps(error) + "\n"

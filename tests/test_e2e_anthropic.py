@@ -7,8 +7,8 @@ import json
 import pytest
 
 from falai import ProviderError, ScheduleEntry
-from falai_providers import AnthropicProvider, schema_prompt
-from fake_model_server import anthropic_tool_events
+from falai_providers import AnthropicProvider
+from fake_model_server import anthropic_thinking_tool_events, anthropic_tool_events
 from e2e_concierge import plain_turns
 from e2e_concierge import (CODE, M1, M2, NOW_MS, PRECO_DECL, RESERVAR_DECL, REPLY1, REPLY2, REPLY2_BESIDE,
                            SPEAK1, SPEAK2, SPEAK2_BESIDE, SPEAK_SCHEMA, SPEAK_SCHEMA_RESERVA, UNDERSTAND1,
@@ -21,7 +21,8 @@ IDENTITY = '## Identity\nYou are "Concierge". Always refer to yourself by that n
 def claude(fake, **kw):
     kw.setdefault("sleep", lambda s: None)
     kw.setdefault("retry_config", {"timeout": 3000, "retries": 1})
-    return AnthropicProvider(api_key="test-key", model="claude-test", base_url=fake.url, **kw)
+    kw.setdefault("model", "claude-sonnet-5")
+    return AnthropicProvider(api_key="test-key", base_url=fake.url, **kw)
 
 
 def text_events(text, input_tokens=5, output_tokens=3, cache_read=0, cache_write=0, n=3):
@@ -57,7 +58,7 @@ def script_turn2(fake):
 
 def test_two_turn_concierge_conversation_over_anthropic(fake):
     """The Tool page's Example on AnthropicProvider: the stable prefix as the cached system block, the envelope
-    as the second system block (providers.md §6.2), the prompt the last user text, tools only on speak rounds
+    as native structured output (issue 7), the prompt the last user text, tools only on speak rounds
     and only the step's, the round as assistant tool_use and a user tool_result followed by the prompt in the
     same user message (providers.md §2.4, §6.3); usage reconciles cache reads and writes (§6.5)."""
     agent = concierge(claude(fake))
@@ -72,8 +73,11 @@ def test_two_turn_concierge_conversation_over_anthropic(fake):
 
     understand, round0, round1 = (q.json for q in fake.requests)
     assert understand["system"][0] == {"type": "text", "text": IDENTITY, "cache_control": {"type": "ephemeral"}}
-    schema = json.loads(understand["system"][1]["text"].rsplit("\n", 1)[1])
-    assert list(schema["properties"]) == ["flows", "fields"]
+    # Claude Sonnet 5 takes the envelope as native structured output (issue 7), and thinks unless told not
+    # to, so the understand call turns thinking off (the lowest the model allows).
+    schema = understand["output_config"]["format"]["schema"]
+    assert list(schema["properties"]) == ["flows", "fields"] and len(understand["system"]) == 1
+    assert understand["thinking"] == {"type": "disabled"}
     assert understand["messages"] == [{"role": "user", "content": [
         {"type": "text", "text": understand["messages"][0]["content"][0]["text"]}]}]
     assert '"""\n' + M1 + '\n"""' in understand["messages"][0]["content"][0]["text"]
@@ -81,7 +85,8 @@ def test_two_turn_concierge_conversation_over_anthropic(fake):
 
     assert round0["tools"] == [{"name": "preco", "description": PRECO_DECL["description"],
                                 "input_schema": PRECO_DECL["parameters"]}]
-    assert round0["system"][1] == {"type": "text", "text": schema_prompt(SPEAK_SCHEMA)}
+    assert round0["output_config"] == {"format": {"type": "json_schema", "schema": SPEAK_SCHEMA}}
+    assert len(round0["system"]) == 1 and "thinking" not in round0
     prompt0 = round0["messages"][-1]["content"][-1]["text"]
     assert round1["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": M1}]},
@@ -104,7 +109,7 @@ def test_two_turn_concierge_conversation_over_anthropic(fake):
     assert understand2["messages"][:2] == history and len(understand2["messages"]) == 3
     assert round0b["tools"] == [{"name": "reservar", "description": RESERVAR_DECL["description"],
                                  "input_schema": RESERVAR_DECL["parameters"]}]
-    assert round0b["system"][1]["text"] == schema_prompt(SPEAK_SCHEMA_RESERVA)
+    assert round0b["output_config"]["format"]["schema"] == SPEAK_SCHEMA_RESERVA
     assert round1b["messages"][:4] == history + [
         {"role": "user", "content": [{"type": "text", "text": M2}]},
         {"role": "assistant", "content": [
@@ -248,3 +253,20 @@ def test_thinking_of_a_tool_round_is_never_replayed(fake):
     assert "SECRET-THOUGHT" not in fake.requests[2].raw.decode()
     assert fake.requests[2].json["messages"][1]["content"] == [
         {"type": "tool_use", "id": "call-0-0", "name": "preco", "input": {"cidade": "Curitiba"}}]
+
+
+def test_a_tool_round_with_thinking_on_replays_the_signed_block(fake):
+    """Issue 7 item 4 through turn(): with an effort set, round 1 of the speak call thinks and calls preco;
+    round 2 must open its assistant message with round 1's signed thinking block, which the engine carries
+    as the item's reasoningDetails. The strict fake answers Anthropic's 400 when it is missing (the old
+    code dropped the signature_delta, so the turn failed)."""
+    agent = concierge(claude(fake, model="claude-sonnet-4-5", config={"effort": "low", "maxTokens": 4096}))
+    fake.sse(*text_events(UNDERSTAND1))
+    fake.sse(*anthropic_thinking_tool_events("Vejo o preço.", "SIG-1", "preco", {"cidade": "Curitiba"}), raw=True)
+    fake.sse(*text_events(SPEAK1))
+    r = agent.turn(session_id="demo", message=M1, id="m1")
+    assert [m.text for m in r.messages] == [REPLY1] and r.llm_calls == 3
+    round1 = fake.requests[2].json
+    assistant = next(m for m in round1["messages"] if m["role"] == "assistant")
+    assert assistant["content"][0] == {"type": "thinking", "thinking": "Vejo o preço.", "signature": "SIG-1"}
+    assert round1["thinking"] == {"type": "enabled", "budget_tokens": 2048}

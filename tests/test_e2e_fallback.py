@@ -24,9 +24,9 @@ def servers():
 
 
 def members(g, o):
-    gemini = GeminiProvider(api_key="test-key", model="gemini-2.5-flash", base_url=g.url, sleep=lambda s: None,
+    gemini = GeminiProvider(api_key="test-key", model="gemini-3.8-flash", base_url=g.url, sleep=lambda s: None,
                             retry_config={"timeout": 3000, "retries": 0})
-    openai = OpenAICompatibleProvider(name="openrouter", api_key="test-key", model="google/gemini-2.5-flash",
+    openai = OpenAICompatibleProvider(name="openrouter", api_key="test-key", model="google/gemini-3.8-flash",
                                       base_url=o.url + "/v1", sleep=lambda s: None,
                                       retry_config={"timeout": 3000, "retries": 0})
     return gemini, openai

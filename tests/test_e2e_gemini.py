@@ -12,7 +12,7 @@ import json
 import pytest
 
 from falai import ProviderError, ScheduleEntry, Tool, falai
-from falai_providers import GeminiProvider, schema_prompt
+from falai_providers import GeminiProvider
 from fake_model_server import gemini_frame
 from e2e_concierge import plain_turns
 from e2e_concierge import (CODE, M1, PRECO_DECL, M2, NOW_MS, REPLY1, REPLY2, REPLY2_BESIDE, SPEAK1, SPEAK2,
@@ -20,13 +20,13 @@ from e2e_concierge import (CODE, M1, PRECO_DECL, M2, NOW_MS, REPLY1, REPLY2, REP
                            at_of, concierge, first_turn_history, iso_of, ms_of, pieces, real_now_iso,
                            same_result)
 
-PATH = "/v1beta/models/gemini-2.5-flash:streamGenerateContent"
+PATH = "/v1beta/models/gemini-3.8-flash:streamGenerateContent"
 IDENTITY = '## Identity\nYou are "Concierge". Always refer to yourself by that name.'
 OVERLOADED = {"error": {"code": 503, "message": "The model is overloaded. Please try again later.",
                         "status": "UNAVAILABLE"}}
 
 
-def gemini(fake, model="gemini-2.5-flash", **kw):
+def gemini(fake, model="gemini-3.8-flash", **kw):
     kw.setdefault("sleep", lambda s: None)
     kw.setdefault("retry_config", {"timeout": 3000, "retries": 1})
     return GeminiProvider(api_key="test-key", model=model, base_url=fake.url, **kw)
@@ -96,13 +96,14 @@ def test_two_turn_concierge_conversation_over_gemini(fake):
     assert '## Customer\'s latest message\n"""\n' + M1 + '\n"""' in text_of(understand["contents"][-1])
     assert "tools" not in understand                     # model-calls.md §3.2: tools never reach understand
 
-    # Speak round 0 (model-calls.md §6.1-§6.2): only the step's tool; gemini-2.x carries the schema in the
-    # system instruction when tools ride along (providers.md §4.5), after the stable text.
+    # Speak round 0 (model-calls.md §6.1-§6.2): only the step's tool; Gemini 3.x takes JSON mode beside
+    # tools (providers.md §4.5, the capability table), so the envelope is enforced, not in the prompt.
     assert round0["tools"] == [{"functionDeclarations": [
         {"name": "preco", "description": PRECO_DECL["description"],
          "parametersJsonSchema": PRECO_DECL["parameters"]}]}]
-    assert system_of(round0) == IDENTITY + "\n\n" + schema_prompt(SPEAK_SCHEMA)
-    assert "responseMimeType" not in round0["generationConfig"]
+    assert system_of(round0) == IDENTITY
+    assert round0["generationConfig"]["responseMimeType"] == "application/json"
+    assert round0["generationConfig"]["responseJsonSchema"] == SPEAK_SCHEMA
     prompt0 = text_of(round0["contents"][-1])
     assert prompt0.startswith("## Flow\nHospedagem") and prompt0.rstrip().split("\n\n")[-1].startswith("## Tools")
     assert f'## Customer\'s latest message\n"{M1}"' in prompt0
@@ -141,7 +142,8 @@ def test_two_turn_concierge_conversation_over_gemini(fake):
     assert list(understand2["generationConfig"]["responseJsonSchema"]["properties"]["fields"]["properties"]) == [
         "reserva"]
     assert [d["name"] for d in round0b["tools"][0]["functionDeclarations"]] == ["reservar"]
-    assert system_of(round0b) == IDENTITY + "\n\n" + schema_prompt(SPEAK_SCHEMA_RESERVA)
+    assert system_of(round0b) == IDENTITY
+    assert round0b["generationConfig"]["responseJsonSchema"] == SPEAK_SCHEMA_RESERVA
     assert round0b["contents"][:2] == history and len(round0b["contents"]) == 3
     # Round 1: the customer's message is inserted before the model's call (model-calls.md §6.7 rule 1:
     # the history ended with an assistant item); text written beside the call is the model part's text.
@@ -530,8 +532,8 @@ def test_a_stream_that_fails_after_deltas_defers_and_keeps_the_deltas(fake):
 # More of the stack ###############################################################
 
 def test_a_field_the_speak_envelope_reports_is_written_and_the_flow_moves_on(fake):
-    """model-calls.md §5.4-§5.6, §4: the collecting step's envelope carries its pending field (here in the
-    schema prompt, since the step offers every agent tool: model-calls.md §6.1); a value the model reports
+    """model-calls.md §5.4-§5.6, §4: the collecting step's envelope carries its pending field (enforced beside
+    the tools the step offers: model-calls.md §6.1, providers.md §4.5); a value the model reports
     is written at settle and the run moves to the next talk step, which waits for the next message."""
     agent = concierge(gemini(fake))
     fake.sse(gemini_frame(text=json.dumps({"flows": {"hospedagem": 92}, "fields": {"cidade": None, "reserva": None}}),
@@ -544,7 +546,7 @@ def test_a_field_the_speak_envelope_reports_is_written_and_the_flow_moves_on(fak
     assert [(run.step_id, run.status) for run in r.session.runs] == [("oferta", "asking")]
     speak = fake.requests[1].json
     assert [d["name"] for d in speak["tools"][0]["functionDeclarations"]] == ["preco", "reservar"]
-    sent_schema = json.loads(system_of(speak).rsplit("\n", 1)[1])
+    sent_schema = speak["generationConfig"]["responseJsonSchema"]
     assert sent_schema == {"type": "object", "properties": {"message": {"type": ["string", "null"]},
                                                             "cidade": {"type": ["string", "null"]}},
                            "required": ["message", "cidade"], "additionalProperties": False}
@@ -793,3 +795,21 @@ def test_a_stalled_speak_call_times_out_and_defers(fake):
     r = agent.turn(session_id="demo", message=M1, id="m1")
     assert (r.outcomes[-1].status, r.outcomes[-1].code) == ("deferred", "provider-unavailable")
     assert r.schedule[0].key == retry_key(NOW_MS + 60_000) and len(fake.requests) == 3
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_reply_nested_past_the_recursion_limit_never_escapes_turn(fake, streaming):
+    """Issue 7 item 9: a speak reply whose JSON nests deeper than Python's recursion limit escaped as
+    RecursionError; it is now an unreadable envelope, so the round is a provider failure the turn defers
+    (and a speak reply from a payload that deep is a ProviderError before that)."""
+    agent = concierge(gemini(fake))
+    understood(fake)
+    deep = '{"message": ' + "[" * 5000 + "]" * 5000 + "}"
+    for _ in range(2):
+        fake.sse(gemini_frame(text=deep, finish="STOP"))
+    if streaming:
+        chunks = list(agent.turn_stream(session_id="demo", message=M1, id="m1"))
+        r = chunks[-1].result
+    else:
+        r = agent.turn(session_id="demo", message=M1, id="m1")
+    assert r.messages == [] and r.outcomes[-1].code == "provider-unavailable"

@@ -8,7 +8,7 @@ import pytest
 
 from falai import ProviderError, ScheduleEntry
 from falai_providers import OpenAICompatibleProvider, is_strict_schema, schema_prompt
-from fake_model_server import openai_frame
+from fake_model_server import openai_frame, openai_refusal_frames
 from e2e_concierge import plain_turns
 from e2e_concierge import (CODE, M1, M2, NOW_MS, PRECO_DECL, RESERVAR_DECL, REPLY1, REPLY2, REPLY2_BESIDE,
                            SPEAK1, SPEAK2, SPEAK2_BESIDE, SPEAK_SCHEMA, SPEAK_SCHEMA_RESERVA, UNDERSTAND1,
@@ -20,7 +20,7 @@ IDENTITY = '## Identity\nYou are "Concierge". Always refer to yourself by that n
 
 def openai(fake, **kw):
     kw.setdefault("api_key", "test-key")
-    kw.setdefault("model", "gpt-test")
+    kw.setdefault("model", "gpt-4.1-mini")
     kw.setdefault("sleep", lambda s: None)
     kw.setdefault("retry_config", {"timeout": 3000, "retries": 1})
     return OpenAICompatibleProvider(base_url=fake.url + "/v1", **kw)
@@ -227,6 +227,17 @@ def test_an_insufficient_quota_429_ends_the_run_provider_quota(fake):
     r = agent.turn(session_id="demo", message=M1, id="m1")
     assert (r.outcomes[-1].status, r.outcomes[-1].code) == ("failed", "provider-quota")
     assert r.schedule == [] and r.ended[0].reason == "failed" and len(fake.requests) == 2
+
+
+def test_a_speak_refusal_is_not_retried_and_ends_provider_invalid(fake):
+    """Issue 7 item 5 through turn(): a refusal (delta.refusal) is kind content after one request; the
+    engine gives it outcome provider-invalid (model-calls.md §10.2), not the retry ladder of an overload."""
+    agent = concierge(openai(fake, backup_models=["gpt-4.1-nano"]))
+    text_reply(fake, UNDERSTAND1)
+    fake.sse(*openai_refusal_frames())
+    r = agent.turn(session_id="demo", message=M1, id="m1")
+    assert r.messages == [] and r.outcomes[-1].code == "provider-invalid"
+    assert len(fake.requests) == 2 and r.schedule == []
 
 
 def test_a_blank_envelope_defers_as_provider_unavailable(fake):

@@ -5,7 +5,7 @@ never reaches the internet even when a key happens to be set; `-m live` selects 
 when its key is set, skipped with the reason otherwise. The `live` mark also lets these tests past the
 loopback-only socket guard of conftest.py.
 
-    GEMINI_API_KEY=...    [FALAI_GEMINI_MODEL=gemini-2.5-flash]     python -m pytest -m live
+    GEMINI_API_KEY=...    [FALAI_GEMINI_MODEL=gemini-3.8-flash]     python -m pytest -m live
     OPENAI_API_KEY=...    [OPENAI_BASE_URL=...] [FALAI_MODEL=...]   python -m pytest -m live
     ANTHROPIC_API_KEY=... [FALAI_ANTHROPIC_MODEL=claude-haiku-4-5]  python -m pytest -m live
 """
@@ -33,8 +33,8 @@ def need(variable):
 
 def gemini():
     return GeminiProvider(api_key=need("GEMINI_API_KEY"),
-                          model=os.environ.get("FALAI_GEMINI_MODEL", "gemini-2.5-flash"),
-                          config={"maxTokens": 512, "effort": "none"})
+                          model=os.environ.get("FALAI_GEMINI_MODEL", "gemini-3.8-flash"),
+                          backup_models=["gemini-3.5-flash-lite"], config={"maxTokens": 512, "effort": "none"})
 
 
 def openai():
@@ -52,8 +52,14 @@ def anthropic():
 
 @pytest.mark.parametrize("build", [gemini, openai, anthropic], ids=["gemini", "openai", "anthropic"])
 def test_live_structured_reply_and_tool_round(build):
-    """providers.md §1.6: a real vendor answers the speak envelope, streams it, and calls a tool."""
+    """providers.md §1.6: a real vendor answers the speak envelope, streams it, and calls a tool; then an
+    understand call with the default thinking (issue 7: the lowest level the model accepts) is accepted."""
     provider = build()
+    understand = provider.generate(GenerateRequest(
+        system="Classifique a mensagem.", prompt="Quero reservar um quarto.", history=[],
+        schema={"type": "object", "properties": {"reservar": {"type": "boolean"}}, "required": ["reservar"],
+                "additionalProperties": False}, schema_name="understand"))
+    assert isinstance(understand.structured, dict)
     stream = list(provider.generate_stream(GenerateRequest(
         system="Você é Ana, atendente de uma pousada. Responda em uma frase curta.",
         prompt="Diga olá ao cliente.", history=[], schema=SPEAK, schema_name="speak")))

@@ -290,8 +290,8 @@ def test_over_http_a_gemini_throttle_falls_through_to_openrouter():
         two.sse(openai_frame(content="oi"), openai_frame(finish="stop"))
         clock = Clock()
         pool = FallbackProvider([
-            GeminiProvider(api_key="g-key", model="gemini-2.5-flash", base_url=one.url, sleep=lambda s: None),
-            OpenAICompatibleProvider(name="openrouter", api_key="o-key", model="google/gemini-2.5-flash",
+            GeminiProvider(api_key="g-key", model="gemini-3.8-flash", base_url=one.url, sleep=lambda s: None),
+            OpenAICompatibleProvider(name="openrouter", api_key="o-key", model="google/gemini-3.8-flash",
                                      base_url=two.url, sleep=lambda s: None)], now=clock)
         out = pool.generate(req())
         assert out.message == "oi" and out.metadata["provider"] == "openrouter"
@@ -309,7 +309,7 @@ def test_over_http_a_cancelled_call_never_falls_through():
         one.sse(*[gemini_frame(text="x") for _ in range(20)], delay=0.05)
         cancel = threading.Event()
         backup = Stub("b", "never")
-        pool = FallbackProvider([GeminiProvider(api_key="k", model="gemini-2.5-flash", base_url=one.url), backup])
+        pool = FallbackProvider([GeminiProvider(api_key="k", model="gemini-3.8-flash", base_url=one.url), backup])
         threading.Timer(0.1, cancel.set).start()
         with pytest.raises(ProviderError) as caught:
             pool.generate(GenerateRequest(system=None, prompt="p", history=[], cancel=cancel))

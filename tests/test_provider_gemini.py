@@ -14,7 +14,7 @@ PRECO = {"name": "preco", "description": "Preço da diária em uma cidade.",
 OVERLOADED = {"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}}
 
 
-def gemini(fake, model="models/gemini-2.5-flash", **kw):
+def gemini(fake, model="models/gemini-3.8-flash", **kw):
     kw.setdefault("sleep", lambda s: None)
     kw.setdefault("retry_config", {"timeout": 3000, "retries": 1})
     return GeminiProvider(api_key="test-key", model=model, base_url=fake.url, **kw)
@@ -42,7 +42,7 @@ def test_text_reply_wire_and_usage(fake):
                                     schema=SPEAK, schema_name="speak"))
     sent = fake.requests[0]
     assert sent.method == "POST"
-    assert sent.path == "/v1beta/models/gemini-2.5-flash:streamGenerateContent"
+    assert sent.path == "/v1beta/models/gemini-3.8-flash:streamGenerateContent"
     assert sent.query == {"alt": "sse"}
     assert sent.headers["x-goog-api-key"] == "test-key"
     assert sent.headers["content-type"] == "application/json"
@@ -54,7 +54,7 @@ def test_text_reply_wire_and_usage(fake):
     assert "tools" not in sent.json and "toolConfig" not in sent.json and "safetySettings" not in sent.json
     assert out.structured == {"message": "Olá!"} and out.message == '{"message":"Olá!"}'
     assert (out.usage.prompt_tokens, out.usage.completion_tokens, out.usage.cached_input_tokens) == (812, 9, 512)
-    assert out.metadata == {"provider": "gemini", "model": "gemini-2.5-flash", "finishReason": "stop",
+    assert out.metadata == {"provider": "gemini", "model": "gemini-3.8-flash", "finishReason": "stop",
                             "vendorFinishReason": "STOP", "tokensUsed": 821}
 
 
@@ -247,18 +247,78 @@ def test_generation_config_from_config_and_per_call_max_tokens(fake):
     ("gemini-3-flash-preview", "medium", {"thinkingLevel": "MEDIUM"}),
     ("gemini-3-flash-preview", "high", {"thinkingLevel": "HIGH"}),
     ("gemini-3-flash-preview", "max", {"thinkingLevel": "HIGH"}),
+    # issue 7: 3.7+ Flash and the 3.x Pro models refuse MINIMAL; "none" is their lowest level.
+    ("gemini-3.8-flash", "none", {"thinkingLevel": "LOW"}),
+    ("gemini-3.7-flash", "none", {"thinkingLevel": "LOW"}),
+    ("gemini-3.6-flash", "none", {"thinkingLevel": "LOW"}),
+    ("gemini-3.1-pro-preview", "none", {"thinkingLevel": "LOW"}),
+    ("gemini-3.5-flash-lite", "none", {"thinkingLevel": "MINIMAL"}),
+    ("gemini-3-pro-preview", "medium", {"thinkingLevel": "HIGH"}),     # 3 Pro takes LOW and HIGH only
+    ("gemini-3.8-flash", "max", {"thinkingLevel": "HIGH"}),
     ("gemini-2.5-flash", "none", {"thinkingBudget": 0}),
     ("gemini-2.5-pro", "none", {"thinkingBudget": 128}),
+    ("gemini-2.5-flash-lite", "none", {"thinkingBudget": 0}),
     ("gemini-2.5-flash", "low", {"thinkingBudget": 1024}),
     ("gemini-2.5-flash", "medium", {"thinkingBudget": 8192}),
     ("gemini-2.5-flash", "high", {"thinkingBudget": 24576}),
     ("gemini-2.5-pro", "max", {"thinkingBudget": 24576}),
 ])
 def test_thinking_config_for_each_effort(fake, model, effort, expected):
-    """providers.md §4.6: thinkingLevel on Gemini 3+, thinkingBudget on 2.x; never both."""
+    """providers.md §4.6 and the capability table (issue 7): thinkingLevel on Gemini 3.x, one the model
+    accepts; thinkingBudget on 2.x, within the model's range; never both. The strict fake refuses a level or
+    budget the model does not take, as the live API does."""
     ok(fake)
     gemini(fake, model=model).generate(req(effort=effort))
     assert fake.requests[0].json["generationConfig"]["thinkingConfig"] == expected
+
+
+@pytest.mark.parametrize("model", ["gemini-3.8-flash", "gemini-3.7-flash", "gemini-3.1-pro-preview"])
+def test_the_default_understand_call_is_accepted_by_current_models(fake, model):
+    """Issue 7 (the worst one): the understand call sent thinkingLevel MINIMAL by default, which 3.7+ Flash
+    and 3.x Pro answer with a 400; now it sends the lowest level the model takes and the call succeeds."""
+    ok(fake, '{"flows":{}}')
+    out = gemini(fake, model=model).generate(req(schema={"type": "object"}, schema_name="understand"))
+    assert out.structured == {"flows": {}}
+    assert fake.requests[0].json["generationConfig"]["thinkingConfig"] == {"thinkingLevel": "LOW"}
+
+
+def test_the_strict_fake_answers_minimal_on_3_8_flash_with_googles_400(fake):
+    """Issue 7 item 10: the strict fake refuses what the vendor refuses, with the vendor's own body; the
+    provider reads that 400 as kind invalid (not retried), which is why the table must get it right."""
+    provider = gemini(fake, model="gemini-3.8-flash", model_caps={"gemini-3.8-flash": {"levels": ("MINIMAL",)}})
+    with pytest.raises(ProviderError) as caught:
+        provider.generate(req(effort="none"))
+    assert fake.take_rejections() == ["Thinking level MINIMAL is not supported for this model."]
+    assert caught.value.kind == "invalid" and caught.value.status == 400 and len(fake.requests) == 1
+    assert json.loads(caught.value.body)["error"]["status"] == "INVALID_ARGUMENT"
+
+
+def test_an_unknown_gemini_model_gets_no_thinking_config_and_the_schema_in_the_prompt(fake, caplog):
+    """Issue 7 item 1: a model the capability table does not know gets the conservative choice: no
+    thinkingConfig even with an effort set, no sampling, and no JSON mode beside tools."""
+    ok(fake, '{"message":"ok"}')
+    gemini(fake, model="gemini-9-flash", config={"temperature": 0.2, "effort": "high"}).generate(
+        req(schema=SPEAK, tools=[PRECO]))
+    config = fake.requests[0].json["generationConfig"]
+    assert config == {}
+    assert fake.requests[0].json["systemInstruction"] == {"parts": [{"text": schema_prompt(SPEAK)}]}
+    assert "gemini-9-flash" in caplog.text and "model_caps" in caplog.text
+
+
+def test_model_caps_overrides_a_row(fake):
+    """Issue 7 item 1: a user can override a row through the provider's options."""
+    ok(fake)
+    gemini(fake, model="gemini-3.8-flash", model_caps={"gemini-3.8-*": {"levels": ["HIGH"]}}).generate(
+        req(effort="low"))
+    assert fake.requests[0].json["generationConfig"]["thinkingConfig"] == {"thinkingLevel": "HIGH"}
+
+
+@pytest.mark.parametrize("caps, fix", [("x", "must be a dict"), ({"g*": {"speed": 1}}, "unknown field(s) speed"),
+                                       ({"g*": {"sampling": "some"}}, '"any", "one" or "none"')])
+def test_bad_model_caps_raise_at_construction(fake, caps, fix):
+    with pytest.raises(ValueError, match="model_caps") as caught:
+        gemini(fake, model_caps=caps)
+    assert fix in str(caught.value)
 
 
 def test_no_thinking_config_without_effort(fake):
@@ -272,35 +332,38 @@ def test_config_effort_applies_and_the_call_effort_overrides_it(fake):
     """providers.md §3.1 step 2: config["effort"], then the request's effort."""
     ok(fake)
     ok(fake)
-    provider = gemini(fake, config={"effort": "none"})
+    provider = gemini(fake, model="gemini-2.5-flash", config={"effort": "none"})
     provider.generate(req(schema_name="speak"))
     provider.generate(req(schema_name="speak", effort="high"))
     assert fake.requests[0].json["generationConfig"]["thinkingConfig"] == {"thinkingBudget": 0}
     assert fake.requests[1].json["generationConfig"]["thinkingConfig"] == {"thinkingBudget": 24576}
 
 
-def test_thinking_is_off_for_the_understand_call_unless_configured(fake):
-    """Issue ("thinking off for the understand call unless configured"), inferred on top of providers.md
-    §4.6: an understand call with no effort set gets effort "none" on models known to think (2.5+);
-    a configured effort wins; understand_effort=None sends nothing; older or unversioned ids get nothing."""
-    for _ in range(5):
+def test_the_understand_call_thinks_as_little_as_the_model_allows(fake):
+    """Issue 7 item 2: an understand call with no effort set gets the lowest thinking the model accepts
+    (budget 0 on 2.5 Flash, MINIMAL on 3 Flash, LOW on 3.8 Flash); a configured effort wins;
+    understand_effort=None sends nothing; models with no thinking control, or unknown, get nothing."""
+    for _ in range(7):
         ok(fake)
-    gemini(fake).generate(req(schema_name="understand"))
+    gemini(fake, model="gemini-2.5-flash").generate(req(schema_name="understand"))
     gemini(fake, model="gemini-3-flash-preview").generate(req(schema_name="understand"))
-    gemini(fake, config={"effort": "low"}).generate(req(schema_name="understand"))
+    gemini(fake).generate(req(schema_name="understand"))
+    gemini(fake, config={"effort": "medium"}).generate(req(schema_name="understand"))
     gemini(fake, understand_effort=None).generate(req(schema_name="understand"))
     gemini(fake, model="gemini-2.0-flash").generate(req(schema_name="understand"))
+    gemini(fake, model="gemini-9-flash").generate(req(schema_name="understand"))
     configs = [r.json["generationConfig"].get("thinkingConfig") for r in fake.requests]
-    assert configs == [{"thinkingBudget": 0}, {"thinkingLevel": "MINIMAL"}, {"thinkingBudget": 1024}, None, None]
+    assert configs == [{"thinkingBudget": 0}, {"thinkingLevel": "MINIMAL"}, {"thinkingLevel": "LOW"},
+                       {"thinkingLevel": "MEDIUM"}, None, None, None]
 
 
 # Structured output (§4.5) ######################################################
 
 def test_schema_with_tools_on_gemini_3_is_enforced_and_tools_declared(fake):
-    """providers.md §4.5: Gemini 3 (or a non gemini-<digit> id) takes a schema and tools together."""
+    """providers.md §4.5, the capability table: Gemini 3.x takes a schema and tools together."""
     ok(fake, '{"message":"ok"}')
     ok(fake, '{"message":"ok"}')
-    for model in ("gemini-3-pro-preview", "learnlm-2.0-flash-experimental"):
+    for model in ("gemini-3-pro-preview", "gemini-3.8-flash"):
         gemini(fake, model=model).generate(req(system="S", schema=SPEAK, tools=[PRECO]))
     for sent in fake.requests:
         assert sent.json["generationConfig"]["responseMimeType"] == "application/json"
@@ -338,7 +401,8 @@ def test_schema_as_prompt_on_gemini_3_with_json_with_tools_prompt(fake):
 
 def test_openapi_dialect_sends_converted_response_schema_and_parameters(fake):
     """providers.md §4.5: schema_dialect="openapi" sends responseSchema / parameters, converted; a tool
-    whose converted parameters have no properties omits `parameters`."""
+    whose converted parameters have no properties omits `parameters`. Issue 7 item 7: an enum on a
+    non-string type is a 400 ("enum: only allowed for STRING type"), so its values go to the description."""
     ok(fake, '{"message":"ok"}')
     envelope = {"type": "object", "additionalProperties": False,
                 "properties": {"message": {"type": ["string", "null"]},
@@ -351,7 +415,7 @@ def test_openapi_dialect_sends_converted_response_schema_and_parameters(fake):
     assert body["generationConfig"]["responseSchema"] == {
         "type": "OBJECT", "required": ["message", "quartos"],
         "properties": {"message": {"type": "STRING", "nullable": True},
-                       "quartos": {"type": "INTEGER", "nullable": True, "enum": ["1", "2"]}}}
+                       "quartos": {"type": "INTEGER", "nullable": True, "description": "Allowed values: 1, 2."}}}
     declarations = body["tools"][0]["functionDeclarations"]
     assert declarations[0]["parameters"] == {"type": "OBJECT", "properties": {"cidade": {"type": "STRING"}},
                                              "required": ["cidade"]}
@@ -431,10 +495,10 @@ def test_backup_metadata_names_the_model_that_answered(fake):
     fake.error(503, OVERLOADED)
     fake.error(503, OVERLOADED)
     fake.sse(gemini_frame(text="ok", finish="STOP"))
-    out = gemini(fake, backup_models=["models/gemini-2.5-flash-lite"]).generate(req())
+    out = gemini(fake, backup_models=["models/gemini-3.5-flash-lite"]).generate(req())
     assert [r.path.split("/")[-1] for r in fake.requests] == \
-        ["gemini-2.5-flash:streamGenerateContent"] * 2 + ["gemini-2.5-flash-lite:streamGenerateContent"]
-    assert out.message == "ok" and out.metadata["model"] == "gemini-2.5-flash-lite"
+        ["gemini-3.8-flash:streamGenerateContent"] * 2 + ["gemini-3.5-flash-lite:streamGenerateContent"]
+    assert out.message == "ok" and out.metadata["model"] == "gemini-3.5-flash-lite"
 
 
 # Empty, blocked and in-band failures (§4.8, §4.9) ###############################
@@ -454,7 +518,7 @@ def test_a_blocked_prompt_is_kind_content_and_not_retried(fake):
     fake.sse(json.dumps({"promptFeedback": {"blockReason": "PROHIBITED_CONTENT"},
                          "usageMetadata": {"promptTokenCount": 9}}))
     with pytest.raises(ProviderError) as caught:
-        gemini(fake, backup_models=["gemini-2.5-flash-lite"]).generate(req())
+        gemini(fake, backup_models=["gemini-3.5-flash-lite"]).generate(req())
     assert caught.value.kind == "content" and str(caught.value) == "gemini: prompt blocked (PROHIBITED_CONTENT)"
     assert len(fake.requests) == 1
 
@@ -464,7 +528,8 @@ def test_a_reply_blocked_by_the_filter_is_kind_content(fake):
     fake.sse(gemini_frame(finish="SAFETY"))
     with pytest.raises(ProviderError) as caught:
         gemini(fake).generate(req())
-    assert caught.value.kind == "content" and str(caught.value) == "gemini: reply blocked (SAFETY)"
+    assert caught.value.kind == "content" and str(caught.value) == \
+        "gemini: reply blocked by the content filter (SAFETY)"
     assert len(fake.requests) == 1
 
 
@@ -504,7 +569,7 @@ def test_bad_key_fails_fast(fake):
     fake.error(400, {"error": {"code": 400, "message": "API key not valid. Please pass a valid API key.",
                                "status": "INVALID_ARGUMENT"}})
     with pytest.raises(ProviderError) as caught:
-        gemini(fake, backup_models=["gemini-2.5-flash-lite"]).generate(req())
+        gemini(fake, backup_models=["gemini-3.5-flash-lite"]).generate(req())
     assert caught.value.kind == "auth" and caught.value.status == 400 and caught.value.code == "INVALID_ARGUMENT"
     assert len(fake.requests) == 1
 
@@ -524,7 +589,7 @@ def test_final_http_errors_are_classified_and_not_retried(fake, status, body, ki
     """providers.md §4.10: the table's non-retried rows."""
     fake.error(status, body)
     with pytest.raises(ProviderError) as caught:
-        gemini(fake, backup_models=["gemini-2.5-flash-lite"]).generate(req())
+        gemini(fake, backup_models=["gemini-3.5-flash-lite"]).generate(req())
     assert caught.value.kind == kind and caught.value.status == status and len(fake.requests) == 1
 
 
@@ -533,10 +598,10 @@ def test_a_404_is_kind_model_and_walks_to_the_backup_without_retrying(fake):
     fake.error(404, {"error": {"code": 404, "message": "models/gemini-9-flash is not found for API version v1beta, "
                                "or is not supported for generateContent.", "status": "NOT_FOUND"}})
     fake.sse(gemini_frame(text="ok", finish="STOP"))
-    out = gemini(fake, model="gemini-9-flash", backup_models=["gemini-2.5-flash"]).generate(req())
+    out = gemini(fake, model="gemini-9-flash", backup_models=["gemini-3.8-flash"]).generate(req())
     assert [r.path for r in fake.requests] == ["/v1beta/models/gemini-9-flash:streamGenerateContent",
-                                               "/v1beta/models/gemini-2.5-flash:streamGenerateContent"]
-    assert out.metadata["model"] == "gemini-2.5-flash"
+                                               "/v1beta/models/gemini-3.8-flash:streamGenerateContent"]
+    assert out.metadata["model"] == "gemini-3.8-flash"
 
 
 def test_a_404_without_backup_raises_model(fake):
@@ -569,7 +634,7 @@ def test_a_429_with_only_per_day_quota_ids_is_quota_with_one_attempt(fake):
                                        {"quotaId": "GenerateRequestsPerDayPerProjectPerModel-FreeTier"},
                                        {"quotaId": "GenerateContentInputTokensPerDayPerModel"}]}]}})
     with pytest.raises(ProviderError) as caught:
-        gemini(fake, backup_models=["gemini-2.5-flash-lite"]).generate(req())
+        gemini(fake, backup_models=["gemini-3.5-flash-lite"]).generate(req())
     assert caught.value.kind == "quota" and len(fake.requests) == 1
 
 
@@ -607,9 +672,9 @@ def test_overload_retries_then_walks_to_backup(fake):
     fake.error(503, OVERLOADED)
     fake.error(503, OVERLOADED)
     fake.sse(gemini_frame(text="ok", finish="STOP"))
-    out = gemini(fake, backup_models=["gemini-2.5-flash-lite"]).generate(req())
+    out = gemini(fake, backup_models=["gemini-3.5-flash-lite"]).generate(req())
     assert [r.json is not None for r in fake.requests] == [True] * 3
-    assert out.message == "ok" and out.metadata["model"] == "gemini-2.5-flash-lite"
+    assert out.message == "ok" and out.metadata["model"] == "gemini-3.5-flash-lite"
 
 
 def test_x_should_retry_false_on_a_503_makes_one_attempt(fake):
@@ -632,7 +697,7 @@ def test_the_last_error_keeps_its_kind_after_the_whole_walk(fake):
 
 def test_capabilities_and_name():
     """providers.md §1.5 / §4.1."""
-    provider = GeminiProvider(api_key="k", model="gemini-2.5-flash")
+    provider = GeminiProvider(api_key="k", model="gemini-3.8-flash")
     assert provider.name == "gemini" and provider.base_url == "https://generativelanguage.googleapis.com"
     caps = provider.capabilities
     assert (caps.supports_tools, caps.supports_native_json_schema, caps.supports_streaming,

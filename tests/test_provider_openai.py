@@ -17,9 +17,11 @@ PRECO = {"name": "preco", "description": "Preço da diária.",
 
 def openai(fake, **kw):
     kw.setdefault("api_key", "test-key")
-    kw.setdefault("model", "gpt-test")
+    kw.setdefault("model", "gpt-4.1-mini")
     kw.setdefault("sleep", lambda s: None)
     kw.setdefault("retry_config", {"timeout": 3000, "retries": 1})
+    name = kw.get("name", "openai")
+    fake.chat_dialect = name if name in ("openai", "openrouter", "deepseek") else "generic"   # the strict rules
     return OpenAICompatibleProvider(base_url=fake.url + "/v1", **kw)
 
 
@@ -44,7 +46,7 @@ def test_path_headers_and_base_body(fake):
     assert sent.path == "/v1/chat/completions" and sent.query == {}
     assert sent.headers["authorization"] == "Bearer test-key"
     assert sent.headers["content-type"] == "application/json"
-    assert sent.json == {"model": "gpt-test", "stream": True, "stream_options": {"include_usage": True},
+    assert sent.json == {"model": "gpt-4.1-mini", "stream": True, "stream_options": {"include_usage": True},
                          "messages": [{"role": "system", "content": "SYS"}, {"role": "user", "content": "PROMPT"}]}
 
 
@@ -55,9 +57,34 @@ def test_include_usage_false_drops_stream_options(fake):
     assert "stream_options" not in fake.requests[0].json
 
 
+HISTORY = [
+    {"role": "user", "content": "oi", "name": "Ana"},
+    {"role": "assistant", "content": None, "reasoning": "pensei",
+     "reasoningDetails": [{"type": "reasoning.text", "text": "pensei"},
+                          {"type": "thinking", "thinking": "pensei", "signature": "SIG-ANTHROPIC"}],
+     "tool_calls": [{"id": "call-0-0", "name": "preco", "arguments": {"cidade": "Curitiba"}}]},
+    {"role": "tool", "tool_call_id": "call-0-0", "name": "preco", "content": "420"},
+]
+
+
+def test_reasoning_is_replayed_only_where_the_vendor_takes_it(fake):
+    """Review O7 / issue 7 item 4: OpenAI's own endpoint refuses extra message keys, so no reasoning goes
+    back to it; DeepSeek gets reasoning_content; OpenRouter gets reasoning_details; Anthropic's signed
+    thinking blocks never go to another vendor."""
+    for name in ("openai", "deepseek", "openrouter"):
+        ok(fake)
+        openai(fake, name=name).generate(req(history=HISTORY))
+    assistants = [next(m for m in r.json["messages"] if m["role"] == "assistant") for r in fake.requests]
+    assert "reasoning_content" not in assistants[0] and "reasoning_details" not in assistants[0]
+    assert assistants[1]["reasoning_content"] == "pensei"
+    assert assistants[2]["reasoning_details"] == [{"type": "reasoning.text", "text": "pensei"}]
+    assert all("SIG-ANTHROPIC" not in r.raw.decode() for r in fake.requests)
+
+
 def test_messages_map_history_in_place(fake):
     """providers.md §2.4 / §5.3: system items stay in place; assistant content is "" (not null) beside
-    tool_calls with JSON-string arguments; reasoning is replayed; tool messages carry tool_call_id."""
+    tool_calls with JSON-string arguments; reasoning is replayed (here to a gateway); tool messages carry
+    tool_call_id."""
     ok(fake)
     history = [
         {"role": "user", "content": "oi", "name": "Ana"},
@@ -67,7 +94,7 @@ def test_messages_map_history_in_place(fake):
         {"role": "tool", "tool_call_id": "call-0-0", "name": "preco", "content": {"precoNoite": 420}},
         {"role": "assistant", "content": "Custa R$ 420."},
     ]
-    openai(fake).generate(req(system="SYS", history=history))
+    openai(fake, name="gateway").generate(req(system="SYS", history=history))
     assert fake.requests[0].json["messages"] == [
         {"role": "system", "content": "SYS"},
         {"role": "user", "content": "oi"},
@@ -162,27 +189,36 @@ def test_sampling_options_are_renamed(fake):
     assert "stop" not in second and "temperature" not in second
 
 
-@pytest.mark.parametrize("dialect, effort, fields", [
-    ("openai", None, {}),
-    ("openai", "none", {"reasoning_effort": "none"}),
-    ("openai", "low", {"reasoning_effort": "low"}),
-    ("openai", "medium", {"reasoning_effort": "medium"}),
-    ("openai", "high", {"reasoning_effort": "high"}),
-    ("openai", "max", {"reasoning_effort": "high"}),
-    ("openrouter", "none", {"reasoning": {"effort": "none"}}),
-    ("openrouter", "medium", {"reasoning": {"effort": "medium"}}),
-    ("openrouter", "max", {"reasoning": {"effort": "xhigh"}}),
-    ("deepseek", "none", {"thinking": {"type": "disabled"}}),
-    ("deepseek", "low", {"thinking": {"type": "enabled"}, "reasoning_effort": "low"}),
-    ("deepseek", "medium", {"thinking": {"type": "enabled"}, "reasoning_effort": "medium"}),
-    ("deepseek", "high", {"thinking": {"type": "enabled"}}),
-    ("deepseek", "max", {"thinking": {"type": "enabled"}}),
-    ("off", "high", {}),
+@pytest.mark.parametrize("dialect, model, effort, fields", [
+    ("openai", "gpt-5.5", None, {}),
+    ("openai", "gpt-5.5", "none", {"reasoning_effort": "none"}),
+    ("openai", "gpt-5.5", "low", {"reasoning_effort": "low"}),
+    ("openai", "gpt-5.5", "medium", {"reasoning_effort": "medium"}),
+    ("openai", "gpt-5.5", "high", {"reasoning_effort": "high"}),
+    ("openai", "gpt-5.5", "max", {"reasoning_effort": "xhigh"}),
+    ("openai", "gpt-5.1", "max", {"reasoning_effort": "high"}),
+    ("openai", "gpt-5", "none", {"reasoning_effort": "minimal"}),       # gpt-5 has no "none"
+    ("openai", "gpt-5-mini", "low", {"reasoning_effort": "low"}),
+    ("openai", "o3", "none", {"reasoning_effort": "low"}),              # o-series start at low
+    ("openai", "gpt-4.1-mini", "high", {}),                             # issue 7: not a reasoning model
+    ("openai", "gpt-9", "high", {}),                                    # unknown: nothing optional
+    ("openrouter", "openai/gpt-5.5", "none", {"reasoning": {"effort": "none"}}),
+    ("openrouter", "openai/gpt-5.5", "medium", {"reasoning": {"effort": "medium"}}),
+    ("openrouter", "openai/gpt-5.5", "max", {"reasoning": {"effort": "xhigh"}}),
+    ("deepseek", "deepseek-chat", "none", {"thinking": {"type": "disabled"}}),
+    ("deepseek", "deepseek-chat", "low", {"thinking": {"type": "enabled"}, "reasoning_effort": "low"}),
+    ("deepseek", "deepseek-chat", "medium", {"thinking": {"type": "enabled"}, "reasoning_effort": "medium"}),
+    ("deepseek", "deepseek-chat", "high", {"thinking": {"type": "enabled"}}),
+    ("deepseek", "deepseek-chat", "max", {"thinking": {"type": "enabled"}}),
+    ("off", "gpt-5.5", "high", {}),
 ])
-def test_effort_fields_per_dialect(fake, dialect, effort, fields):
-    """providers.md §5.5: how effort is spelled per dialect; absent effort sends nothing."""
+def test_effort_fields_per_dialect(fake, dialect, model, effort, fields):
+    """providers.md §5.5 and the capability table (issue 7): how effort is spelled per dialect; absent
+    effort sends nothing; in the openai dialect only a level the model accepts (the strict fake refuses
+    reasoning_effort on a non-reasoning model, as OpenAI does)."""
     ok(fake)
-    openai(fake, effort_dialect=dialect).generate(req(effort=effort))
+    name = dialect if dialect in ("openrouter", "deepseek") else "openai"
+    openai(fake, name=name, model=model, effort_dialect=dialect).generate(req(effort=effort))
     body = fake.requests[0].json
     sent = {k: body[k] for k in ("reasoning_effort", "reasoning", "thinking") if k in body}
     assert sent == fields
@@ -190,9 +226,10 @@ def test_effort_fields_per_dialect(fake, dialect, effort, fields):
 
 def test_effort_dialect_follows_the_name(fake):
     """providers.md §5.1: effort_dialect defaults from name (openrouter, deepseek, else openai)."""
-    for name in ("openrouter", "deepseek", "groq"):
+    for name, model in (("openrouter", "openai/gpt-5.5"), ("deepseek", "deepseek-chat"),
+                        ("groq", "llama-3.3-70b-versatile")):
         ok(fake)
-        openai(fake, name=name).generate(req(effort="none"))
+        openai(fake, name=name, model=model).generate(req(effort="none"))
     bodies = [r.json for r in fake.requests]
     assert bodies[0]["reasoning"] == {"effort": "none"}
     assert bodies[1]["thinking"] == {"type": "disabled"}
@@ -248,7 +285,7 @@ def test_streamed_text_usage_with_cached_tokens_and_done(fake):
     last = chunks[-1]
     assert last.structured == {"message": "Olá"}
     assert (last.usage.prompt_tokens, last.usage.completion_tokens, last.usage.cached_input_tokens) == (900, 12, 768)
-    assert last.metadata == {"provider": "openai", "model": "gpt-test", "finishReason": "stop",
+    assert last.metadata == {"provider": "openai", "model": "gpt-4.1-mini", "finishReason": "stop",
                              "vendorFinishReason": "stop", "tokensUsed": 912}
 
 
@@ -370,9 +407,9 @@ def test_model_not_found_walks_to_the_backup_model(fake):
     fake.error(404, {"error": {"message": "The model `gpt-9` does not exist or you do not have access to it.",
                                "code": "model_not_found"}})
     ok(fake)
-    out = openai(fake, model="gpt-9", backup_models=["gpt-test"]).generate(req())
-    assert [r.json["model"] for r in fake.requests] == ["gpt-9", "gpt-test"]
-    assert out.metadata["model"] == "gpt-test"
+    out = openai(fake, model="gpt-9", backup_models=["gpt-4.1-mini"]).generate(req())
+    assert [r.json["model"] for r in fake.requests] == ["gpt-9", "gpt-4.1-mini"]
+    assert out.metadata["model"] == "gpt-4.1-mini"
 
 
 def test_a_rate_limit_retries_then_walks(fake):
@@ -381,6 +418,38 @@ def test_a_rate_limit_retries_then_walks(fake):
         fake.error(429, {"error": {"message": "Rate limit reached for requests", "code": "rate_limit_exceeded"}})
     ok(fake)
     sleeps = []
-    out = openai(fake, backup_models=["gpt-b"], sleep=sleeps.append).generate(req())
-    assert [r.json["model"] for r in fake.requests] == ["gpt-test", "gpt-test", "gpt-b"]
+    out = openai(fake, backup_models=["gpt-4.1-nano"], sleep=sleeps.append).generate(req())
+    assert [r.json["model"] for r in fake.requests] == ["gpt-4.1-mini", "gpt-4.1-mini", "gpt-4.1-nano"]
     assert len(sleeps) == 1 and out.message == "ok"
+
+
+def test_the_understand_call_thinks_as_little_as_the_model_allows(fake):
+    """Issue 7 item 2: with no effort set, an understand call gets the lowest reasoning_effort the model
+    accepts (gpt-5: minimal, gpt-5.x: none, o-series: low); a model that does not reason gets nothing,
+    nor does a call that is not understand."""
+    cases = [("gpt-5", "understand", "minimal"), ("gpt-5.5", "understand", "none"), ("o4-mini", "understand", "low"),
+             ("gpt-4.1-mini", "understand", None), ("gpt-5.5", "speak", None)]
+    for model, call, _ in cases:
+        ok(fake, '{"flows":{}}')
+        openai(fake, model=model).generate(req(schema={"type": "object", "additionalProperties": False},
+                                               schema_name=call))
+    assert [r.json.get("reasoning_effort") for r in fake.requests] == [effort for _, _, effort in cases]
+    # A local server's unknown model, and the OpenRouter and DeepSeek dialects, get nothing by default.
+    for name, model in (("ollama", "llama3.3"), ("openrouter", "openai/gpt-5.5"), ("deepseek", "deepseek-chat")):
+        ok(fake, '{"flows":{}}')
+        openai(fake, name=name, model=model).generate(req(schema={"type": "object", "additionalProperties": False},
+                                                          schema_name="understand"))
+    assert all(not {"reasoning_effort", "reasoning", "thinking"} & set(r.json) for r in fake.requests[5:])
+
+
+def test_sampling_is_sent_only_where_the_model_takes_it(fake, caplog):
+    """Issue 7: gpt-5.x and the o-series accept only the default temperature (400 otherwise); the value is
+    left out, with one warning naming the model and the override."""
+    ok(fake)
+    ok(fake)
+    provider = openai(fake, model="o3", config={"temperature": 0.3, "topP": 0.5})
+    provider.generate(req())
+    provider.generate(req())
+    assert all("temperature" not in r.json and "top_p" not in r.json for r in fake.requests)
+    warnings = [r.getMessage() for r in caplog.records if "temperature" in r.getMessage()]
+    assert len(warnings) == 1 and "o3" in warnings[0] and 'model_caps={"o3": {"sampling": "any"}}' in warnings[0]

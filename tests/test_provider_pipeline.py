@@ -29,15 +29,15 @@ def _opts(kw):
 
 
 def make_gemini(fake, **kw):
-    return GeminiProvider(api_key="test-key", model="gemini-2.5-flash", base_url=fake.url, **_opts(kw))
+    return GeminiProvider(api_key="test-key", model="gemini-3.8-flash", base_url=fake.url, **_opts(kw))
 
 
 def make_openai(fake, **kw):
-    return OpenAICompatibleProvider(api_key="test-key", model="gpt-test", base_url=fake.url, **_opts(kw))
+    return OpenAICompatibleProvider(api_key="test-key", model="gpt-4.1-mini", base_url=fake.url, **_opts(kw))
 
 
 def make_anthropic(fake, **kw):
-    return AnthropicProvider(api_key="test-key", model="claude-test", base_url=fake.url, **_opts(kw))
+    return AnthropicProvider(api_key="test-key", model="claude-haiku-4-5", base_url=fake.url, **_opts(kw))
 
 
 def _anthropic_text(parts):
@@ -524,8 +524,8 @@ def test_generate_stream_still_retries_failures_before_the_first_chunk(fake):
     fake.error(503, {"error": {"message": "overloaded"}})
     fake.sse(gemini_frame(usage=(1, 0, 0)))
     fake.sse(gemini_frame(text="ok", finish="STOP"))
-    chunks = list(make_gemini(fake, backup_models=["gemini-2.5-flash-lite"]).generate_stream(req()))
-    assert [c.delta for c in chunks] == ["ok", ""] and chunks[-1].metadata["model"] == "gemini-2.5-flash-lite"
+    chunks = list(make_gemini(fake, backup_models=["gemini-3.5-flash-lite"]).generate_stream(req()))
+    assert [c.delta for c in chunks] == ["ok", ""] and chunks[-1].metadata["model"] == "gemini-3.5-flash-lite"
 
 
 def test_each_failed_attempt_and_each_backup_walk_logs_one_warning(fake, caplog):
@@ -534,7 +534,7 @@ def test_each_failed_attempt_and_each_backup_walk_logs_one_warning(fake, caplog)
     fake.error(503, {"error": {"message": "overloaded"}})
     fake.sse(gemini_frame(text="ok", finish="STOP"))
     with caplog.at_level(logging.WARNING, logger="falai"):
-        make_gemini(fake, backup_models=["gemini-2.5-flash-lite"]).generate(req())
+        make_gemini(fake, backup_models=["gemini-3.5-flash-lite"]).generate(req())
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 3
     assert sum("attempt" in m for m in messages) == 2 and sum("backup model" in m for m in messages) == 1
@@ -612,13 +612,13 @@ def test_network_failure_is_kind_network_and_retried(fake):
 @pytest.mark.parametrize("build, pattern", [
     (lambda: GeminiProvider(api_key="k", model=""), r"\[GeminiProvider\] model is empty: there is no default"),
     (lambda: GeminiProvider(api_key="k"),
-     r'model is empty: there is no default. Pass one, e.g. model="gemini-2.5-flash"'),
-    (lambda: GeminiProvider(model="gemini-2.5-flash"), r"\[GeminiProvider\] api_key is empty"),
+     r'model is empty: there is no default. Pass one, e.g. model="gemini-3.8-flash"'),
+    (lambda: GeminiProvider(model="gemini-3.8-flash"), r"\[GeminiProvider\] api_key is empty"),
     (lambda: AnthropicProvider(api_key="k"), r"\[AnthropicProvider\] model is empty"),
     (lambda: OpenAICompatibleProvider(api_key="k"), r"\[OpenAICompatibleProvider\] model is empty"),
-    (lambda: GeminiProvider(api_key="", model="gemini-2.5-flash"),
+    (lambda: GeminiProvider(api_key="", model="gemini-3.8-flash"),
      r'\[GeminiProvider\] api_key is empty.*GEMINI_API_KEY'),
-    (lambda: GeminiProvider(api_key=None, model="gemini-2.5-flash"), r"api_key is empty"),
+    (lambda: GeminiProvider(api_key=None, model="gemini-3.8-flash"), r"api_key is empty"),
     (lambda: AnthropicProvider(api_key="  ", model="c"), r"\[AnthropicProvider\] api_key is empty"),
     (lambda: OpenAICompatibleProvider(model="m"), r'\[OpenAICompatibleProvider\] api_key is empty.*OPENAI_API_KEY'),
     (lambda: OpenAICompatibleProvider(name="openrouter", model="m"), r"api_key is empty"),
@@ -725,7 +725,8 @@ def test_parse_tool_args_warns_with_the_tool_name_and_field_count(caplog):
     ({"type": "object", "properties": {"a": {"type": "string"}}, "required": [], "additionalProperties": False},
      False),
     ({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}, False),
-    ({"type": "object"}, True),
+    ({"type": "object"}, False),              # issue 7: strict mode refuses an object left open
+    ({"type": "object", "additionalProperties": False}, True),
     ({"type": "array", "items": SPEAK}, True),
     ({"type": "array", "items": {"type": "object", "properties": {"a": {"type": "string"}}}}, False),
     ({"anyOf": [SPEAK, {"type": "null"}]}, True),
@@ -741,7 +742,9 @@ def test_is_strict_schema(schema, strict):
 
 def test_to_gemini_openapi_schema_conversion_rules():
     """providers.md §4.5 (openapi dialect): type arrays → nullable; additionalProperties and other
-    keywords dropped; enum values become strings, null dropped; an empty object becomes STRING."""
+    keywords dropped; enum values become strings, null dropped; an empty object becomes STRING. Issue 7
+    item 7: `enum` only on STRING (Gemini's 400 "enum: only allowed for STRING type"); on another type the
+    values go to the description."""
     schema = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "type": "object", "additionalProperties": False, "title": "Envelope",
@@ -762,7 +765,7 @@ def test_to_gemini_openapi_schema_conversion_rules():
         "properties": {
             "message": {"type": "STRING", "nullable": True, "description": "texto"},
             "porte": {"type": "STRING", "nullable": True, "enum": ["1-10", "11-50"]},
-            "quartos": {"type": "INTEGER", "minimum": 1, "enum": ["1", "2", "3"]},
+            "quartos": {"type": "INTEGER", "minimum": 1, "description": "Allowed values: 1, 2, 3."},
             "extras": {"type": "STRING"},
             "tags": {"type": "ARRAY", "nullable": True, "maxItems": 3, "items": {"type": "STRING"}},
             "alt": {"type": "NUMBER", "nullable": True, "description": "alt"},
@@ -784,7 +787,7 @@ def test_generation_is_the_falai_dataclass(fake):
 def test_the_socket_guard_stops_a_provider_that_is_not_on_a_local_url(_block_non_loopback_sockets):
     """providers.md §9.1 rule 3: a connection to a non-loopback address fails at once (an IP literal
     from TEST-NET, so not even a DNS lookup happens)."""
-    provider = GeminiProvider(api_key="k", model="gemini-2.5-flash", base_url="http://192.0.2.1",
+    provider = GeminiProvider(api_key="k", model="gemini-3.8-flash", base_url="http://192.0.2.1",
                               sleep=lambda s: None)
     with pytest.raises(ProviderError) as caught:
         provider.generate(req())
@@ -796,7 +799,7 @@ def test_the_socket_guard_stops_a_provider_that_is_not_on_a_local_url(_block_non
 def test_the_socket_guard_lets_loopback_through(fake, _block_non_loopback_sockets):
     """providers.md §9.1 rule 3: 127.0.0.1 and localhost stay reachable."""
     fake.sse(gemini_frame(text="ok", finish="STOP"))
-    provider = GeminiProvider(api_key="k", model="gemini-2.5-flash",
+    provider = GeminiProvider(api_key="k", model="gemini-3.8-flash",
                               base_url=fake.url.replace("127.0.0.1", "localhost"))
     assert provider.generate(req()).message == "ok" and _block_non_loopback_sockets == []
 
