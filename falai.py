@@ -25,6 +25,8 @@ Sections, in the order data flows through a turn: what a turn is built from
 A section opens with a banner ``# N. Name ####``; its parts with
 ``# Part (spec section) ----``. The spec lives in ``shared/spec``; comments
 cite it as "runtime.md §3.2".
+
+SPDX-License-Identifier: MIT. Copyright (c) 2026 The falai for Python authors; full text in LICENSE.
 """
 
 from __future__ import annotations

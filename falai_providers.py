@@ -22,6 +22,8 @@ Sections, in the order a call flows through them:
    9. FallbackProvider ....... §7
 
 The spec lives in ``shared/spec``; comments cite it as "providers.md §3.8".
+
+SPDX-License-Identifier: MIT. Copyright (c) 2026 The falai for Python authors; full text in LICENSE.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ This module imports ``sqlite3`` and ``falai`` only. It never imports a Postgres
 or Redis driver: the host passes the client it already has. Every store writes
 and reads the blob through falai's shared row rules (persistence.md §3.2), so a
 row written by one implementation loads in the other.
+
+SPDX-License-Identifier: MIT. Copyright (c) 2026 The falai for Python authors; full text in LICENSE.
 """
 
 from __future__ import annotations
