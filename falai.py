@@ -1115,21 +1115,39 @@ class Agent:
         for warning in check_agent(self):
             log.warning("[Agent] %s", warning)
 
-    def turn(self, **kwargs: Any) -> "TurnResult":
+    def turn(self, *, session_id: str, session: "Session | dict | None" = None,
+             message: str | None = None, id: str | None = None, at: str | None = None,
+             wake: str | None = None,
+             event: str | None = None, key: str | None = None, payload: Any = None, hop: int | None = None,
+             start: dict | None = None,
+             context: Any = None, history: list | None = None, silenced: "str | dict | None" = None,
+             anchors: dict | None = None, claims: dict | None = None) -> "TurnResult":
         """Run one turn (runtime.md §3); all arguments are keywords.
+
+        Exactly one of ``message`` (with ``id``, ``at``), ``wake``, ``event``
+        (with ``key``, ``payload``, ``hop``) or ``start`` is given (python-api.md, One turn).
 
         ``agent.turn(session_id="s1", session=saved, message="oi", id="m1")``
         """
-        stream = run_turn(self, kwargs, streaming=False)
+        stream = run_turn(self, _turn_arguments(locals()), streaming=False)
         while True:
             try:
                 next(stream)
             except StopIteration as done:
                 return done.value
 
-    def turn_stream(self, **kwargs: Any) -> Iterator[TurnStreamChunk]:
-        """Run one turn, yielding text deltas while the reply is phrased, then the result (runtime.md §16)."""
-        stream = run_turn(self, kwargs, streaming=True)
+    def turn_stream(self, *, session_id: str, session: "Session | dict | None" = None,
+                    message: str | None = None, id: str | None = None, at: str | None = None,
+                    wake: str | None = None,
+                    event: str | None = None, key: str | None = None, payload: Any = None, hop: int | None = None,
+                    start: dict | None = None,
+                    context: Any = None, history: list | None = None, silenced: "str | dict | None" = None,
+                    anchors: dict | None = None, claims: dict | None = None) -> Iterator[TurnStreamChunk]:
+        """Run one turn, yielding text deltas while the reply is phrased, then the result (runtime.md §16).
+
+        Takes the same keywords as ``turn()``.
+        """
+        stream = run_turn(self, _turn_arguments(locals()), streaming=True)
         while True:
             try:
                 delta = next(stream)
@@ -1138,13 +1156,18 @@ class Agent:
                 return
             yield TurnStreamChunk(delta=delta)
 
-    def pending_wakes(self, *, session: Any, context: Any = None, anchors: dict | None = None,
+    def pending_wakes(self, *, session: "Session | dict", context: Any = None, anchors: dict | None = None,
                       claims: dict | None = None) -> list[ScheduleEntry]:
         """The wakes a saved session is waiting on (runtime.md §14); changes nothing."""
         return pending_wakes(self, session, context, anchors, claims)
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, flows={[f.get('id') for f in self.flows if isinstance(f, dict)]!r})"
+
+
+def _turn_arguments(arguments: dict) -> dict:
+    """The keywords of a turn() or turn_stream() call, as the dict read_turn_input checks."""
+    return {name: value for name, value in arguments.items() if name != "self"}
 
 
 # validate_flow and the agent's construction checks (persistence.md §1.10-§1.11) ---------------
