@@ -56,7 +56,7 @@ __all__ = [
     "Session", "Run", "Store", "MemoryStore", "MemoryScheduler",
     # providers
     "AiProvider", "ProviderCapabilities", "GenerateRequest", "Generation", "GenerationChunk",
-    "ToolCallRequest", "ScriptedProvider", "ERROR_KINDS", "classify_error",
+    "ToolCallRequest", "ScriptedProvider", "ScriptError", "ERROR_KINDS", "classify_error",
     # JSON, validation, migration, time
     "validate_flow", "FlowValidation", "from_spec", "to_spec", "flow_spec_schema",
     "migrate_session", "history_to_events", "events_to_history", "fake_clock",
@@ -4383,6 +4383,8 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
                 generation = agent.provider.generate(request)
             reply = read_round(generation, wire)
             round_usage = add_usage(usage, generation.usage)
+        except ScriptError:
+            raise                  # a wrong test script, not a provider failure (issue 9)
         except Exception as error:
             code, retryable, reset_at_ms = classify_deferral(error)
             log.warning("speak: call %d failed (%s): %s", calls, code, error)
@@ -4606,6 +4608,8 @@ def compact_history(agent: Agent, history: list) -> tuple[list, int, TokenUsage 
         return history, 0, None
     try:
         return _compact(agent, config, list(history))
+    except ScriptError:
+        raise
     except Exception as error:  # a malformed config or item: keep the history as it is
         log.warning("compaction: skipped (%s)", error)
         return history, 0, None
@@ -4644,6 +4648,8 @@ def _compact(agent: Agent, config: dict, history: list) -> tuple[list, int, Toke
     try:
         generation = agent.provider.generate(request)
         summary = generation.message if isinstance(generation.message, str) else ""
+    except ScriptError:
+        raise
     except Exception as error:
         log.warning("compaction: the summary call failed (%s); dropping the oldest messages instead", error)
         kept = list(window)
@@ -5419,6 +5425,59 @@ def _event_history_item(event: Any) -> dict:
 
 # ScriptedProvider and MemoryScheduler (python-api.md, Providers and Modules) ------------------
 
+class ScriptError(RuntimeError):
+    """A strict ScriptedProvider's script does not fit the calls the engine made: the test is wrong.
+
+    The engine lets it through instead of treating it as a provider failure, so
+    ``turn()`` raises it and the test fails where the script went wrong.
+    """
+
+
+def schema_mismatch(schema: Any, value: Any, path: str = "reply") -> str | None:
+    """Where ``value`` does not fit a request's JSON Schema, as text; None when it fits.
+
+    Reads the keywords the engine's schemas use: ``type`` (one or a list),
+    ``enum``, ``properties``, ``additionalProperties: false``, ``items``,
+    ``anyOf``. A missing property fits: the engine reads it as null.
+    """
+    if not isinstance(schema, dict):
+        return None
+    if "anyOf" in schema:
+        options = [schema_mismatch(option, value, path) for option in schema["anyOf"]]
+        if all(options):
+            return options[0]
+    kinds = schema.get("type")
+    kinds = [kinds] if isinstance(kinds, str) else kinds
+    if isinstance(kinds, list) and not any(_json_type_is(kind, value) for kind in kinds):
+        return f"{path} is {json_literal(value) if not isinstance(value, (dict, list)) else type_name(value)}, " \
+               f"not {' or '.join(kinds)}"
+    if isinstance(schema.get("enum"), list) and not any(json_equal(value, member) for member in schema["enum"]):
+        return f"{path} is {json_literal(value)}, not one of {_listed_values(schema['enum'])}"
+    if isinstance(value, dict):
+        properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        for key, item in value.items():
+            if key in properties:
+                problem = schema_mismatch(properties[key], item, f"{path}.{key}")
+                if problem:
+                    return problem
+            elif schema.get("additionalProperties") is False:
+                expected = ", ".join(f'"{name}"' for name in properties) or "none"
+                return f'{path} has the key "{key}", which the request does not ask for (its keys: {expected})'
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            problem = schema_mismatch(schema["items"], item, f"{path}[{i}]")
+            if problem:
+                return problem
+    return None
+
+
+def _json_type_is(kind: Any, value: Any) -> bool:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return {"null": value is None, "boolean": isinstance(value, bool), "string": isinstance(value, str),
+            "integer": number and is_whole(value), "number": number and math.isfinite(value),
+            "object": isinstance(value, dict), "array": isinstance(value, list)}.get(kind, True)
+
+
 class ScriptedProvider:
     """A provider that replays scripted replies, for tests and offline demos (python-api.md, Providers).
 
@@ -5426,13 +5485,26 @@ class ScriptedProvider:
     each call takes the next entry of the queue named by its ``schema_name``.
     An entry is a dict (the structured reply), a str (raw text), a Generation,
     an exception (raised), or a callable ``f(request)`` returning one of those.
+
+    With ``strict=True`` a dict reply is checked against the schema of the
+    request it answers (types, enums, keys the request does not ask for; a
+    missing key fits, the engine reads it as null) and its ``toolCalls``
+    against the tools offered; a reply that does not fit, or a call that finds
+    its queue empty, raises ``ScriptError`` naming the call number, its kind
+    and what did not fit, and the turn raises it. A str or a Generation is
+    never checked. ``strict=False``, the default, keeps the documented contract
+    (python-api.md, Providers): every reply reaches the engine exactly as
+    written, so a test can reach the engine's own checks of a malformed reply,
+    and an empty queue raises a RuntimeError the engine handles as a failed
+    call.
     """
 
     name = "scripted"
 
-    def __init__(self, script: dict | None = None, usage: "bool | TokenUsage" = False):
+    def __init__(self, script: dict | None = None, usage: "bool | TokenUsage" = False, strict: bool = False):
         self.script = {name: list(entries) for name, entries in (script or {}).items()}
         self.usage = usage
+        self.strict = strict
         self.calls: list[GenerateRequest] = []
         self.capabilities = ProviderCapabilities()
         self._lock = threading.Lock()
@@ -5444,15 +5516,47 @@ class ScriptedProvider:
     def _next_entry(self, request: GenerateRequest) -> Any:
         with self._lock:
             self.calls.append(request)
+            number = len(self.calls)
             queue = self.script.get(request.schema_name or "")
             if not queue:
-                raise RuntimeError(f'no scripted "{request.schema_name}" reply left')
+                text = f'no scripted "{request.schema_name}" reply left'
+                if self.strict:
+                    raise ScriptError(f'ScriptedProvider call #{number} ("{request.schema_name}"): {text}. '
+                                      f'Add a "{request.schema_name}" entry to the script, or script the failure '
+                                      "itself (an exception entry).")
+                raise RuntimeError(text)
             entry = queue.pop(0)
         if callable(entry) and not isinstance(entry, type):
             entry = entry(request)
         if isinstance(entry, BaseException) or (isinstance(entry, type) and issubclass(entry, BaseException)):
             raise entry
+        if self.strict and isinstance(entry, dict):
+            problem = self._misfit(request, entry)
+            if problem:
+                raise ScriptError(f'ScriptedProvider call #{number} ("{request.schema_name}"): {problem}. '
+                                  "Fix the scripted reply, or script a malformed reply on purpose as a str "
+                                  "or with strict=False.")
         return entry
+
+    @staticmethod
+    def _misfit(request: GenerateRequest, entry: dict) -> str | None:
+        """What in a dict reply cannot answer this request, or None."""
+        reply = {key: value for key, value in entry.items() if key != "toolCalls"}
+        if request.schema is not None:
+            problem = schema_mismatch(request.schema, reply)
+            if problem:
+                return problem
+        calls = entry.get("toolCalls") or []
+        if calls:
+            offered = [tool.get("name") for tool in request.tools or [] if isinstance(tool, dict)]
+            if not offered:
+                return "the reply has toolCalls, but the request offers no tools"
+            for i, call in enumerate(calls):
+                name = call.get("toolName") if isinstance(call, dict) else None
+                if name not in offered:
+                    return (f"toolCalls[{i}] names the tool {json_literal(name)}, which the request does not "
+                            f"offer (it offers {_listed_values(offered)})")
+        return None
 
     def _generation(self, request: GenerateRequest, entry: Any) -> Generation:
         if isinstance(entry, Generation):
