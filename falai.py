@@ -3400,6 +3400,8 @@ def write_line(turn: Turn, run: Run | None, kind: str, status: str, *, code: str
         line.run_id, line.flow_id, line.step_id = run.id, run.flow_id, run.step_id
         run.outcomes = [*run.outcomes, line.to_dict()][-50:]
     turn.outcomes.append(line)
+    if log.isEnabledFor(logging.DEBUG):      # debug=True (python-api.md, The toolkit)
+        log.debug("outcome: %s", compact_json(line.to_dict()))
     return line
 
 
@@ -3418,6 +3420,7 @@ def skip(turn: Turn, flow_id: str, anchor: str, trigger_key: str, code: str) -> 
     """A start that was refused goes to TurnResult.skipped, never to outcomes (runtime.md §5)."""
     turn.skipped.append(SkippedTrigger(flow_id=flow_id, anchor=anchor, trigger_key=trigger_key,
                                        code=code, message=OUTCOME_MESSAGES[code]))
+    log.debug("skipped: flow %s at %s, trigger %s: %s", flow_id, anchor, trigger_key, code)
 
 
 # Starting a run: the start order (runtime.md §5, §6) ------------------------------------------
@@ -4057,6 +4060,20 @@ ENVELOPE_SHAPED = re.compile(r"\s*(?:```|\{)")
 SECTION_KEYS = ("flows", "mentions", "extract", "branches", "fields")
 
 
+def log_call(request: GenerateRequest, generation: Generation) -> None:
+    """debug=True: one DEBUG line per model call, what was asked and what came back (issue 9)."""
+    if not log.isEnabledFor(logging.DEBUG):
+        return
+    usage = generation.usage
+    counted = (f"{usage.prompt_tokens} in / {usage.completion_tokens} out tokens" if usage is not None
+               else "usage not reported")
+    structured = ", ".join(generation.structured) if isinstance(generation.structured, dict) else "none"
+    log.debug('model call "%s": %d history items, %d prompt chars, %d tools offered -> %d reply chars, '
+              "structured keys: %s, %d tool calls, %s", request.schema_name, len(request.history),
+              len(request.prompt), len(request.tools or []), len(generation.message or ""), structured,
+              len(generation.tool_calls), counted)
+
+
 def join_sections(*sections: str | None) -> str:
     """Drop None and blank sections, join the rest with one blank line, strip (model-calls.md §2.2)."""
     return "\n\n".join(text for text in sections if text is not None and text.strip()).strip()
@@ -4497,6 +4514,7 @@ def understand(agent: Agent, ask: UnderstandAsk) -> Judgement:
         return Judgement()
     call = _understand_call(agent, ask)
     generation = agent.provider.generate(call.request)
+    log_call(call.request, generation)
     return read_judgement(generation, call.aliases)
 
 
@@ -4826,6 +4844,7 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
                 generation = yield from _stream_round(agent.provider, request)
             else:
                 generation = agent.provider.generate(request)
+            log_call(request, generation)
             reply = read_round(generation, wire)
             round_usage = add_usage(usage, generation.usage)
         except ScriptError:
@@ -5092,6 +5111,7 @@ def _compact(agent: Agent, config: dict, history: list) -> tuple[list, int, Toke
                               schema=None, schema_name="compaction", tools=None, max_output_tokens=1024)
     try:
         generation = agent.provider.generate(request)
+        log_call(request, generation)
         summary = generation.message if isinstance(generation.message, str) else ""
     except ScriptError:
         raise
