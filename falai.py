@@ -1592,7 +1592,7 @@ def check_flow_shape(flow: Any, checks: _Checks | None = None) -> None:
     if on is not ABSENT and not isinstance(on, (list, tuple)):
         checks.run(("on",), _list_check, on, "on", where, True)
     else:
-        triggers = list(enumerate(() if on is ABSENT else on))
+        triggers = list(enumerate(_items(on)))
         for i, trigger in triggers:
             if not isinstance(trigger, dict):
                 checks.run(("on", i), _not_an_object, where, "on", i, trigger)
@@ -1779,8 +1779,8 @@ def check_flow_names(flow: dict, names: _FlowNames, checks: _Checks | None = Non
     checks = checks or _Checks()
     first = len(checks.problems)
     if not (isinstance(flow.get("id"), str) and flow["id"]):
-        if not checks.run(("id",), _flow_error, "flow", "has no id", "Give the flow a short unique id."):
-            return []
+        checks.run(("id",), _flow_error, "flow", "has no id", "Give the flow a short unique id.")
+        return []            # collecting: every other message names the flow by its id
     where = f'flow "{flow["id"]}"'
     steps = flow["steps"]
     position: dict[str, int] = {}
@@ -1924,7 +1924,7 @@ def _items(value: Any) -> list:
 
 def closest(word: Any, candidates: Iterable[str]) -> str | None:
     """The candidate a misspelt word most likely meant (difflib's ratio of 0.6 or more), or None."""
-    import difflib      # only when a check needs it: `import falai` stays quick
+    import difflib  # only when a check needs it: `import falai` stays quick
     found = difflib.get_close_matches(str(word), list(candidates), n=1, cutoff=0.6)
     return found[0] if found else None
 
@@ -2230,7 +2230,7 @@ def _agent_key_warnings(agent: Agent) -> list[str]:
     for name, action in agent.actions.items():
         for parameter, definition in action_parameters(action).items():
             found += unknown_key_warnings(definition, PARAMETER_KEYS, f'action "{name}", parameter "{parameter}"')
-    scopes = [("agent", agent.instructions)]
+    scopes: list[tuple[str, Any]] = [("agent", agent.instructions)]
     if isinstance(agent.idle, dict):
         found += unknown_key_warnings(agent.idle, IDLE_KEYS, "idle")
         scopes.append(("idle", agent.idle.get("instructions")))
@@ -2249,7 +2249,7 @@ def _agent_template_warnings(agent: Agent) -> list[str]:
         found += template_reference_warnings(_as_definition(definition).get("ask"), "ask", f'field "{slug}"', fields)
     found += template_reference_warnings(agent.persona, "persona", "agent", fields)
     found += template_reference_warnings(agent.goal, "goal", "agent", fields)
-    scopes = [("agent", agent.instructions)]
+    scopes: list[tuple[str, Any]] = [("agent", agent.instructions)]
     if isinstance(agent.idle, dict):
         found += template_reference_warnings(agent.idle.get("prompt"), "prompt", "idle", fields)
         scopes.append(("idle", agent.idle.get("instructions")))
@@ -2264,7 +2264,7 @@ def _tool_schema_check(tool: Any, parameters: dict) -> None:
     """With jsonschema installed (the optional extra), a tool's parameters must be a valid JSON Schema
     (Draft 2020-12); without it, nothing is checked beyond the object rule (issue 9)."""
     try:
-        import jsonschema     # optional, and only here: `import falai` stays stdlib-only
+        import jsonschema  # optional, and only here: `import falai` stays stdlib-only
     except ImportError:
         return
     try:
@@ -5919,7 +5919,7 @@ def schema_mismatch(schema: Any, value: Any, path: str = "reply") -> str | None:
     if isinstance(schema.get("enum"), list) and not any(json_equal(value, member) for member in schema["enum"]):
         return f"{path} is {json_literal(value)}, not one of {_listed_values(schema['enum'])}"
     if isinstance(value, dict):
-        properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        properties: dict = schema["properties"] if isinstance(schema.get("properties"), dict) else {}
         for key, item in value.items():
             if key in properties:
                 problem = schema_mismatch(properties[key], item, f"{path}.{key}")

@@ -20,7 +20,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from falai import ScriptedProvider, falai, fake_clock  # noqa: E402
+from falai import ScriptedProvider, fake_clock, falai  # noqa: E402
 from falai_stores import SQLiteStore  # noqa: E402
 
 SESSIONS = 50
@@ -33,7 +33,8 @@ def agent():
     flow = {"id": "oi", "name": "Oi", "on": [{"message": []}],
             "steps": [{"id": "nome", "collect": ["nome"]}, {"id": "fim", "say": "Obrigado, {{data.nome}}!"}]}
     turns = SESSIONS * MESSAGES * (ROUNDS + 1)
-    script = {"understand": [{"fields": {"nome": "Ana"}}] * turns, "speak": [{"message": "Como você se chama?"}] * turns}
+    script = {"understand": [{"fields": {"nome": "Ana"}}] * turns,
+              "speak": [{"message": "Como você se chama?"}] * turns}
     return f.agent(name="Ana", provider=ScriptedProvider(script=script, strict=True),
                    flows=[flow], clock=fake_clock("2026-09-20T10:00:00.000Z"), idle={"prompt": "Atenda."})
 

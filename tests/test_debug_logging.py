@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from falai import ScriptedProvider, TokenUsage, falai, fake_clock
+from falai import ScriptedProvider, TokenUsage, fake_clock, falai
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@ script that runs dry, fails the test with an error naming the call, its kind and
 (python-api.md, Providers: strict=False, the default, keeps every reply unchecked)."""
 import pytest
 
-from falai import Generation, ScriptedProvider, ScriptError, Tool, falai, fake_clock
+from falai import Generation, ScriptedProvider, ScriptError, Tool, fake_clock, falai
 
 
 def agent_with(script, strict=True, **options):

@@ -6,7 +6,8 @@ import typing
 import pytest
 
 import falai
-from falai import Agent, ScriptedProvider, falai as toolkit, fake_clock
+from falai import Agent, ScriptedProvider, fake_clock
+from falai import falai as toolkit
 
 TURN_PARAMETERS = ["session_id", "session", "message", "id", "at", "wake", "event", "key", "payload", "hop",
                    "start", "context", "history", "silenced", "anchors", "claims"]

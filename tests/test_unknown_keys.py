@@ -23,7 +23,8 @@ def warnings(spec, registries=REGISTRIES):
 
 
 @pytest.mark.parametrize("spec, path, message", [
-    (flow(mystery=1), ["mystery"], 'flow "f": unknown key "mystery" is kept but never read. Remove it or fix the name.'),
+    (flow(mystery=1), ["mystery"],
+     'flow "f": unknown key "mystery" is kept but never read. Remove it or fix the name.'),
     (flow(onend="stay"), ["onend"], 'flow "f": unknown key "onend" is kept but never read. Did you mean "onEnd"?'),
     (flow(on=[{"message": [], "repet": "always"}]), ["on", 0, "repet"],
      'flow "f", trigger #1: unknown key "repet" is kept but never read. Did you mean "repeat"?'),

@@ -72,7 +72,8 @@ def test_enum_extract_and_texts_are_checked(definition, message):
 
 @pytest.mark.parametrize("definition", [
     {"type": "string"}, {"type": "string", "enum": ["a", "b"], "label": "Motivo", "description": "d", "ask": "?"},
-    {"type": "integer", "enum": [1, 2.0]}, {"type": "number", "enum": [1.5, 2]}, {"type": "boolean", "extract": "anywhere"},
+    {"type": "integer", "enum": [1, 2.0]}, {"type": "number", "enum": [1.5, 2]},
+    {"type": "boolean", "extract": "anywhere"},
     {"type": "string", "enum": None, "ask": None},     # None means "not set" (flows.md, Notation)
 ])
 def test_well_formed_definitions_build(definition):
