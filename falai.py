@@ -1720,7 +1720,9 @@ def _with_check(name: str, parameters: dict, given: dict, where: str) -> None:
         _flow_error(where, f'parameter "{parameter}" of action "{name}" must be {expected}, got {got}', fix)
     for key in given:
         if key not in parameters:
-            _flow_error(where, f'action "{name}" has no parameter "{key}"', "Remove it or fix the name.")
+            near = closest(key, [str(parameter) for parameter in parameters])
+            _flow_error(where, f'action "{name}" has no parameter "{key}"',
+                        f'Did you mean "{near}"?' if near else "Remove it or fix the name.")
 
 
 def _step_id_check(step: dict, n: int, where: str, position: dict) -> None:
@@ -2171,6 +2173,9 @@ def check_compaction(config: Any) -> None:
             isinstance(value, int) or math.isfinite(value))
         if not number or not rule(value):
             shown = "missing" if value is None else show(value)
+            if value is None:
+                near = [other for other in config if other not in COMPACTION_KEYS and closest(other, [key])]
+                shown += f' (did you mean "{key}" for "{near[0]}"?)' if near else ""
             raise ValueError(f"[CompactionEngine] {key} is {shown}: it must be {rule_text}. {fix}.")
 
 

@@ -88,3 +88,20 @@ def test_not_strict_is_the_default_and_keeps_the_documented_contract():
     with pytest.raises(RuntimeError, match='no scripted "speak" reply left') as caught:
         provider.generate(provider.calls[-1])
     assert not isinstance(caught.value, ScriptError)
+
+
+def test_a_dry_compaction_queue_raises_under_strict_instead_of_dropping_messages():
+    """model-calls.md §9.4 treats a failed summary call as a reason to drop the oldest messages; a dry strict
+    script is a wrong test, so it surfaces instead."""
+    import falai as F
+    provider = ScriptedProvider(script={}, strict=True)
+    agent = F.Agent(name="Ana", provider=provider, compaction={"maxTokens": 50, "preserveRecentCount": 2})
+    history = [{"role": "user", "content": c * 96} for c in "abcd"] + [{"role": "user", "content": "e"}] * 2
+    with pytest.raises(ScriptError, match=r'call #1 \("compaction"\): no scripted "compaction" reply left'):
+        F.compact_history(agent, history)
+
+
+def test_a_callable_entry_is_checked_on_what_it_returns():
+    agent, _ = agent_with({"understand": [lambda request: {"flows": {"triagem": "alta"}}]})
+    with pytest.raises(ScriptError, match=r'reply.flows.triagem is "alta", not integer or null'):
+        agent.turn(session_id="s1", message="quanto custa?", id="m1")

@@ -209,3 +209,18 @@ def test_strict_turns_the_first_warning_into_an_error():
         validate_flow(spec, REGISTRIES, strict=True)
     assert str(caught.value) == "[FlowConfigurationError] " + validate_flow(spec, REGISTRIES).warnings[0]
     assert validate_flow(flow(), REGISTRIES, strict=True).warnings == []
+
+
+def test_a_with_key_that_is_no_parameter_names_the_closest_one():
+    """persistence.md §1.10 `with` check; issue 9: the fix names the parameter the key probably meant."""
+    with pytest.raises(FlowConfigurationError) as caught:
+        validate_flow(flow({"id": "a", "do": "avisar", "with": {"para": "x", "paar": "y"}}), REGISTRIES)
+    assert str(caught.value) == ('[FlowConfigurationError] flow "f", step "a": action "avisar" has no parameter '
+                                 '"paar". Did you mean "para"?')
+
+
+def test_a_misspelt_required_compaction_key_is_named_in_the_error():
+    with pytest.raises(ValueError) as caught:
+        falai().fields({}).agent(name="Ana", provider=ScriptedProvider(), compaction={"maxToken": 8000})
+    assert str(caught.value).startswith('[CompactionEngine] maxTokens is missing (did you mean "maxTokens" for '
+                                        '"maxToken"?): it must be more than 0.')
