@@ -2217,7 +2217,7 @@ def check_field_definition(slug: Any, definition: Any) -> list[str]:
             _flow_error(where, f"enum is {show(values)}, not a non-empty list",
                         'Write enum as the list of allowed values, such as ["P", "M", "G"].')
         for i, value in enumerate(values):
-            if not _type_fits(definition, value) or value is None or isinstance(value, (dict, list)):
+            if not _type_fits(definition, value):
                 _flow_error(where, f"enum[{i}] is {show(value)}, not {article(kind)} {kind}",
                             f"Write every value of enum as {article(kind)} {kind}, or change the type.")
     if "extract" in definition and definition["extract"] not in ("anywhere", "asked"):
