@@ -5919,10 +5919,9 @@ def schema_mismatch(schema: Any, value: Any, path: str = "reply") -> str | None:
     kinds = schema.get("type")
     kinds = [kinds] if isinstance(kinds, str) else kinds
     if isinstance(kinds, list) and not any(_json_type_is(kind, value) for kind in kinds):
-        return f"{path} is {json_literal(value) if not isinstance(value, (dict, list)) else type_name(value)}, " \
-               f"not {' or '.join(kinds)}"
+        return f"{path} is {show(value)}, not {' or '.join(kinds)}"
     if isinstance(schema.get("enum"), list) and not any(json_equal(value, member) for member in schema["enum"]):
-        return f"{path} is {json_literal(value)}, not one of {_listed_values(schema['enum'])}"
+        return f"{path} is {show(value)}, not one of {_listed_values(schema['enum'])}"
     if isinstance(value, dict):
         properties: dict = schema["properties"] if isinstance(schema.get("properties"), dict) else {}
         for key, item in value.items():

@@ -105,3 +105,9 @@ def test_a_callable_entry_is_checked_on_what_it_returns():
     agent, _ = agent_with({"understand": [lambda request: {"flows": {"triagem": "alta"}}]})
     with pytest.raises(ScriptError, match=r'reply.flows.triagem is "alta", not integer or null'):
         agent.turn(session_id="s1", message="quanto custa?", id="m1")
+
+
+def test_a_list_where_a_scalar_is_asked_is_named_as_a_list():
+    agent, _ = agent_with({"understand": [{"flows": {"triagem": [95]}}]})
+    with pytest.raises(ScriptError, match=r"reply.flows.triagem is a list, not integer or null"):
+        agent.turn(session_id="s1", message="quanto custa?", id="m1")
