@@ -25,6 +25,8 @@ Sections, in the order data flows through a turn: what a turn is built from
 A section opens with a banner ``# N. Name ####``; its parts with
 ``# Part (spec section) ----``. The spec lives in ``docs/spec``; comments
 cite it as "runtime.md §3.2".
+
+SPDX-License-Identifier: MIT. Copyright (c) 2026 The falai for Python authors; full text in LICENSE.
 """
 
 from __future__ import annotations
@@ -54,9 +56,9 @@ __all__ = [
     "Session", "Run", "Store", "MemoryStore", "MemoryScheduler",
     # providers
     "AiProvider", "ProviderCapabilities", "GenerateRequest", "Generation", "GenerationChunk",
-    "ToolCallRequest", "ScriptedProvider", "ERROR_KINDS", "classify_error",
+    "ToolCallRequest", "ScriptedProvider", "ScriptError", "ERROR_KINDS", "classify_error",
     # JSON, validation, migration, time
-    "validate_flow", "FlowValidation", "from_spec", "to_spec", "flow_spec_schema",
+    "validate_flow", "check_flow", "Problem", "FlowValidation", "from_spec", "to_spec", "flow_spec_schema",
     "migrate_session", "history_to_events", "events_to_history", "fake_clock",
     # errors
     "FalaiError", "FlowConfigurationError", "ProviderError", "SessionConflictError",
@@ -349,6 +351,19 @@ class TurnStreamChunk:
 class FlowValidation:
     """What ``validate_flow`` returns when a flow can run: its warnings."""
     warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Problem:
+    """One finding of ``check_flow``: ``severity`` is "error" (the flow cannot run) or "warning".
+
+    ``path`` leads from the flow to the spot, keys and list indexes:
+    ``["steps", 2, "thne"]``; ``[]`` is the flow itself. ``message`` is the
+    text ``validate_flow`` raises or warns with ("<where>: <what>. <fix>").
+    """
+    severity: str
+    path: list
+    message: str
 
 
 OUTCOME_MESSAGES: dict[str, str] = {
@@ -1113,21 +1128,39 @@ class Agent:
         for warning in check_agent(self):
             log.warning("[Agent] %s", warning)
 
-    def turn(self, **kwargs: Any) -> "TurnResult":
+    def turn(self, *, session_id: str, session: "Session | dict | None" = None,
+             message: str | None = None, id: str | None = None, at: str | None = None,
+             wake: str | None = None,
+             event: str | None = None, key: str | None = None, payload: Any = None, hop: int | None = None,
+             start: dict | None = None,
+             context: Any = None, history: list | None = None, silenced: "str | dict | None" = None,
+             anchors: dict | None = None, claims: dict | None = None) -> "TurnResult":
         """Run one turn (runtime.md §3); all arguments are keywords.
+
+        Exactly one of ``message`` (with ``id``, ``at``), ``wake``, ``event``
+        (with ``key``, ``payload``, ``hop``) or ``start`` is given (python-api.md, One turn).
 
         ``agent.turn(session_id="s1", session=saved, message="oi", id="m1")``
         """
-        stream = run_turn(self, kwargs, streaming=False)
+        stream = run_turn(self, _turn_arguments(locals()), streaming=False)
         while True:
             try:
                 next(stream)
             except StopIteration as done:
                 return done.value
 
-    def turn_stream(self, **kwargs: Any) -> Iterator[TurnStreamChunk]:
-        """Run one turn, yielding text deltas while the reply is phrased, then the result (runtime.md §16)."""
-        stream = run_turn(self, kwargs, streaming=True)
+    def turn_stream(self, *, session_id: str, session: "Session | dict | None" = None,
+                    message: str | None = None, id: str | None = None, at: str | None = None,
+                    wake: str | None = None,
+                    event: str | None = None, key: str | None = None, payload: Any = None, hop: int | None = None,
+                    start: dict | None = None,
+                    context: Any = None, history: list | None = None, silenced: "str | dict | None" = None,
+                    anchors: dict | None = None, claims: dict | None = None) -> Iterator[TurnStreamChunk]:
+        """Run one turn, yielding text deltas while the reply is phrased, then the result (runtime.md §16).
+
+        Takes the same keywords as ``turn()``.
+        """
+        stream = run_turn(self, _turn_arguments(locals()), streaming=True)
         while True:
             try:
                 delta = next(stream)
@@ -1136,13 +1169,18 @@ class Agent:
                 return
             yield TurnStreamChunk(delta=delta)
 
-    def pending_wakes(self, *, session: Any, context: Any = None, anchors: dict | None = None,
+    def pending_wakes(self, *, session: "Session | dict", context: Any = None, anchors: dict | None = None,
                       claims: dict | None = None) -> list[ScheduleEntry]:
         """The wakes a saved session is waiting on (runtime.md §14); changes nothing."""
         return pending_wakes(self, session, context, anchors, claims)
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, flows={[f.get('id') for f in self.flows if isinstance(f, dict)]!r})"
+
+
+def _turn_arguments(arguments: dict) -> dict:
+    """The keywords of a turn() or turn_stream() call, as the dict read_turn_input checks."""
+    return {name: value for name, value in arguments.items() if name != "self"}
 
 
 # validate_flow and the agent's construction checks (persistence.md §1.10-§1.11) ---------------
@@ -1413,7 +1451,7 @@ def _step_shape(step: dict, where: str) -> None:
     """T1-T13 of persistence.md §1.10, in order."""
     kinds = body_kinds(step)
     if not kinds:
-        _flow_error(where, "does nothing",
+        _flow_error(where, f"does nothing; {_keys_found(step, BODY_KEYS)}",
                     "A step talks (`prompt` / `collect`), says (`say`), acts (`do`), waits (`wait`) or forks (`if`).")
     if len(kinds) > 1:
         _flow_error(where, f"mixes {_quoted_kinds(kinds)}", "A step does one thing. Split it into one step per kind.")
@@ -1452,40 +1490,122 @@ def _step_shape(step: dict, where: str) -> None:
         _target_check(branch.get("then", ABSENT), f"branches[{j}].then", where)
 
 
-def check_flow_shape(flow: Any) -> None:
-    """Phase 1 (persistence.md §1.10, S1-S9): every value is the right kind of JSON.
+class _Checks:
+    """Where the problems of one flow go (issue 9).
 
-    Reads a stripped flow; ``from_spec`` runs this too.
+    Each check runs as a unit: a step, a trigger, one flow-level key. Raising
+    (the default) lets the first unit's FlowConfigurationError through, so the
+    first error is the one validate_flow has always raised; collecting records
+    it as a Problem and goes on with the next unit. Warnings are recorded either way.
     """
+
+    def __init__(self, collect: bool = False):
+        self.collect = collect
+        self.problems: list[Problem] = []
+        self.failed: set[tuple] = set()
+
+    def run(self, path: tuple, check: Callable, *args: Any) -> bool:
+        """Run one unit; False when it found an error (collecting only)."""
+        if self.broken(path):
+            return False           # its shape is already reported; its names cannot be read
+        try:
+            check(*args)
+            return True
+        except FlowConfigurationError as error:
+            if not self.collect:
+                raise
+            self.problems.append(Problem("error", list(path), str(error).removeprefix("[FlowConfigurationError] ")))
+        except Exception:
+            if not (self.collect and self.failed):
+                raise
+            # a later unit tripped over a shape problem that is already reported: nothing new to say
+        self.failed.add(path)
+        return False
+
+    def broken(self, path: tuple) -> bool:
+        """A unit at ``path`` or around it already failed."""
+        return any(path[:n] in self.failed for n in range(len(path) + 1))
+
+    def warn(self, path: tuple, message: str) -> None:
+        self.problems.append(Problem("warning", list(path), message))
+
+
+def _flow_frame(flow: Any) -> None:
+    """S1-S2: a flow is an object with a steps list; nothing else can be read without them."""
     if not isinstance(flow, dict):
         _flow_error("flow", f"is {show(flow)}, not an object", "Pass the flow itself: { id, name, steps }.")
     where = f'flow "{flow["id"]}"' if isinstance(flow.get("id"), str) else "flow"
     if not isinstance(flow.get("steps"), (list, tuple)):
-        _flow_error(where, "has no steps list", "Write steps as a list, even an empty one.")
-    for key in ("description", "anchor"):
+        found = f"; {_keys_found(flow, ['steps'])}" if "steps" not in flow else ""
+        _flow_error(where, f"has no steps list{found}", "Write steps as a list, even an empty one.")
+
+
+def _flow_key_shape(flow: dict, key: str, where: str) -> None:
+    """S3-S8 for one flow-level key."""
+    if key in ("description", "anchor"):
         if key in flow and not isinstance(flow[key], str):
             _flow_error(where, f"{key} is {show(flow[key])}, not text", f"Write {key} as a string.")
-    for key in ("collect", "clearOnStart", "tools"):
+    elif key in ("collect", "clearOnStart", "tools"):
         _list_check(flow.get(key, ABSENT), key, where)
-    if "onEnd" in flow and flow["onEnd"] not in ("end", "stay", "reset"):
-        _flow_error(where, f'onEnd is {show(flow["onEnd"])}, which is not one of "end", "stay", "reset"',
-                    "Use one of them.")
-    _condition_check(flow.get("while", ABSENT), "while", where)
-    _instructions_check(flow, where)
-    _list_check(flow.get("on", ABSENT), "on", where, objects=True)
-    for n, trigger in enumerate(flow.get("on", ()), 1):
-        trigger_where = f"{where}, trigger #{n}"
-        _list_check(trigger.get("message", ABSENT), "message", trigger_where)
-        _list_check(trigger.get("mention", ABSENT), "mention", trigger_where)
-        _condition_check(trigger.get("if", ABSENT), "if", trigger_where)
-        repeat = trigger.get("repeat", ABSENT)
-        if repeat is not ABSENT and repeat not in ("once", "always") and not (
-                isinstance(repeat, dict) and isinstance(repeat.get("cooldown"), str)):
-            _flow_error(trigger_where, f"repeat is {show(repeat)}", 'Use "once", "always" or { cooldown: "24h" }.')
-    _list_check(flow["steps"], "steps", where, objects=True)
-    for n, step in enumerate(flow["steps"], 1):
-        step_id = step.get("id")
-        _step_shape(step, f'{where}, step "{step_id}"' if isinstance(step_id, str) else f"{where}, step #{n}")
+    elif key == "onEnd":
+        if "onEnd" in flow and flow["onEnd"] not in ("end", "stay", "reset"):
+            _flow_error(where, f'onEnd is {show(flow["onEnd"])}, which is not one of "end", "stay", "reset"',
+                        "Use one of them.")
+    elif key == "while":
+        _condition_check(flow.get("while", ABSENT), "while", where)
+    elif key == "instructions":
+        _instructions_check(flow, where)
+
+
+def _trigger_shape(trigger: dict, trigger_where: str) -> None:
+    _list_check(trigger.get("message", ABSENT), "message", trigger_where)
+    _list_check(trigger.get("mention", ABSENT), "mention", trigger_where)
+    _condition_check(trigger.get("if", ABSENT), "if", trigger_where)
+    repeat = trigger.get("repeat", ABSENT)
+    if repeat is not ABSENT and repeat not in ("once", "always") and not (
+            isinstance(repeat, dict) and isinstance(repeat.get("cooldown"), str)):
+        _flow_error(trigger_where, f"repeat is {show(repeat)}", 'Use "once", "always" or { cooldown: "24h" }.')
+
+
+def _not_an_object(where: str, label: str, i: int, item: Any) -> None:
+    _flow_error(where, f"{label}[{i}] is {show(item)}, not an object", f"Write each entry of {label} as an object.")
+
+
+def step_where(flow_where: str, step: Any, n: int) -> str:
+    """``flow "f", step "id"``, or ``step #n`` (from 1) when the id is not a string (S9)."""
+    step_id = step.get("id") if isinstance(step, dict) else None
+    return f'{flow_where}, step "{step_id}"' if isinstance(step_id, str) else f"{flow_where}, step #{n}"
+
+
+def check_flow_shape(flow: Any, checks: _Checks | None = None) -> None:
+    """Phase 1 (persistence.md §1.10, S1-S9): every value is the right kind of JSON.
+
+    Reads a stripped flow; ``from_spec`` runs this too. Raises on the first
+    problem unless ``checks`` collects.
+    """
+    checks = checks or _Checks()
+    _flow_frame(flow)
+    where = f'flow "{flow["id"]}"' if isinstance(flow.get("id"), str) else "flow"
+    for key in ("description", "anchor", "collect", "clearOnStart", "tools", "onEnd", "while", "instructions"):
+        checks.run((key,), _flow_key_shape, flow, key, where)
+    on = flow.get("on", ABSENT)
+    if on is not ABSENT and not isinstance(on, (list, tuple)):
+        checks.run(("on",), _list_check, on, "on", where, True)
+    else:
+        triggers = list(enumerate(_items(on)))
+        for i, trigger in triggers:
+            if not isinstance(trigger, dict):
+                checks.run(("on", i), _not_an_object, where, "on", i, trigger)
+        for i, trigger in triggers:
+            if isinstance(trigger, dict):
+                checks.run(("on", i), _trigger_shape, trigger, f"{where}, trigger #{i + 1}")
+    steps = list(enumerate(flow["steps"]))
+    for i, step in steps:
+        if not isinstance(step, dict):
+            checks.run(("steps", i), _not_an_object, where, "steps", i, step)
+    for i, step in steps:
+        if isinstance(step, dict):
+            checks.run(("steps", i), _step_shape, step, step_where(where, step, i + 1))
 
 
 # Phase 2: names and the step graph ------------------------------------------------------------
@@ -1600,67 +1720,101 @@ def _with_check(name: str, parameters: dict, given: dict, where: str) -> None:
         _flow_error(where, f'parameter "{parameter}" of action "{name}" must be {expected}, got {got}', fix)
     for key in given:
         if key not in parameters:
-            _flow_error(where, f'action "{name}" has no parameter "{key}"', "Remove it or fix the name.")
+            near = closest(key, [str(parameter) for parameter in parameters])
+            _flow_error(where, f'action "{name}" has no parameter "{key}"',
+                        f'Did you mean "{near}"?' if near else "Remove it or fix the name.")
 
 
-def check_flow_names(flow: dict, names: _FlowNames) -> list[str]:
-    """Phase 2 (persistence.md §1.10, N1-N8): names and the step graph; returns the warnings."""
+def _step_id_check(step: dict, n: int, where: str, position: dict) -> None:
+    step_id = step.get("id")
+    if not (isinstance(step_id, str) and step_id):
+        _flow_error(f"{where}, step #{n}", "has no id", "Give every step a unique id.")
+    if step_id == "end":
+        _flow_error(f'{where}, step "end"', 'uses the reserved id "end"', '"end" ends the run; pick another id.')
+    if step_id in position:
+        _flow_error(f'{where}, step "{step_id}"', "duplicates an earlier step id", "Give each step its own id.")
+    position[step_id] = n - 1
+
+
+def _flow_names_check(flow: dict, key: str, where: str, names: _FlowNames) -> None:
+    """N-rules for one flow-level key."""
+    if key in ("collect", "clearOnStart"):
+        for slug in flow.get(key, ()):
+            _field_check(slug, names, where, key)
+    elif key == "while":
+        condition_names_check(flow.get("while", ABSENT), "while", where, names)
+    elif key == "tools":
+        _tool_check(flow.get("tools", ()), names, where)
+
+
+def _instruction_names(instruction: dict, i: int, where: str, names: _FlowNames) -> None:
+    condition_names_check(instruction.get("if", ABSENT), f"instructions[{i}].if", where, names)
+
+
+def _trigger_names(trigger: dict, trigger_where: str, names: _FlowNames) -> None:
+    """N7 for one trigger."""
+    if not any(kind in trigger for kind in TRIGGER_KINDS):
+        _flow_error(trigger_where, f"names no trigger kind; {_keys_found(trigger, TRIGGER_KINDS)}",
+                    "A trigger is one of `message`, `mention`, `silence`, `event`. A flow the host starts itself "
+                    "has no `on` at all.")
+    if "event" in trigger and not _has_key(names.events, trigger["event"]):
+        _flow_error(trigger_where, f'unknown event "{trigger["event"]}"', "Register it in events or fix the name.")
+    _duration_check(trigger.get("silence", ABSENT), "silence", trigger_where)
+    _duration_check(trigger.get("after", ABSENT), "after", trigger_where)
+    if isinstance(trigger.get("repeat"), dict):
+        _duration_check(trigger["repeat"]["cooldown"], "repeat.cooldown", trigger_where)
+    condition_names_check(trigger.get("if", ABSENT), "if", trigger_where, names)
+    for kind in ("message", "mention"):
+        phrases = trigger.get(kind) or []
+        if phrases and not split_phrases(phrases)[0]:
+            fix = 'A "!" phrase rules the trigger out. Add at least one plain phrase saying when it should fire'
+            fix += ", or use an empty list for a catch-all." if kind == "message" else "."
+            _flow_error(trigger_where, f'every {kind} phrase starts with "!", so nothing can ever match it', fix)
+
+
+def check_flow_names(flow: dict, names: _FlowNames, checks: _Checks | None = None) -> list[str]:
+    """Phase 2 (persistence.md §1.10, N1-N8): names and the step graph; returns the warnings.
+
+    Raises on the first problem unless ``checks`` collects; the warnings go to
+    ``checks`` too, each with its path.
+    """
+    checks = checks or _Checks()
+    first = len(checks.problems)
     if not (isinstance(flow.get("id"), str) and flow["id"]):
-        _flow_error("flow", "has no id", "Give the flow a short unique id.")
+        checks.run(("id",), _flow_error, "flow", "has no id", "Give the flow a short unique id.")
+        return []            # collecting: every other message names the flow by its id
     where = f'flow "{flow["id"]}"'
     steps = flow["steps"]
     position: dict[str, int] = {}
     for n, step in enumerate(steps, 1):
-        step_id = step.get("id")
-        if not (isinstance(step_id, str) and step_id):
-            _flow_error(f"{where}, step #{n}", "has no id", "Give every step a unique id.")
-        if step_id == "end":
-            _flow_error(f'{where}, step "end"', 'uses the reserved id "end"', '"end" ends the run; pick another id.')
-        if step_id in position:
-            _flow_error(f'{where}, step "{step_id}"', "duplicates an earlier step id", "Give each step its own id.")
-        position[step_id] = n - 1
+        checks.run(("steps", n - 1), _step_id_check, step, n, where, position)
     if flow.get("on") and not steps:
-        _flow_error(where, "has triggers but no steps", "Add at least one step or remove `on`.")
+        checks.run(("on",), _flow_error, where, "has triggers but no steps", "Add at least one step or remove `on`.")
     for key in ("collect", "clearOnStart"):
-        for slug in flow.get(key, ()):
-            _field_check(slug, names, where, key)
+        checks.run((key,), _flow_names_check, flow, key, where, names)
 
-    warnings: list[str] = []
-    step_collects = {slug for step in steps for slug in step.get("collect", ())}
-    for slug in flow.get("collect", ()):
+    step_collects = {slug for step in steps if isinstance(step, dict) and isinstance(step.get("collect"), list)
+                     for slug in step["collect"] if isinstance(slug, str)}
+    for slug in flow.get("collect", ()) if not checks.broken(("collect",)) else ():
         if extract_mode(_as_definition(names.fields[slug])) == "asked" and slug not in step_collects:
-            warnings.append(f'{where}: collect lists "{slug}", which is only taken from the answer to a step '
-                            "that asks it, and no step does. Add it to a step's collect, or set extract: "
-                            "'anywhere' on the field.")
+            checks.warn(("collect",), f'{where}: collect lists "{slug}", which is only taken from the answer to a '
+                        "step that asks it, and no step does. Add it to a step's collect, or set extract: "
+                        "'anywhere' on the field.")
 
-    condition_names_check(flow.get("while", ABSENT), "while", where, names)
-    _tool_check(flow.get("tools", ()), names, where)
-    for i, instruction in enumerate(flow.get("instructions", ())):
-        condition_names_check(instruction.get("if", ABSENT), f"instructions[{i}].if", where, names)
+    checks.run(("while",), _flow_names_check, flow, "while", where, names)
+    checks.run(("tools",), _flow_names_check, flow, "tools", where, names)
+    for i, instruction in enumerate(_items(flow.get("instructions"))):
+        checks.run(("instructions", i), _instruction_names, instruction, i, where, names)
 
-    for n, trigger in enumerate(flow.get("on", ()), 1):
-        trigger_where = f"{where}, trigger #{n}"
-        if not any(kind in trigger for kind in TRIGGER_KINDS):
-            _flow_error(trigger_where, "names no trigger kind", "A trigger is one of `message`, `mention`, "
-                        "`silence`, `event`. A flow the host starts itself has no `on` at all.")
-        if "event" in trigger and not _has_key(names.events, trigger["event"]):
-            _flow_error(trigger_where, f'unknown event "{trigger["event"]}"',
-                        "Register it in events or fix the name.")
-        _duration_check(trigger.get("silence", ABSENT), "silence", trigger_where)
-        _duration_check(trigger.get("after", ABSENT), "after", trigger_where)
-        if isinstance(trigger.get("repeat"), dict):
-            _duration_check(trigger["repeat"]["cooldown"], "repeat.cooldown", trigger_where)
-        condition_names_check(trigger.get("if", ABSENT), "if", trigger_where, names)
-        for kind in ("message", "mention"):
-            phrases = trigger.get(kind) or []
-            if phrases and not split_phrases(phrases)[0]:
-                fix = 'A "!" phrase rules the trigger out. Add at least one plain phrase saying when it should fire'
-                fix += ", or use an empty list for a catch-all." if kind == "message" else "."
-                _flow_error(trigger_where, f'every {kind} phrase starts with "!", so nothing can ever match it', fix)
+    for n, trigger in enumerate(_items(flow.get("on")), 1):
+        checks.run(("on", n - 1), _trigger_names, trigger, f"{where}, trigger #{n}", names)
 
     for i, step in enumerate(steps):
-        _step_names(step, i, where, position, names, warnings)
-    return warnings
+        found: list[str] = []
+        checks.run(("steps", i), _step_names, step, i, where, position, names, found)
+        for text in found:
+            checks.warn(("steps", i), text)
+    return [p.message for p in checks.problems[first:] if p.severity == "warning"]
 
 
 def _step_names(step: dict, i: int, flow_where: str, position: dict, names: _FlowNames, warnings: list) -> None:
@@ -1743,17 +1897,224 @@ def _step_names(step: dict, i: int, flow_where: str, position: dict, names: _Flo
                         "Add else so the false branch has somewhere to go.")
 
 
-def validate_flow(spec: Any, registries: dict | None = None) -> FlowValidation:
+# Unknown keys and template references (issue 9) ------------------------------------------------
+#
+# Unknown keys stay in the flow (persistence.md §1.7 step 3); what is new is a
+# warning naming the key, where it is and the closest known key. The key lists
+# are the spec's tables: flows.md §3.1, §4, §5, §6, §12; persistence.md §1.2-§1.4.
+
+FLOW_KEYS = ("id", "name", "description", "on", "anchor", "while", "collect", "clearOnStart", "steps", "onEnd",
+             "instructions", "tools")
+TRIGGER_KEYS = (*TRIGGER_KINDS, "if", "repeat", "extract", "businessHours", "after")
+BODY_KEYS = ("collect", "prompt", "say", "do", "wait", "if")
+STEP_KEYS = ("id", "kind", "label", "then", "ui", *BODY_KEYS, "ask", "question", "maxAsks", "branches", "tools",
+             "instructions", "media", "once", "with", "onFail", "businessHours", "else")
+BRANCH_KEYS = ("when", "if", "then")
+INSTRUCTION_KEYS = ("id", "kind", "when", "if", "prompt")
+TARGET_KEYS = ("step", "clear", "flow", "input")
+WAIT_KEYS = ("event", "upTo")
+FIELD_KEYS = ("type", "enum", "label", "description", "ask", "extract")
+PARAMETER_KEYS = ("type", "items", "enum", "description", "optional")
+IDLE_KEYS = ("prompt", "instructions", "tools")
+COMPACTION_KEYS = ("enabled", "maxTokens", "compactionThreshold", "preserveRecentCount", "maxToolResultChars")
+
+
+def _items(value: Any) -> list:
+    """A list or tuple as a list; anything else (already reported by the shape check) as []."""
+    return list(value) if isinstance(value, (list, tuple)) else []
+
+
+def closest(word: Any, candidates: Iterable[str]) -> str | None:
+    """The candidate a misspelt word most likely meant (difflib's ratio of 0.6 or more), or None."""
+    import difflib  # only when a check needs it: `import falai` stays quick
+    found = difflib.get_close_matches(str(word), list(candidates), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def _keys_found(mapping: dict, wanted: Iterable[str]) -> str:
+    """The keys a rejected object has, and the wanted key one of them probably meant."""
+    keys = [str(key) for key in mapping]
+    wanted = list(wanted)
+    if not keys:
+        return "it has no keys"
+    text = f'its only key is "{keys[0]}"' if len(keys) == 1 else f"its keys are {_quoted_kinds(keys)}"
+    for key in keys:
+        match = None if key in wanted else closest(key, wanted)
+        if match:
+            return f'{text} (did you mean "{match}" for "{key}"?)'
+    return text
+
+
+def unknown_key_warnings(mapping: Any, known: tuple, where: str) -> list[tuple[str, str]]:
+    """(key, warning) for each key of ``mapping`` that is not in ``known``."""
+    if not isinstance(mapping, dict):
+        return []
+    found = []
+    for key in mapping:
+        if key in known:
+            continue
+        match = closest(key, known)
+        fix = f'Did you mean "{match}"?' if match else "Remove it or fix the name."
+        found.append((key, f'{where}: unknown key "{key}" is kept but never read. {fix}'))
+    return found
+
+
+def _unknown_flow_keys(flow: dict, checks: _Checks) -> None:
+    """A warning per unknown key of the flow, its triggers, steps, branches, instructions, targets and waits."""
+    where = f'flow "{flow["id"]}"' if isinstance(flow.get("id"), str) else "flow"
+
+    def warn(mapping: Any, known: tuple, at: str, path: tuple) -> None:
+        for key, text in unknown_key_warnings(mapping, known, at):
+            checks.warn((*path, key), text)
+
+    def instructions(owner: dict, at: str, path: tuple) -> None:
+        for i, instruction in enumerate(_items(owner.get("instructions"))):
+            warn(instruction, INSTRUCTION_KEYS, f"{at}, instructions[{i}]", (*path, "instructions", i))
+
+    def target(value: Any, label: str, at: str, path: tuple) -> None:
+        if isinstance(value, dict):
+            warn(value, TARGET_KEYS, f"{at}, {label}", path)
+
+    warn(flow, FLOW_KEYS, where, ())
+    instructions(flow, where, ())
+    for i, trigger in enumerate(_items(flow.get("on"))):
+        at = f"{where}, trigger #{i + 1}"
+        warn(trigger, TRIGGER_KEYS, at, ("on", i))
+        extract = trigger.get("extract") if isinstance(trigger, dict) else None
+        for name, definition in (extract.items() if isinstance(extract, dict) else ()):
+            warn(definition, PARAMETER_KEYS, f'{at}, extract "{name}"', ("on", i, "extract", name))
+    for i, step in enumerate(flow["steps"]):
+        if not isinstance(step, dict):
+            continue
+        at = step_where(where, step, i + 1)
+        path = ("steps", i)
+        warn(step, STEP_KEYS, at, path)
+        instructions(step, at, path)
+        for key in ("then", "else", "onFail"):
+            target(step.get(key), key, at, (*path, key))
+        if isinstance(step.get("wait"), dict):
+            warn(step["wait"], WAIT_KEYS, f"{at}, wait", (*path, "wait"))
+        for j, branch in enumerate(_items(step.get("branches"))):
+            warn(branch, BRANCH_KEYS, f"{at}, branches[{j}]", (*path, "branches", j))
+            if isinstance(branch, dict):
+                target(branch.get("then"), f"branches[{j}].then", at, (*path, "branches", j, "then"))
+
+
+def template_reference_warnings(text: Any, label: str, where: str, fields: dict) -> list[str]:
+    """A warning per ``{{data.x}}`` whose field x is not declared, or ``{{x}}`` whose root is none of
+    data, context, input (flows.md §8.1: both are sent verbatim)."""
+    if not isinstance(text, str) or "{{" not in text:
+        return []
+    found = []
+    for match in PLACEHOLDER.finditer(text):
+        path = match.group(1)
+        root, _, rest = path.partition(".")
+        slug = rest.split(".")[0]
+        if root == "data" and slug not in fields:
+            near = closest(slug, [str(name) for name in fields])
+            fix = f'Did you mean {{{{data.{near}}}}}?' if near else "Declare the field or fix the name."
+            found.append(f'{where}: {label} refers to {match.group(0)}, but no field "{slug}" is declared, '
+                         f"so it is sent as written. {fix}")
+        elif root not in ("data", "context", "input"):
+            fix = (f"Did you mean {{{{data.{root}}}}}?" if root in fields
+                   else "A placeholder starts with data., context. or input.")
+            found.append(f"{where}: {label} refers to {match.group(0)}, which is none of data, context, input, "
+                         f"so it is sent as written. {fix}")
+    return found
+
+
+def _template_references(flow: dict, names: _FlowNames, checks: _Checks) -> None:
+    """The texts flows.md §8.3 renders with data in scope."""
+    where = f'flow "{flow["id"]}"' if isinstance(flow.get("id"), str) else "flow"
+
+    def check(text: Any, label: str, at: str, path: tuple) -> None:
+        for warning in template_reference_warnings(text, label, at, names.fields):
+            checks.warn(path, warning)
+
+    def deep(value: Any, label: str, at: str, path: tuple) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                deep(item, f"{label}.{key}", at, (*path, key))
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                deep(item, f"{label}[{i}]", at, (*path, i))
+        else:
+            check(value, label, at, path)
+
+    def instructions(owner: dict, at: str, path: tuple) -> None:
+        for i, instruction in enumerate(_items(owner.get("instructions"))):
+            if isinstance(instruction, dict):
+                check(instruction.get("prompt"), f"instructions[{i}].prompt", at, (*path, "instructions", i))
+
+    check(flow.get("description"), "description", where, ("description",))
+    instructions(flow, where, ())
+    for i, trigger in enumerate(_items(flow.get("on"))):
+        for kind in ("message", "mention"):
+            phrases = trigger.get(kind) if isinstance(trigger, dict) else None
+            for j, phrase in enumerate(_items(phrases)):
+                check(phrase, f"{kind}[{j}]", f"{where}, trigger #{i + 1}", ("on", i, kind, j))
+    for i, step in enumerate(flow["steps"]):
+        if not isinstance(step, dict):
+            continue
+        at, path = step_where(where, step, i + 1), ("steps", i)
+        for key in ("say", "prompt", "question"):
+            check(step.get(key), key, at, (*path, key))
+        if isinstance(step.get("ask"), dict):
+            for slug, text in step["ask"].items():
+                check(text, f"ask.{slug}", at, (*path, "ask", slug))
+        if "with" in step:
+            deep(step["with"], "with", at, (*path, "with"))
+        instructions(step, at, path)
+        for j, branch in enumerate(_items(step.get("branches"))):
+            if isinstance(branch, dict):
+                check(branch.get("when"), f"branches[{j}].when", at, (*path, "branches", j, "when"))
+        for key in ("then", "else", "onFail"):
+            if isinstance(step.get(key), dict):
+                check(step[key].get("flow"), f"{key}.flow", at, (*path, key, "flow"))
+
+
+def check_flow(spec: Any, registries: dict | None = None) -> list[Problem]:
+    """Every error and warning of a flow or FlowSpec at once, each with its path (issue 9; for editors and CI).
+
+    The same checks as ``validate_flow`` (persistence.md §1.10), plus the
+    unknown keys and the ``{{data.x}}`` references to fields that do not exist.
+    Errors come in the order validate_flow meets them, so the first is the one
+    it raises. A unit (a step, a trigger, a flow-level key) stops at its first
+    error; a unit whose shape is wrong has its names left unread. Never raises
+    for a bad flow, never mutates ``spec``.
+
+    ``[p.message for p in check_flow(spec, registries) if p.severity == "error"]``
+    """
+    checks = _Checks(collect=True)
+    flow = strip_nones(spec)
+    if not checks.run((), _flow_frame, flow):
+        return checks.problems
+    names = _FlowNames.of(registries)
+    check_flow_shape(flow, checks)
+    check_flow_names(flow, names, checks)
+    _unknown_flow_keys(flow, checks)
+    if registries is not None and "fields" in registries:
+        _template_references(flow, names, checks)
+    return checks.problems
+
+
+def validate_flow(spec: Any, registries: dict | None = None, *, strict: bool = False) -> FlowValidation:
     """Check a flow or FlowSpec against the agent's registries (persistence.md §1.10).
 
     Raises FlowConfigurationError on the first problem that would break at run
-    time; otherwise returns the warnings. Never mutates ``spec``.
+    time; otherwise returns the warnings. With ``strict=True`` a warning raises
+    too (the first one). Never mutates ``spec``. ``check_flow`` lists them all.
 
     ``validate_flow(spec, {"fields": f.fields, "actions": {"notify": notify}}).warnings``
     """
-    flow = strip_nones(spec)
-    check_flow_shape(flow)
-    return FlowValidation(warnings=check_flow_names(flow, _FlowNames.of(registries)))
+    problems = check_flow(spec, registries)
+    for problem in problems:
+        if problem.severity == "error":
+            raise FlowConfigurationError(problem.message)
+    warnings = [problem.message for problem in problems]
+    if strict and warnings:
+        raise FlowConfigurationError(warnings[0])
+    return FlowValidation(warnings=warnings)
 
 
 # Agent construction (persistence.md §1.11, model-calls.md §6.9 and §9.1) ----------------------
@@ -1812,16 +2173,128 @@ def check_compaction(config: Any) -> None:
             isinstance(value, int) or math.isfinite(value))
         if not number or not rule(value):
             shown = "missing" if value is None else show(value)
+            if value is None:
+                near = [other for other in config if other not in COMPACTION_KEYS and closest(other, [key])]
+                shown += f' (did you mean "{key}" for "{near[0]}"?)' if near else ""
             raise ValueError(f"[CompactionEngine] {key} is {shown}: it must be {rule_text}. {fix}.")
+
+
+FIELD_TYPES = ("string", "number", "integer", "boolean")
+# What people write for a field type, and the type they mean (issue 9; inferred).
+TYPE_ALIASES = {"str": "string", "text": "string", "int": "integer", "float": "number", "bool": "boolean"}
+
+
+def check_field_definition(slug: Any, definition: Any) -> list[str]:
+    """One entry of the agent's fields (flows.md §2.1; checked at construction, inferred); returns warnings.
+
+    Raises FlowConfigurationError naming the field and the fix: not an object,
+    no type or one that is not a field type, an enum that is not a non-empty
+    list of values of that type (or any enum on a boolean), an extract other
+    than "anywhere" or "asked", a label, description or ask that is not text.
+    """
+    where = f'field "{slug}"'
+    if not isinstance(definition, dict):
+        example = json_literal(definition) if definition in FIELD_TYPES else '"string"'
+        _flow_error(where, f"is {show(definition)}, not an object", f"Write it as {{ \"type\": {example} }}.")
+    definition = strip_nones(definition)
+    kind = definition.get("type", ABSENT)
+    if kind is ABSENT:
+        _flow_error(where, f"has no type; {_keys_found(definition, FIELD_KEYS)}",
+                    'Add "type": "string", "number", "integer" or "boolean".')
+    if kind not in FIELD_TYPES:
+        if kind == "enum":
+            fix = 'Use "type": "string" with "enum": [...].'
+        else:
+            near = (TYPE_ALIASES.get(kind) or closest(kind, FIELD_TYPES)) if isinstance(kind, str) else None
+            fix = (f'Did you mean "{near}"?' if near else 'Use "string", "number", "integer" or "boolean".')
+        _flow_error(where, f"type {show(kind)} is not a field type", fix)
+    if "enum" in definition:
+        values = definition["enum"]
+        if kind == "boolean":
+            _flow_error(where, "is a boolean with an enum, and a boolean never matches an enum",
+                        "Remove enum, or make the field a string with the options as text.")
+        if not isinstance(values, (list, tuple)) or not values:
+            _flow_error(where, f"enum is {show(values)}, not a non-empty list",
+                        'Write enum as the list of allowed values, such as ["P", "M", "G"].')
+        for i, value in enumerate(values):
+            if not _type_fits(definition, value):
+                _flow_error(where, f"enum[{i}] is {show(value)}, not {article(kind)} {kind}",
+                            f"Write every value of enum as {article(kind)} {kind}, or change the type.")
+    if "extract" in definition and definition["extract"] not in ("anywhere", "asked"):
+        _flow_error(where, f'extract is {show(definition["extract"])}, which is not one of "anywhere", "asked"',
+                    "Use one of them.")
+    for key in ("label", "description", "ask"):
+        if key in definition and not isinstance(definition[key], str):
+            _flow_error(where, f"{key} is {show(definition[key])}, not text", f"Write {key} as a string.")
+    return [text for _, text in unknown_key_warnings(definition, FIELD_KEYS, where)]
+
+
+def _agent_key_warnings(agent: Agent) -> list[str]:
+    """Unknown keys outside the flows: action parameters, agent and idle instructions, idle, compaction."""
+    found: list[tuple[str, str]] = []
+    for name, action in agent.actions.items():
+        for parameter, definition in action_parameters(action).items():
+            found += unknown_key_warnings(definition, PARAMETER_KEYS, f'action "{name}", parameter "{parameter}"')
+    scopes: list[tuple[str, Any]] = [("agent", agent.instructions)]
+    if isinstance(agent.idle, dict):
+        found += unknown_key_warnings(agent.idle, IDLE_KEYS, "idle")
+        scopes.append(("idle", agent.idle.get("instructions")))
+    for where, instructions in scopes:
+        for i, instruction in enumerate(_items(instructions)):
+            found += unknown_key_warnings(instruction, INSTRUCTION_KEYS, f"{where}, instructions[{i}]")
+    found += unknown_key_warnings(agent.compaction, COMPACTION_KEYS, "compaction")
+    return [text for _, text in found]
+
+
+def _agent_template_warnings(agent: Agent) -> list[str]:
+    """``{{data.x}}`` references outside the flows: field asks, persona, goal, idle and agent instructions."""
+    fields = agent.fields
+    found = []
+    for slug, definition in fields.items():
+        found += template_reference_warnings(_as_definition(definition).get("ask"), "ask", f'field "{slug}"', fields)
+    found += template_reference_warnings(agent.persona, "persona", "agent", fields)
+    found += template_reference_warnings(agent.goal, "goal", "agent", fields)
+    scopes: list[tuple[str, Any]] = [("agent", agent.instructions)]
+    if isinstance(agent.idle, dict):
+        found += template_reference_warnings(agent.idle.get("prompt"), "prompt", "idle", fields)
+        scopes.append(("idle", agent.idle.get("instructions")))
+    for where, instructions in scopes:
+        for i, instruction in enumerate(_items(instructions)):
+            prompt = instruction.get("prompt") if isinstance(instruction, dict) else None
+            found += template_reference_warnings(prompt, f"instructions[{i}].prompt", where, fields)
+    return found
+
+
+def _tool_schema_check(tool: Any, parameters: dict) -> None:
+    """With jsonschema installed (the optional extra), a tool's parameters must be a valid JSON Schema
+    (Draft 2020-12); without it, nothing is checked beyond the object rule (issue 9)."""
+    try:
+        import jsonschema  # optional, and only here: `import falai` stays stdlib-only
+    except ImportError:
+        return
+    try:
+        jsonschema.Draft202012Validator.check_schema(parameters)
+    except jsonschema.SchemaError as error:
+        at = "/".join(str(part) for part in error.absolute_path) or "the top level"
+        raise FlowConfigurationError(f'tool "{getattr(tool, "id", tool)}": parameters is not a valid JSON Schema '
+                                     f"at {at}: {error.message}. Fix the schema (JSON Schema 2020-12).") from None
 
 
 def check_agent(agent: Agent) -> list[str]:
     """The construction checks of persistence.md §1.11 and model-calls.md §9.1; returns warnings.
 
     Raises FlowConfigurationError (ValueError for compaction) on the first
-    problem, in this order: reserved condition names, agent instructions, each
-    flow (a repeated id, then validate_flow), tool parameters, idle, compaction.
+    problem, in this order: field definitions (issue 9), reserved condition
+    names, agent instructions, each flow (a repeated id, then validate_flow),
+    tool parameters, idle, compaction. The warnings: the flows', then unknown
+    keys and template references outside the flows.
     """
+    if not isinstance(agent.fields, dict):
+        raise FlowConfigurationError(f"fields is {show(agent.fields)}, not an object. Pass a dict of field "
+                                     'definitions, such as { "nome": { "type": "string" } }.')
+    warnings: list[str] = []
+    for slug, definition in agent.fields.items():
+        warnings.extend(check_field_definition(slug, definition))
     for name in agent.conditions:
         if name in RESERVED_CONDITIONS:
             raise FlowConfigurationError(f'condition "{name}" shadows a built-in: equals, known, silenced are '
@@ -1830,7 +2303,7 @@ def check_agent(agent: Agent) -> list[str]:
                   "conditions": agent.conditions, "tools": agent.tools, "flows": agent.flows}
     names = _FlowNames.of(registries)
     _scope_instructions_check(agent.instructions, "agent", names)
-    warnings: list[str] = []
+    flow_warnings: list[str] = []
     seen: set[str] = set()
     for flow in agent.flows:
         flow_id = flow.get("id") if isinstance(flow, dict) else None
@@ -1839,15 +2312,17 @@ def check_agent(agent: Agent) -> list[str]:
                                          "Rename one of them.")
         if isinstance(flow_id, str):
             seen.add(flow_id)
-        warnings.extend(validate_flow(flow, registries).warnings)
+        flow_warnings.extend(validate_flow(flow, registries).warnings)
     for tool in agent.tools:
         parameters = getattr(tool, "parameters", None)
         if parameters is not None and not (isinstance(parameters, dict) and parameters.get("type") == "object"):
             raise FlowConfigurationError(f'tool "{getattr(tool, "id", tool)}": parameters must be a JSON Schema '
                                          'object. Write { type: "object", properties: { ... }, required: [...] }.')
+        if parameters is not None:
+            _tool_schema_check(tool, parameters)
     _check_idle(agent.idle, names)
     check_compaction(agent.compaction)
-    return warnings
+    return flow_warnings + warnings + _agent_key_warnings(agent) + _agent_template_warnings(agent)
 
 
 # 7. The session ###############################################################################
@@ -2930,6 +3405,8 @@ def write_line(turn: Turn, run: Run | None, kind: str, status: str, *, code: str
         line.run_id, line.flow_id, line.step_id = run.id, run.flow_id, run.step_id
         run.outcomes = [*run.outcomes, line.to_dict()][-50:]
     turn.outcomes.append(line)
+    if log.isEnabledFor(logging.DEBUG):      # debug=True (python-api.md, The toolkit)
+        log.debug("outcome: %s", compact_json(line.to_dict()))
     return line
 
 
@@ -2948,6 +3425,7 @@ def skip(turn: Turn, flow_id: str, anchor: str, trigger_key: str, code: str) -> 
     """A start that was refused goes to TurnResult.skipped, never to outcomes (runtime.md §5)."""
     turn.skipped.append(SkippedTrigger(flow_id=flow_id, anchor=anchor, trigger_key=trigger_key,
                                        code=code, message=OUTCOME_MESSAGES[code]))
+    log.debug("skipped: flow %s at %s, trigger %s: %s", flow_id, anchor, trigger_key, code)
 
 
 # Starting a run: the start order (runtime.md §5, §6) ------------------------------------------
@@ -3587,6 +4065,20 @@ ENVELOPE_SHAPED = re.compile(r"\s*(?:```|\{)")
 SECTION_KEYS = ("flows", "mentions", "extract", "branches", "fields")
 
 
+def log_call(request: GenerateRequest, generation: Generation) -> None:
+    """debug=True: one DEBUG line per model call, what was asked and what came back (issue 9)."""
+    if not log.isEnabledFor(logging.DEBUG):
+        return
+    usage = generation.usage
+    counted = (f"{usage.prompt_tokens} in / {usage.completion_tokens} out tokens" if usage is not None
+               else "usage not reported")
+    structured = ", ".join(generation.structured) if isinstance(generation.structured, dict) else "none"
+    log.debug('model call "%s": %d history items, %d prompt chars, %d tools offered -> %d reply chars, '
+              "structured keys: %s, %d tool calls, %s", request.schema_name, len(request.history),
+              len(request.prompt), len(request.tools or []), len(generation.message or ""), structured,
+              len(generation.tool_calls), counted)
+
+
 def join_sections(*sections: str | None) -> str:
     """Drop None and blank sections, join the rest with one blank line, strip (model-calls.md §2.2)."""
     return "\n\n".join(text for text in sections if text is not None and text.strip()).strip()
@@ -4027,6 +4519,7 @@ def understand(agent: Agent, ask: UnderstandAsk) -> Judgement:
         return Judgement()
     call = _understand_call(agent, ask)
     generation = agent.provider.generate(call.request)
+    log_call(call.request, generation)
     return read_judgement(generation, call.aliases)
 
 
@@ -4356,8 +4849,11 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
                 generation = yield from _stream_round(agent.provider, request)
             else:
                 generation = agent.provider.generate(request)
+            log_call(request, generation)
             reply = read_round(generation, wire)
             round_usage = add_usage(usage, generation.usage)
+        except ScriptError:
+            raise                  # a wrong test script, not a provider failure (issue 9)
         except Exception as error:
             code, retryable, reset_at_ms = classify_deferral(error)
             log.warning("speak: call %d failed (%s): %s", calls, code, error)
@@ -4581,6 +5077,8 @@ def compact_history(agent: Agent, history: list) -> tuple[list, int, TokenUsage 
         return history, 0, None
     try:
         return _compact(agent, config, list(history))
+    except ScriptError:
+        raise
     except Exception as error:  # a malformed config or item: keep the history as it is
         log.warning("compaction: skipped (%s)", error)
         return history, 0, None
@@ -4618,7 +5116,10 @@ def _compact(agent: Agent, config: dict, history: list) -> tuple[list, int, Toke
                               schema=None, schema_name="compaction", tools=None, max_output_tokens=1024)
     try:
         generation = agent.provider.generate(request)
+        log_call(request, generation)
         summary = generation.message if isinstance(generation.message, str) else ""
+    except ScriptError:
+        raise
     except Exception as error:
         log.warning("compaction: the summary call failed (%s); dropping the oldest messages instead", error)
         kept = list(window)
@@ -5394,6 +5895,58 @@ def _event_history_item(event: Any) -> dict:
 
 # ScriptedProvider and MemoryScheduler (python-api.md, Providers and Modules) ------------------
 
+class ScriptError(RuntimeError):
+    """A strict ScriptedProvider's script does not fit the calls the engine made: the test is wrong.
+
+    The engine lets it through instead of treating it as a provider failure, so
+    ``turn()`` raises it and the test fails where the script went wrong.
+    """
+
+
+def schema_mismatch(schema: Any, value: Any, path: str = "reply") -> str | None:
+    """Where ``value`` does not fit a request's JSON Schema, as text; None when it fits.
+
+    Reads the keywords the engine's schemas use: ``type`` (one or a list),
+    ``enum``, ``properties``, ``additionalProperties: false``, ``items``,
+    ``anyOf``. A missing property fits: the engine reads it as null.
+    """
+    if not isinstance(schema, dict):
+        return None
+    if "anyOf" in schema:
+        options = [schema_mismatch(option, value, path) for option in schema["anyOf"]]
+        if all(options):
+            return options[0]
+    kinds = schema.get("type")
+    kinds = [kinds] if isinstance(kinds, str) else kinds
+    if isinstance(kinds, list) and not any(_json_type_is(kind, value) for kind in kinds):
+        return f"{path} is {show(value)}, not {' or '.join(kinds)}"
+    if isinstance(schema.get("enum"), list) and not any(json_equal(value, member) for member in schema["enum"]):
+        return f"{path} is {show(value)}, not one of {_listed_values(schema['enum'])}"
+    if isinstance(value, dict):
+        properties: dict = schema["properties"] if isinstance(schema.get("properties"), dict) else {}
+        for key, item in value.items():
+            if key in properties:
+                problem = schema_mismatch(properties[key], item, f"{path}.{key}")
+                if problem:
+                    return problem
+            elif schema.get("additionalProperties") is False:
+                expected = ", ".join(f'"{name}"' for name in properties) or "none"
+                return f'{path} has the key "{key}", which the request does not ask for (its keys: {expected})'
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            problem = schema_mismatch(schema["items"], item, f"{path}[{i}]")
+            if problem:
+                return problem
+    return None
+
+
+def _json_type_is(kind: Any, value: Any) -> bool:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return {"null": value is None, "boolean": isinstance(value, bool), "string": isinstance(value, str),
+            "integer": number and is_whole(value), "number": number and math.isfinite(value),
+            "object": isinstance(value, dict), "array": isinstance(value, list)}.get(kind, True)
+
+
 class ScriptedProvider:
     """A provider that replays scripted replies, for tests and offline demos (python-api.md, Providers).
 
@@ -5401,13 +5954,26 @@ class ScriptedProvider:
     each call takes the next entry of the queue named by its ``schema_name``.
     An entry is a dict (the structured reply), a str (raw text), a Generation,
     an exception (raised), or a callable ``f(request)`` returning one of those.
+
+    With ``strict=True`` a dict reply is checked against the schema of the
+    request it answers (types, enums, keys the request does not ask for; a
+    missing key fits, the engine reads it as null) and its ``toolCalls``
+    against the tools offered; a reply that does not fit, or a call that finds
+    its queue empty, raises ``ScriptError`` naming the call number, its kind
+    and what did not fit, and the turn raises it. A str or a Generation is
+    never checked. ``strict=False``, the default, keeps the documented contract
+    (python-api.md, Providers): every reply reaches the engine exactly as
+    written, so a test can reach the engine's own checks of a malformed reply,
+    and an empty queue raises a RuntimeError the engine handles as a failed
+    call.
     """
 
     name = "scripted"
 
-    def __init__(self, script: dict | None = None, usage: "bool | TokenUsage" = False):
+    def __init__(self, script: dict | None = None, usage: "bool | TokenUsage" = False, strict: bool = False):
         self.script = {name: list(entries) for name, entries in (script or {}).items()}
         self.usage = usage
+        self.strict = strict
         self.calls: list[GenerateRequest] = []
         self.capabilities = ProviderCapabilities()
         self._lock = threading.Lock()
@@ -5419,15 +5985,47 @@ class ScriptedProvider:
     def _next_entry(self, request: GenerateRequest) -> Any:
         with self._lock:
             self.calls.append(request)
+            number = len(self.calls)
             queue = self.script.get(request.schema_name or "")
             if not queue:
-                raise RuntimeError(f'no scripted "{request.schema_name}" reply left')
+                text = f'no scripted "{request.schema_name}" reply left'
+                if self.strict:
+                    raise ScriptError(f'ScriptedProvider call #{number} ("{request.schema_name}"): {text}. '
+                                      f'Add a "{request.schema_name}" entry to the script, or script the failure '
+                                      "itself (an exception entry).")
+                raise RuntimeError(text)
             entry = queue.pop(0)
         if callable(entry) and not isinstance(entry, type):
             entry = entry(request)
         if isinstance(entry, BaseException) or (isinstance(entry, type) and issubclass(entry, BaseException)):
             raise entry
+        if self.strict and isinstance(entry, dict):
+            problem = self._misfit(request, entry)
+            if problem:
+                raise ScriptError(f'ScriptedProvider call #{number} ("{request.schema_name}"): {problem}. '
+                                  "Fix the scripted reply, or script a malformed reply on purpose as a str "
+                                  "or with strict=False.")
         return entry
+
+    @staticmethod
+    def _misfit(request: GenerateRequest, entry: dict) -> str | None:
+        """What in a dict reply cannot answer this request, or None."""
+        reply = {key: value for key, value in entry.items() if key != "toolCalls"}
+        if request.schema is not None:
+            problem = schema_mismatch(request.schema, reply)
+            if problem:
+                return problem
+        calls = entry.get("toolCalls") or []
+        if calls:
+            offered = [tool.get("name") for tool in request.tools or [] if isinstance(tool, dict)]
+            if not offered:
+                return "the reply has toolCalls, but the request offers no tools"
+            for i, call in enumerate(calls):
+                name = call.get("toolName") if isinstance(call, dict) else None
+                if name not in offered:
+                    return (f"toolCalls[{i}] names the tool {json_literal(name)}, which the request does not "
+                            f"offer (it offers {_listed_values(offered)})")
+        return None
 
     def _generation(self, request: GenerateRequest, entry: Any) -> Generation:
         if isinstance(entry, Generation):

@@ -23,6 +23,8 @@ Sections, in the order a call flows through them:
   10. FallbackProvider ....... §7
 
 The spec lives in ``docs/spec``; comments cite it as "providers.md §3.8".
+
+SPDX-License-Identifier: MIT. Copyright (c) 2026 The falai for Python authors; full text in LICENSE.
 """
 
 from __future__ import annotations

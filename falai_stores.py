@@ -14,6 +14,8 @@ This module imports ``sqlite3`` and ``falai`` only. It never imports a Postgres
 or Redis driver: the host passes the client it already has. Every store writes
 and reads the blob through falai's shared row rules (persistence.md §3.2), so a
 row written by one implementation loads in the other.
+
+SPDX-License-Identifier: MIT. Copyright (c) 2026 The falai for Python authors; full text in LICENSE.
 """
 
 from __future__ import annotations
@@ -66,14 +68,23 @@ class _SqlStore:
 
     table: str
     _PARAM = "?"
+    _CREATE = ""                  # the CREATE TABLE IF NOT EXISTS statement; "" means "never create"
+    _table_ready = True
+
+    def _ensure_table(self, cursor: Any) -> None:
+        """Create the table on the store's first call (SQLite); a no-op once a call has succeeded."""
+        if self._CREATE and not self._table_ready:
+            cursor.execute(self._CREATE.format(table=self.table))
 
     def load(self, session_id: str) -> Session | None:
         """The stored session, or None; a row that is not a v4 session for this id raises InvalidSessionError."""
         def read(cursor) -> Any:
+            self._ensure_table(cursor)
             cursor.execute(f"SELECT blob FROM {self.table} WHERE id = {self._PARAM}", (session_id,))
             return cursor.fetchone()
 
         row = self._run(read)
+        self._table_ready = True     # only once a call got through: a rolled-back CREATE is made again
         return None if row is None else decode_session_row(_first_column(row), session_id)
 
     def save(self, session: Session, expected_version: int) -> Session:
@@ -83,6 +94,7 @@ class _SqlStore:
 
         def write(cursor) -> tuple[bool, int | None]:
             """(won, the stored version read after a conflict)."""
+            self._ensure_table(cursor)
             if self._write(cursor, session.id, expected_version, text):
                 return True, None
             cursor.execute(f"SELECT version FROM {self.table} WHERE id = {self._PARAM}", (session.id,))
@@ -90,6 +102,7 @@ class _SqlStore:
             return False, None if row is None else _stored_version(_first_column(row))
 
         won, actual = self._run(write)
+        self._table_ready = True
         if not won:
             raise SessionConflictError(session.id, expected_version, actual)
         return saved_session(session, expected_version)
@@ -103,34 +116,51 @@ class _SqlStore:
 class SQLiteStore(_SqlStore):
     """A Store over SQLite (persistence.md §3.4): one row per session, one statement per save.
 
-    ``db`` is an open ``sqlite3.Connection`` or a path the store opens itself
-    (``check_same_thread=False``). ``initialize()`` creates the table; ``close()``
-    closes the connection either way. Each save commits before it returns and a
-    load leaves no transaction open; calls from several threads on one store
-    are serialized by a lock.
+    ``db`` is an open ``sqlite3.Connection`` or a path the store opens itself.
+    The table is created on first use (``CREATE TABLE IF NOT EXISTS``, once per
+    store); ``initialize()`` creates it up front. ``close()`` closes the
+    connection either way. Each save commits before it returns and a load
+    leaves no transaction open; calls from several threads on one store are
+    serialized by a lock.
 
-    >>> store = SQLiteStore(":memory:"); store.initialize()
+    A path is opened with ``check_same_thread=False``, a busy timeout of
+    ``timeout`` seconds (another process holding the write lock is waited for,
+    not failed on) and ``journal_mode=WAL``: readers never block the writer,
+    and a save costs one append to the ``-wal`` file beside the database rather
+    than a rewrite of the rollback journal. Durability is unchanged from
+    SQLite's default: ``synchronous=FULL``, so a save that returned survives a
+    crash or power loss. WAL needs every process on one machine (not a network
+    file system). A connection the host passes in is used as it is, journal
+    mode included.
+
+    >>> store = SQLiteStore(":memory:")
     >>> store.save(Session(id="s1"), 0).version
     1
     >>> store.load("s1").version
     1
     """
 
-    def __init__(self, db: "sqlite3.Connection | str | os.PathLike", *, table: str = DEFAULT_TABLE):
+    _CREATE = ("CREATE TABLE IF NOT EXISTS {table} (id TEXT PRIMARY KEY, version INTEGER NOT NULL, "
+               "blob TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL)")
+
+    def __init__(self, db: "sqlite3.Connection | str | os.PathLike", *, table: str = DEFAULT_TABLE,
+                 timeout: float = 5.0):
         self.table = check_table_name(table)
         if isinstance(db, sqlite3.Connection):
             self.connection = db
         elif isinstance(db, (str, os.PathLike)):
-            self.connection = sqlite3.connect(db, check_same_thread=False)
+            self.connection = sqlite3.connect(db, timeout=timeout, check_same_thread=False)
+            self.connection.execute("PRAGMA journal_mode=WAL")
+            self.connection.execute("PRAGMA synchronous=FULL")
         else:
             raise TypeError(f"SQLiteStore takes a sqlite3.Connection or a path, not {type(db).__name__}")
         self._lock = threading.Lock()
+        self._table_ready = False
 
     def initialize(self) -> None:
-        """Create the table when it is missing."""
-        self._run(lambda c: c.execute(
-            f"CREATE TABLE IF NOT EXISTS {self.table} (id TEXT PRIMARY KEY, version INTEGER NOT NULL, "
-            "blob TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL)"))
+        """Create the table when it is missing (the first load or save does it too)."""
+        self._run(lambda cursor: cursor.execute(self._CREATE.format(table=self.table)))
+        self._table_ready = True
 
     def _write(self, cursor: sqlite3.Cursor, session_id: str, expected_version: int, text: str) -> bool:
         now = store_now_text()
@@ -173,6 +203,13 @@ class PostgresStore(_SqlStore):
     each other's statements (inferred). JSONB arrives parsed; text is parsed
     (persistence.md §3.2).
 
+    The table is not created on first use: a server's tables usually come from
+    the host's migrations, the application's role may not be allowed to create
+    one, and with ``commit=False`` the DDL would ride on the host's transaction.
+    Call ``initialize()`` once (or run its statement in a migration); a call on a
+    missing table raises a ``RuntimeError`` that says so, the driver's error
+    chained as its cause.
+
     >>> store = PostgresStore(psycopg.connect("dbname=app"))   # doctest: +SKIP
     >>> store.initialize(); store.save(Session(id="s1"), 0).version   # doctest: +SKIP
     1
@@ -209,16 +246,24 @@ class PostgresStore(_SqlStore):
             cursor = self.connection.cursor()
             try:
                 result = work(cursor)
-            except BaseException:
+            except BaseException as error:
                 if self.commit:
                     with contextlib.suppress(Exception):     # the original error is the one to report
                         self.connection.rollback()
+                if _is_undefined_table(error):
+                    raise RuntimeError(f'PostgresStore: table "{self.table}" does not exist. Call '
+                                       "store.initialize() once, or create the table in a migration.") from error
                 raise
             finally:
                 cursor.close()
             if self.commit:
                 self.connection.commit()
             return result
+
+
+def _is_undefined_table(error: BaseException) -> bool:
+    """SQLSTATE 42P01, as psycopg 3 (``sqlstate``) and psycopg2 (``pgcode``) report it."""
+    return "42P01" in (getattr(error, "sqlstate", None), getattr(error, "pgcode", None))
 
 
 # Redis #######################################################################

@@ -135,8 +135,11 @@ def test_a_save_is_visible_to_another_connection_at_once(tmp_path):
 
 
 def test_a_driver_error_propagates_and_rolls_back(connection):
-    """persistence.md §3.1 rule 7: backend errors propagate unchanged (here: the table does not exist)."""
+    """persistence.md §3.1 rule 7: backend errors propagate unchanged (here: the table was dropped after the
+    store's first call created it)."""
     store = SQLiteStore(connection)
+    store.load("s0")
+    connection.execute("DROP TABLE falai_sessions")
     with pytest.raises(sqlite3.OperationalError, match="no such table"):
         store.save(Session(id="s1"), 0)
     with pytest.raises(sqlite3.OperationalError, match="no such table"):

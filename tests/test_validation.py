@@ -127,11 +127,21 @@ def test_s1_the_flow_must_be_an_object(value, shown):
         f"[FlowConfigurationError] flow: is {shown}, not an object. Pass the flow itself: {{ id, name, steps }}.")
 
 
-@pytest.mark.parametrize("steps", ["a", 5, {"id": "a"}, None])
+@pytest.mark.parametrize("steps", ["a", 5, {"id": "a"}])
 def test_s2_steps_must_be_a_list(steps):
-    """persistence.md §1.10 S2: `steps` is a list (absent and None fail too)."""
+    """persistence.md §1.10 S2: `steps` is a list."""
     assert error_of({"id": "fx", "name": "FX", "steps": steps}) == (
         '[FlowConfigurationError] flow "fx": has no steps list. Write steps as a list, even an empty one.')
+
+
+@pytest.mark.parametrize("spec, found", [
+    ({"id": "fx", "name": "FX", "steps": None}, 'its keys are "id" and "name"'),
+    ({"id": "fx", "stpes": []}, 'its keys are "id" and "stpes" (did you mean "steps" for "stpes"?)'),
+])
+def test_s2_a_flow_without_steps_lists_the_keys_it_has(spec, found):
+    """persistence.md §1.10 S2 (absent and None fail too); issue 9: the message lists the keys found."""
+    assert error_of(spec) == (
+        f'[FlowConfigurationError] flow "fx": has no steps list; {found}. Write steps as a list, even an empty one.')
 
 
 def test_s2_an_empty_steps_list_and_a_tuple_pass_the_shape_check():
@@ -329,8 +339,17 @@ def test_shape_is_checked_before_any_name():
 def test_t1_a_step_with_no_body_does_nothing():
     """persistence.md §1.10 T1."""
     assert step_error({"id": "a", "label": "Oi", "then": "end"}) == (
-        '[FlowConfigurationError] flow "fx", step "a": does nothing. A step talks (`prompt` / `collect`), '
-        "says (`say`), acts (`do`), waits (`wait`) or forks (`if`).")
+        '[FlowConfigurationError] flow "fx", step "a": does nothing; its keys are "id", "label" and "then". '
+        "A step talks (`prompt` / `collect`), says (`say`), acts (`do`), waits (`wait`) or forks (`if`).")
+
+
+def test_t1_a_step_that_does_nothing_names_the_misspelt_body_key():
+    """issue 9: "does nothing" lists the keys found and the body key one of them probably meant."""
+    assert step_error({"id": "oi", "sya": "Olá"}).startswith(
+        '[FlowConfigurationError] flow "fx", step "oi": does nothing; its keys are "id" and "sya" '
+        '(did you mean "say" for "sya"?). A step talks')
+    assert 'does nothing; its keys are "id" and "colect" (did you mean "collect" for "colect"?)' in step_error(
+        {"id": "oi", "colect": ["nome"]})
 
 
 def test_t1_question_alone_is_not_a_body():

@@ -169,16 +169,26 @@ def test_n4_to_n7_flow_names_come_before_triggers_and_steps():
 
 def test_n7_a_trigger_names_one_kind():
     """persistence.md §1.10 N7, the spec's example (a 3.x trigger lands here too)."""
-    expected = ('[FlowConfigurationError] flow "fx", trigger #1: names no trigger kind. A trigger is one of '
-                "`message`, `mention`, `silence`, `event`. A flow the host starts itself has no `on` at all.")
-    assert error_of(flow(on=[{"if": {"known": ["nome"]}}])) == expected
-    assert error_of(flow(on=[{"kind": "message", "when": ["quer um orçamento"]}])) == expected
+    fix = ("A trigger is one of `message`, `mention`, `silence`, `event`. A flow the host starts itself has no "
+           "`on` at all.")
+    assert error_of(flow(on=[{"if": {"known": ["nome"]}}])) == (
+        f'[FlowConfigurationError] flow "fx", trigger #1: names no trigger kind; its only key is "if". {fix}')
+    assert error_of(flow(on=[{"kind": "message", "when": ["quer um orçamento"]}])) == (
+        f'[FlowConfigurationError] flow "fx", trigger #1: names no trigger kind; its keys are "kind" and "when". '
+        f"{fix}")
+
+
+def test_n7_a_trigger_with_no_kind_names_the_misspelt_kind():
+    """issue 9: the error lists the keys found and the kind one of them probably meant."""
+    assert 'names no trigger kind; its only key is "mesage" (did you mean "message" for "mesage"?). A trigger' in (
+        error_of(flow(on=[{"mesage": []}])))
+    assert "names no trigger kind; it has no keys." in error_of(flow(on=[{}]))
 
 
 def test_n7_triggers_are_numbered_from_one():
     """persistence.md §1.10 Message format: trigger #N counts from 1."""
     assert error_of(flow(on=[{"message": []}, {"repeat": "once"}])).startswith(
-        '[FlowConfigurationError] flow "fx", trigger #2: names no trigger kind.')
+        '[FlowConfigurationError] flow "fx", trigger #2: names no trigger kind;')
 
 
 def test_n7_an_event_trigger_names_a_registered_event():
