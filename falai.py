@@ -35,6 +35,7 @@ import logging
 import math
 import re
 import threading
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields as dataclass_fields, replace
 from datetime import datetime, timedelta, timezone
@@ -698,7 +699,7 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, datetime):
         return iso(value)
     if hasattr(value, "__dataclass_fields__"):
-        return {f.name: getattr(value, f.name) for f in dataclass_fields(value)}
+        return {f.name: getattr(value, f.name) for f in dataclass_fields(value) if not f.name.startswith("_")}
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
@@ -790,7 +791,7 @@ def _lookup(path: str, scope: Scope) -> Any:
     for key in keys:
         if value is None:
             return _BLANK
-        if isinstance(value, dict):
+        if isinstance(value, Mapping):
             if key not in value:
                 return _MISSING
             value = value[key]
@@ -798,11 +799,32 @@ def _lookup(path: str, scope: Scope) -> Any:
             if not key.isdigit() or int(key) >= len(value):
                 return _MISSING
             value = value[int(key)]
-        elif isinstance(value, (str, int, float, bool)) or not hasattr(value, key):
-            return _MISSING
         else:
-            value = getattr(value, key)
+            value = _data_attribute(value, key)
+        if value is _MISSING or callable(value):
+            return _MISSING     # a template reads data, never code (docs/guide/limits.md)
     return _MISSING if value is None else value
+
+
+def _data_attribute(value: Any, key: str) -> Any:
+    """A public data attribute of a host object: a dataclass field, an instance or slot attribute.
+
+    Flow JSON may come from another tenant, so a template never reaches a name
+    starting with "_", a method or a property (code), only stored data.
+    """
+    if key.startswith("_") or isinstance(value, (str, int, float, bool)):
+        return _MISSING
+    fields_of = getattr(type(value), "__dataclass_fields__", None)
+    if isinstance(fields_of, dict) and key in fields_of:
+        return getattr(value, key, _MISSING)
+    instance = getattr(value, "__dict__", None)
+    if isinstance(instance, dict) and key in instance:
+        return instance[key]
+    for klass in type(value).__mro__:
+        slots = klass.__dict__.get("__slots__", ())
+        if key in ((slots,) if isinstance(slots, str) else slots) or key in (klass.__dict__.get("_fields") or ()):
+            return getattr(value, key, _MISSING)    # a slot or a namedtuple field
+    return _MISSING
 
 
 def _tidy(text: str) -> str:
@@ -825,7 +847,10 @@ def render(template: str, scope: Scope) -> str:
         value = _lookup(match.group(1), scope)
         if value is _MISSING:
             return match.group(0)
-        text = "" if value is _BLANK else value_text(value)
+        try:
+            text = "" if value is _BLANK else value_text(value)
+        except UNSERIALIZABLE:
+            return match.group(0)   # a value that cannot be printed is unknown, never a crash
         if text == "":
             blank = True
         return text

@@ -1,0 +1,97 @@
+"""Hardening (issue 8): nothing a flow author, a customer or a model writes can crash a turn or reach code.
+
+Spec: flows.md §8 (templates), §13 (durations); runtime.md §2.2, §6, §8 (keys), §15 (time);
+persistence.md §2.5 (the blob reader). The limits themselves: docs/guide/limits.md.
+"""
+import copy
+from dataclasses import dataclass, field
+
+import pytest
+
+import falai as F
+from falai import ScriptedProvider, fake_clock, falai
+
+T0 = "2026-09-20T10:00:00.000Z"
+
+
+def build(flows, *, fields=None, script=None, clock=None, **options):
+    clock = clock or fake_clock(T0)
+    provider = ScriptedProvider(script=script or {})
+    agent = falai().fields(fields or {}).agent(name="Ana", provider=provider, clock=clock,
+                                               flows=flows, **options)
+    return agent, provider, clock
+
+
+def say_flow(text, **extra):
+    return {"id": "f", "name": "F", "steps": [{"id": "s", "say": text, **extra}]}
+
+
+# Templates read data, never code (flows.md §8.1, docs/guide/limits.md) -----------------------
+
+class Secretive:
+    """A host object holding a secret behind a private name, a method and a property."""
+
+    def __init__(self):
+        self.name = "Ana"
+        self._token = "sk-secret"
+
+    def greet(self):
+        return "hi"
+
+    @property
+    def token(self):
+        return self._token
+
+
+@dataclass
+class Ctx:
+    lead: str = "Bia"
+    tags: list = field(default_factory=lambda: ["a", "b"])
+    host: object = field(default_factory=Secretive)
+    _key: str = "sk-private-field"
+
+
+@pytest.mark.parametrize("path", [
+    "context.__init__", "context.__init__.__globals__", "context.__class__.__name__",
+    "context.__dict__", "context._key", "context.host._token", "context.host.greet",
+    "context.host.token", "context.host", "context.tags.append", "context.__dataclass_fields__",
+])
+def test_template_never_reaches_private_names_callables_or_unprintable_values(path):
+    agent, _, _ = build([say_flow("x {{%s}} y" % path)])
+    r = agent.turn(session_id="s1", context=Ctx(), start={"flow": "f", "key": "k1"})
+    assert [m.text for m in r.messages] == ["x {{%s}} y" % path]
+
+
+def test_template_reads_dataclass_fields_instance_attributes_and_mappings():
+    agent, _, _ = build([say_flow("{{context.lead}} {{context.host.name}} {{context.tags}} {{context.tags.1}}")])
+    r = agent.turn(session_id="s1", context=Ctx(), start={"flow": "f", "key": "k1"})
+    assert r.messages[0].text == "Bia Ana a, b b"
+
+
+def test_a_whole_dataclass_prints_without_its_private_fields():
+    @dataclass
+    class Plain:
+        nome: str = "Ana"
+        _segredo: str = "sk-1"
+    agent, _, _ = build([say_flow("{{context.p}}")])
+    r = agent.turn(session_id="s1", context={"p": Plain()}, start={"flow": "f", "key": "k1"})
+    assert r.messages[0].text == '{"nome":"Ana"}'
+
+
+def test_callable_values_inside_a_mapping_are_unknown():
+    agent, _, _ = build([say_flow("{{context.f}} {{context.g.x}}")])
+    r = agent.turn(session_id="s1", context={"f": print, "g": {"x": lambda: 1}}, start={"flow": "f", "key": "k1"})
+    assert r.messages[0].text == "{{context.f}} {{context.g.x}}"
+
+
+def test_unknown_host_objects_in_prompt_persona_goal_and_knowledge_stay_verbatim():
+    flow = {"id": "f", "name": "F",
+            "steps": [{"id": "p", "prompt": "P {{context.__init__}} {{context.host}}"}]}
+    agent, provider, _ = build([flow], script={"speak": [{"message": "ok"}]},
+                               persona="Persona {{context.__class__}}", goal="Goal {{context.host.greet}}",
+                               knowledge_base={"k": "{{context._key}}"})
+    r = agent.turn(session_id="s1", context=Ctx(), start={"flow": "f", "key": "k1"})
+    assert [m.text for m in r.messages] == ["ok"]
+    sent = repr([(call.system, call.prompt, call.history) for call in provider.calls])
+    assert "sk-private-field" not in sent and "sk-secret" not in sent
+    assert "{{context.__init__}}" in sent and "{{context.__class__}}" in sent and "{{context.host.greet}}" in sent
