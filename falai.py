@@ -520,6 +520,18 @@ _NETWORK_CLASSES = {("requests", "ConnectionError"), ("requests", "ChunkedEncodi
                     ("http", "IncompleteRead"), ("http", "RemoteDisconnected")}
 
 
+def error_text(error: BaseException) -> str:
+    """The text of an exception from user code; its class name when ``__str__`` itself raises.
+
+    A tool or action may raise anything, so the tool error and action failure
+    texts (model-calls.md §6.3, flows.md §9.5) must come out whatever it is.
+    """
+    try:
+        return str(error)
+    except Exception:
+        return type(error).__name__
+
+
 def _exception_chain(exc: BaseException | None) -> list[BaseException]:
     """exc, then its cause (or context), and so on: five links at most (providers.md §8.3)."""
     chain: list[BaseException] = []
@@ -541,12 +553,12 @@ def classify_error(exc: BaseException | None = None, status: int | None = None, 
     chain = _exception_chain(exc)
     if any(type(e).__name__ in ("CancelledError", "AbortError") for e in chain):
         return "aborted"
-    text = " ".join(part for part in [str(exc) if exc is not None else "", body or ""] if part)
+    text = " ".join(part for part in [error_text(exc) if exc is not None else "", body or ""] if part)
     if status is None and chain:
         marks = set().union(*(_class_marks(e) for e in chain))
         if any(pkg == "requests" and name in ("Timeout", "ReadTimeout", "ConnectTimeout") for pkg, name in marks):
             return "timeout"
-        chain_text = " ".join(str(e) for e in chain)
+        chain_text = " ".join(error_text(e) for e in chain)
         if (marks & _NETWORK_CLASSES or any(isinstance(e, ConnectionError) for e in chain)
                 or _NETWORK.search(chain_text)):
             return "network"
@@ -3459,7 +3471,7 @@ def run_do_step(turn: Turn, run: Run, step: dict) -> None:
             which, value, detail, spoke = read_action_result(
                 name, action.run(render_deep(step.get("with") or {}, turn.scope(run)), ctx))
         except Exception as error:  # an action failure is an outcome, not a crash (flows.md §9.5)
-            which, value, detail, spoke = "failed", str(error), None, False
+            which, value, detail, spoke = "failed", error_text(error), None, False
     if which == "defer" and not is_duration(value):
         which, value = "failed", (f'action "{name}" asked to defer by "{value}", which is not a duration. '
                                   'Use a value like "2m" or "1h".')
@@ -4385,7 +4397,7 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
             round_usage = add_usage(usage, generation.usage)
         except Exception as error:
             code, retryable, reset_at_ms = classify_deferral(error)
-            log.warning("speak: call %d failed (%s): %s", calls, code, error)
+            log.warning("speak: call %d failed (%s): %s", calls, code, error_text(error))
             return Deferred(code=code, retryable=retryable, reset_at_ms=reset_at_ms, llm_calls=calls, usage=usage)
         usage = round_usage
         fields.update(reply.fields)
@@ -4506,8 +4518,8 @@ def run_tool(tool: Tool | None, name: str, arguments: dict, ctx: ToolCtx) -> tup
                 return tool_payload({"error": f"Permission denied: {why}"}), None
         result = tool.handler(args, ctx)
     except Exception as error:
-        log.warning('tool "%s" raised: %s', tool.id, error)
-        return tool_payload({"error": str(error)}), None
+        log.warning('tool "%s" raised: %s', tool.id, error_text(error))
+        return tool_payload({"error": error_text(error)}), None
     if result is None:
         value, data = None, None
     elif isinstance(result, ToolResult):
@@ -4536,7 +4548,7 @@ def is_safe_call(tool: Tool | None, arguments: dict) -> bool:
         if tool.is_read_only is not None:
             return bool(tool.is_read_only(arguments))
     except Exception as error:
-        log.warning('tool "%s": a concurrency hook raised (%s); the call runs alone', tool.id, error)
+        log.warning('tool "%s": a concurrency hook raised (%s); the call runs alone', tool.id, error_text(error))
     return False
 
 
@@ -4607,7 +4619,7 @@ def compact_history(agent: Agent, history: list) -> tuple[list, int, TokenUsage 
     try:
         return _compact(agent, config, list(history))
     except Exception as error:  # a malformed config or item: keep the history as it is
-        log.warning("compaction: skipped (%s)", error)
+        log.warning("compaction: skipped (%s)", error_text(error))
         return history, 0, None
 
 
@@ -4645,7 +4657,8 @@ def _compact(agent: Agent, config: dict, history: list) -> tuple[list, int, Toke
         generation = agent.provider.generate(request)
         summary = generation.message if isinstance(generation.message, str) else ""
     except Exception as error:
-        log.warning("compaction: the summary call failed (%s); dropping the oldest messages instead", error)
+        log.warning("compaction: the summary call failed (%s); dropping the oldest messages instead",
+                    error_text(error))
         kept = list(window)
         for item in reversed(older):
             if estimate_tokens([item] + kept) >= threshold:

@@ -95,3 +95,36 @@ def test_unknown_host_objects_in_prompt_persona_goal_and_knowledge_stay_verbatim
     sent = repr([(call.system, call.prompt, call.history) for call in provider.calls])
     assert "sk-private-field" not in sent and "sk-secret" not in sent
     assert "{{context.__init__}}" in sent and "{{context.__class__}}" in sent and "{{context.host.greet}}" in sent
+
+
+# Exceptions from user code that cannot print (flows.md §9.5, model-calls.md §6.3) --------------
+
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("__str__ is broken")
+
+    def __repr__(self):
+        raise RuntimeError("__repr__ is broken")
+
+
+def raise_unprintable(*args):
+    raise Unprintable()
+
+
+def test_an_action_exception_that_cannot_print_is_an_action_failure_named_by_its_class():
+    flow = {"id": "f", "name": "F", "steps": [{"id": "a", "do": "acao"}]}
+    agent, _, _ = build([flow], actions={"acao": F.Action(parameters={}, run=raise_unprintable)})
+    r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
+    failed = [o for o in r.outcomes if o.code == "action-failed"]
+    assert [o.detail for o in failed] == ["Unprintable"]
+
+
+def test_a_tool_exception_that_cannot_print_becomes_the_tool_error_text():
+    tool = F.Tool(id="t", description="T", parameters={"type": "object", "properties": {}}, handler=raise_unprintable)
+    flow = {"id": "f", "name": "F", "steps": [{"id": "p", "prompt": "P", "tools": ["t"]}]}
+    script = {"speak": [{"message": "", "toolCalls": [{"toolName": "t", "arguments": {}}]},
+                        {"message": "done"}]}
+    agent, provider, _ = build([flow], script=script, tools=[tool])
+    r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
+    assert [m.text for m in r.messages] == ["done"]
+    assert '{"error":"Unprintable"}' in repr(provider.calls[1].history)
