@@ -606,6 +606,16 @@ EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 DURATION = re.compile(r"[0-9]+(?:\.[0-9]+)?[smhd]")
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
+# The limits of time (docs/guide/limits.md). A duration is at most ten years, far
+# beyond any wait a conversation needs. An instant lies in years 1000-8999: the
+# blob writes four-digit years (year 999 would not read back as ISO text), and
+# the latest instant plus the longest duration stays inside datetime's year 9999.
+MAX_DURATION = "3650d"
+MAX_DURATION_MS = 3650 * 86_400_000
+EARLIEST = datetime(1000, 1, 1, tzinfo=timezone.utc)
+LATEST = datetime(8999, 12, 31, 23, 59, 59, 999000, tzinfo=timezone.utc)
+INSTANT_RANGE = "1000-01-01T00:00:00.000Z to 8999-12-31T23:59:59.999Z"
+
 
 def is_duration(value: Any) -> bool:
     """True for a Duration string such as "30s", "5m", "1.5h", "3d" (flows.md §13)."""
@@ -616,8 +626,21 @@ def duration_ms(value: str) -> int:
     """Milliseconds of a Duration, rounded half up; ValueError names a bad one."""
     if not is_duration(value):
         raise ValueError(f'"{value}" is not a duration. Write a number and a unit: "30s", "5m", "24h" or "3d".')
-    amount = Decimal(value[:-1]) * _UNIT_MS[value[-1]]
-    return int(amount + Decimal("0.5"))
+    if is_too_long(value):
+        raise ValueError(f'"{value}" is longer than the maximum duration "{MAX_DURATION}" (ten years). '
+                         "Use a shorter one.")
+    return _exact_ms(value)
+
+
+def _exact_ms(value: str) -> int:
+    return int(Decimal(value[:-1]) * _UNIT_MS[value[-1]] + Decimal("0.5"))
+
+
+def is_too_long(value: str) -> bool:
+    """True for a Duration longer than MAX_DURATION (docs/guide/limits.md)."""
+    if len(value[:-1].split(".")[0].lstrip("0")) > 15:     # a number that long needs no arithmetic
+        return True
+    return _exact_ms(value) > MAX_DURATION_MS
 
 
 def iso(at: datetime) -> str:
@@ -635,9 +658,33 @@ def parse_iso(text: str) -> datetime:
         raw = raw[:-1] + "+00:00"
     try:
         at = datetime.fromisoformat(raw)
+        return at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
     except ValueError:
         raise ValueError(f'"{text}" is not ISO date-time text such as "2026-09-20T10:00:00.000Z"') from None
-    return at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
+    except OverflowError:   # an offset that moves year 1 or 9999 out of datetime's range
+        raise ValueError(f'"{text}" is outside the supported range {INSTANT_RANGE}') from None
+
+
+def check_instant(at: datetime, what: str) -> datetime:
+    """``at`` as aware UTC at whole ms; ValueError naming ``what`` outside the supported range."""
+    if not isinstance(at, datetime):
+        raise TypeError(f"{what} must be a datetime, not {type(at).__name__}")
+    at = truncate_ms(at)
+    if not EARLIEST <= at <= LATEST:
+        raise ValueError(f"{what} is {iso(at) if at.year >= 1000 else at.isoformat()}, outside the supported "
+                         f"range {INSTANT_RANGE} (docs/guide/limits.md). Check the clock or the value.")
+    return at
+
+
+def later(at: datetime, ms: int) -> datetime:
+    """``at`` plus ``ms`` milliseconds; an instant past datetime's range stays at its last millisecond.
+
+    Only an instant already outside the supported range (an old blob's time) can get there.
+    """
+    try:
+        return at + timedelta(milliseconds=ms)
+    except OverflowError:
+        return datetime.max.replace(microsecond=999000, tzinfo=timezone.utc)
 
 
 def to_ms(at: datetime) -> int:
@@ -1570,6 +1617,9 @@ def _duration_check(value: Any, label: str, where: str) -> None:
     if value is not ABSENT and not is_duration(value):
         _flow_error(where, f'{label} has duration "{value}", which does not parse',
                     'Write a number and a unit: "30s", "5m", "24h" or "3d".')
+    if value is not ABSENT and is_too_long(value):
+        _flow_error(where, f'{label} has duration "{value}", longer than the maximum "{MAX_DURATION}" (ten years)',
+                    "Use a shorter duration (docs/guide/limits.md).")
 
 
 def condition_names_check(condition: Any, label: str, where: str, names: _FlowNames) -> None:
@@ -2192,7 +2242,7 @@ def read_turn_input(kwargs: dict) -> TurnInput:
             raise TypeError(f"turn({name}=...) takes a {expected.__name__}, got {type(kwargs[name]).__name__}")
     if kwargs.get("at") is not None:
         try:
-            parse_iso(kwargs["at"])
+            check_instant(parse_iso(kwargs["at"]), f'"{kwargs["at"]}"')
         except ValueError as error:
             raise TypeError(f"turn(at=...): {error}") from None
     silenced = kwargs.get("silenced")
@@ -2218,7 +2268,7 @@ class Turn:
     def __init__(self, agent: Agent, given: TurnInput):
         self.agent = agent
         self.input = given
-        self.now = truncate_ms(agent.clock())
+        self.now = check_instant(agent.clock(), "the agent's clock reading")
         self.now_text = iso(self.now)      # the turn's one instant as blob text, stamped on lines, claims, runs
         self.session_id = given.session_id
         self.session = copy.deepcopy(given.session) if given.session else Session(id=given.session_id)
@@ -2814,8 +2864,8 @@ def defer_talk(turn: Turn, run: Run, failure: Deferred) -> None:
         end_run(turn, run, "failed")
         return
     at = turn.now + timedelta(milliseconds=duration_ms(RETRY_LADDER[attempt]))
-    if failure.reset_at_ms is not None and failure.reset_at_ms > to_ms(at):
-        at = from_ms(failure.reset_at_ms)
+    if failure.reset_at_ms is not None and to_ms(at) < failure.reset_at_ms <= to_ms(LATEST):
+        at = from_ms(failure.reset_at_ms)     # a reset past the supported range keeps the ladder's time
     park(turn, run, f"{key}:retry:{to_ms(at)}", at)
     write_line(turn, run, kind, "deferred", code=failure.code, key=key, until=iso(at))
 
@@ -2856,7 +2906,7 @@ def silence_wakes(turn: Turn, replaces_ms: str | None = None) -> list[ScheduleEn
             continue
         if not repeat_allows(turn, flow, trigger, "silence", ms):
             continue
-        at = said + timedelta(milliseconds=duration_ms(trigger["silence"]))
+        at = later(said, duration_ms(trigger["silence"]))      # said is blob text: it may be any instant
         if trigger.get("businessHours"):
             at = business_time(turn, at)
         prefix = f"silence:{flow['id']}:{turn.session_id}:"
@@ -3099,7 +3149,7 @@ def business_time(turn: Turn, at: datetime) -> datetime:
     if turn.agent.business_hours is None:
         return at
     snapped = turn.agent.business_hours(at, BusinessHoursCtx(context=turn.context))
-    return truncate_ms(snapped)
+    return check_instant(snapped, "the time business_hours returned")
 
 
 @dataclass
@@ -3475,6 +3525,9 @@ def run_do_step(turn: Turn, run: Run, step: dict) -> None:
     if which == "defer" and not is_duration(value):
         which, value = "failed", (f'action "{name}" asked to defer by "{value}", which is not a duration. '
                                   'Use a value like "2m" or "1h".')
+    elif which == "defer" and is_too_long(value):
+        which, value = "failed", (f'action "{name}" asked to defer by "{value}", longer than the maximum '
+                                  f'duration "{MAX_DURATION}". Use a value like "2m" or "1h".')
     then = step.get("then")
     if which == "ok":
         if spoke:

@@ -128,3 +128,78 @@ def test_a_tool_exception_that_cannot_print_becomes_the_tool_error_text():
     r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
     assert [m.text for m in r.messages] == ["done"]
     assert '{"error":"Unprintable"}' in repr(provider.calls[1].history)
+
+
+# Durations and instants (flows.md §13, runtime.md §15, docs/guide/limits.md) -----------------
+
+@pytest.mark.parametrize("trigger, step", [
+    ({"silence": "3000000d"}, {"id": "a", "say": "Oi"}),
+    ({"event": "ev", "after": "3000000d"}, {"id": "a", "say": "Oi"}),
+    ({"event": "ev", "repeat": {"cooldown": "3651d"}}, {"id": "a", "say": "Oi"}),
+    ({"event": "ev"}, {"id": "a", "wait": "87601h"}),
+    ({"event": "ev"}, {"id": "a", "wait": {"event": "ev", "upTo": "99999999999999999999999999d"}}),
+])
+def test_validate_flow_rejects_a_duration_beyond_the_maximum_and_names_it(trigger, step):
+    spec = {"id": "fx", "name": "FX", "on": [trigger], "steps": [step]}
+    with pytest.raises(F.FlowConfigurationError) as caught:
+        F.validate_flow(spec, {"events": {"ev": F.EventDef()}})
+    assert 'longer than the maximum "3650d"' in str(caught.value)
+
+
+def test_the_maximum_duration_itself_is_valid_and_runs():
+    flow = {"id": "f", "name": "F", "steps": [{"id": "w", "wait": "3650d"}, {"id": "s", "say": "Oi"}]}
+    agent, _, _ = build([flow], clock=fake_clock("8999-12-31T23:59:59.999Z"))
+    r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
+    assert [w.at.year for w in r.schedule] == [9009]
+
+
+def test_an_action_deferring_beyond_the_maximum_fails_with_a_reason():
+    flow = {"id": "f", "name": "F", "steps": [{"id": "a", "do": "acao"}]}
+    agent, _, _ = build([flow], actions={"acao": F.Action(parameters={}, run=lambda p, c: {"defer": "3000000d"})})
+    r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
+    failed = [o for o in r.outcomes if o.code == "action-failed"]
+    assert len(failed) == 1 and 'longer than the maximum duration "3650d"' in failed[0].detail
+    assert r.schedule == []
+
+
+@pytest.mark.parametrize("at", ["0999-12-31T23:59:59.999Z", "9000-01-01T00:00:00.000Z",
+                                "9999-12-31T23:59:59.999Z", "0001-01-01T00:00:00+01:00",
+                                "9999-12-31T23:30:00-01:00"])
+def test_turn_rejects_an_at_outside_the_supported_range(at):
+    agent, _, _ = build([{"id": "f", "name": "F", "steps": [{"id": "s", "say": "Oi"}]}])
+    with pytest.raises(TypeError) as caught:
+        agent.turn(session_id="s1", message="oi", id="m1", at=at)
+    assert "outside the supported range 1000-01-01T00:00:00.000Z to 8999-12-31T23:59:59.999Z" in str(caught.value)
+
+
+@pytest.mark.parametrize("now", ["0500-01-01T00:00:00.000Z", "9999-12-31T23:59:59.999Z"])
+def test_a_clock_outside_the_supported_range_is_a_value_error_not_an_overflow(now):
+    flow = {"id": "f", "name": "F", "steps": [{"id": "w", "wait": "3650d"}]}
+    agent, _, _ = build([flow], clock=fake_clock(now))
+    with pytest.raises(ValueError, match="the agent's clock reading is .* outside the supported range"):
+        agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
+
+
+def test_business_hours_returning_an_instant_out_of_range_is_named():
+    from datetime import datetime, timezone
+    flow = {"id": "f", "name": "F", "steps": [{"id": "w", "wait": "1d", "businessHours": True}]}
+    agent, _, _ = build([flow], business_hours=lambda at, ctx: datetime(9999, 12, 31, tzinfo=timezone.utc))
+    with pytest.raises(ValueError, match="the time business_hours returned"):
+        agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
+
+
+def test_a_provider_reset_beyond_the_supported_range_keeps_the_retry_ladder():
+    flow = {"id": "f", "name": "F", "steps": [{"id": "p", "prompt": "P"}]}
+    failure = F.ProviderError("quota", kind="quota", reset_at_ms=10 ** 18)
+    agent, _, _ = build([flow], script={"speak": [failure]})
+    r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
+    assert [w.at.isoformat() for w in r.schedule] == ["2026-09-20T10:01:00+00:00"]
+
+
+def test_a_silence_armed_from_an_old_blob_time_near_year_9999_does_not_overflow():
+    flow = {"id": "f", "name": "F", "on": [{"silence": "3650d"}], "steps": [{"id": "s", "say": "Oi"}]}
+    agent, _, _ = build([flow])
+    blob = {"id": "s1", "v": 4, "version": 3, "data": {}, "runs": [], "claims": {}, "inputs": [], "metadata": {},
+            "lastAssistantAt": "9999-12-31T00:00:00.000Z"}
+    wakes = agent.pending_wakes(session=blob)
+    assert [w.at.year for w in wakes] == [9999]
