@@ -1003,12 +1003,19 @@ def extract_mode(definition: dict) -> str:
 
 
 def merge_patch(data: dict, patch: dict) -> None:
-    """Merge a tool or action patch into session data as given; a None value deletes the key."""
+    """Merge a tool or action patch into session data as given; a None value deletes the key.
+
+    The values are copied, so the session shares nothing with the code that
+    wrote them; one nested deeper than MAX_NESTING raises ValueError before
+    anything is written.
+    """
+    for slug, value in patch.items():
+        check_nesting(value, f'the value written to "{slug}"')
     for slug, value in patch.items():
         if value is None:
             data.pop(slug, None)
         else:
-            data[slug] = value
+            data[slug] = copy.deepcopy(value)
 
 
 TRUE_WORDS = ("true", "sim", "yes", "1")
@@ -1452,6 +1459,9 @@ def _target_check(value: Any, label: str, where: str) -> None:
         return
     if isinstance(value, dict) and (isinstance(value.get("step"), str) or isinstance(value.get("flow"), str)):
         _list_check(value.get("clear", ABSENT), f"{label}.clear", where)
+        if nests_deeper(value.get("input"), MAX_NESTING):   # it becomes a run's input (docs/guide/limits.md)
+            _flow_error(where, f"{label}.input nests lists and dicts deeper than {MAX_NESTING} levels",
+                        "Flatten it.")
         return
     _flow_error(where, f"{label} is {show(value)}, not a step id or a target",
                 'Write a step id, "end", { step: "id" } or { flow: "id" }.')
@@ -1998,6 +2008,40 @@ class Session:
         return session_from_dict(blob, session_id)
 
 
+# Nesting: how deep a value a session holds may be (docs/guide/limits.md) ----------------------
+#
+# Every value that enters a session (event payloads, start input, tool and
+# action data, a {flow} target's input) is checked at the door, so a saved
+# session always loads, copies and saves without deep recursion.
+
+MAX_NESTING = 64                  # levels of lists and dicts inside one value
+BLOB_NESTING = MAX_NESTING + 4    # a value sits at most four levels down a blob: runs[i].trigger.payload
+
+
+def nests_deeper(value: Any, limit: int) -> bool:
+    """Whether lists and dicts inside ``value`` nest more than ``limit`` levels (a loop: no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def check_nesting(value: Any, where: str) -> None:
+    """ValueError naming ``where`` when ``value`` nests deeper than MAX_NESTING."""
+    if nests_deeper(value, MAX_NESTING):
+        raise ValueError(f"{where} nests lists and dicts deeper than {MAX_NESTING} levels, the limit for a value "
+                         "a session holds (docs/guide/limits.md). Flatten it, or keep it outside the session.")
+
+
 # The v4 blob: writing and reading it (persistence.md Part 2) ----------------------------------
 #
 # The reader checks the rules of §2.5 in their order and stops at the first one
@@ -2105,6 +2149,8 @@ def session_from_dict(blob: Any, session_id: str | None) -> Session:
         if why:
             fail(why)
         runs.append(_read_run(raw))
+    if nests_deeper(blob, BLOB_NESTING):   # it would not copy or save; docs/guide/limits.md
+        fail(f"it nests deeper than {BLOB_NESTING} levels (a value may nest {MAX_NESTING})")
     return Session(id=session_id, version=version, data=blob["data"], runs=runs, claims=claims,
                    inputs=inputs, metadata=blob["metadata"], last_user_at=blob.get("lastUserAt"),
                    last_assistant_at=blob.get("lastAssistantAt"), history=blob.get("history"))
@@ -2245,6 +2291,10 @@ def read_turn_input(kwargs: dict) -> TurnInput:
             check_instant(parse_iso(kwargs["at"]), f'"{kwargs["at"]}"')
         except ValueError as error:
             raise TypeError(f"turn(at=...): {error}") from None
+    if kwargs.get("payload") is not None:
+        check_nesting(kwargs["payload"], "turn(payload=...)")
+    if kind == "start" and value.get("input") is not None:
+        check_nesting(value["input"], 'turn(start={"input": ...})')
     silenced = kwargs.get("silenced")
     if silenced is not None and not isinstance(silenced, str) and not (
             isinstance(silenced, dict) and isinstance(silenced.get("reason"), str)):
@@ -2271,6 +2321,9 @@ class Turn:
         self.now = check_instant(agent.clock(), "the agent's clock reading")
         self.now_text = iso(self.now)      # the turn's one instant as blob text, stamped on lines, claims, runs
         self.session_id = given.session_id
+        if given.session is not None and nests_deeper(given.session.to_dict(), BLOB_NESTING):
+            raise InvalidSessionError(given.session.id, f"it nests deeper than {BLOB_NESTING} levels "
+                                      f"(a value may nest {MAX_NESTING}; docs/guide/limits.md)")
         self.session = copy.deepcopy(given.session) if given.session else Session(id=given.session_id)
         self.context = given.context
         self.anchors = given.anchors
@@ -3279,7 +3332,7 @@ def chain(turn: Turn, run: Run, target: dict) -> None:
     if flow is None:
         skip(turn, child_id, turn.session_id, key, "flow-gone")
         return
-    payload = target["input"] if target.get("input") is not None else run.input
+    payload = copy.deepcopy(target["input"]) if target.get("input") is not None else run.input   # not the Agent's
     start_child(turn, run, flow, key, payload, keep_data=False)
 
 
@@ -3481,7 +3534,7 @@ def run_say_step(turn: Turn, run: Run, flow: dict, step: dict) -> None:
             follow(turn, run, then)
             return
         turn.session.claims[claim] = {"at": turn.now_text}
-    emit(turn, render(step["say"], turn.scope(run)), "verbatim", key, run=run, media=step.get("media"))
+    emit(turn, render(step["say"], turn.scope(run)), "verbatim", key, run=run, media=copy.deepcopy(step.get("media")))
     write_line(turn, run, "say", "ok", key=key, next=target_label(then))
     follow(turn, run, then)
 
@@ -4586,6 +4639,9 @@ def run_tool(tool: Tool | None, name: str, arguments: dict, ctx: ToolCtx) -> tup
     if data is not None and not isinstance(data, dict):
         log.warning('tool "%s" returned data that is not a dict; ignored', tool.id)
         data = None
+    if data is not None and nests_deeper(data, MAX_NESTING + 1):
+        log.warning('tool "%s" returned data nested deeper than %d levels; ignored', tool.id, MAX_NESTING)
+        data = None
     return tool_value_text(value, tool.max_result_size_chars), data
 
 
@@ -5653,6 +5709,8 @@ def decode_session_row(raw: Any, session_id: str) -> Session:
             raw = json.loads(raw, parse_constant=_reject_constant)
         except ValueError:
             raise InvalidSessionError(session_id, "blob is not valid JSON") from None
+        except RecursionError:
+            raise InvalidSessionError(session_id, f"it nests deeper than {BLOB_NESTING} levels") from None
     return Session.from_dict(raw, session_id=session_id)
 
 

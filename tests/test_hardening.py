@@ -203,3 +203,147 @@ def test_a_silence_armed_from_an_old_blob_time_near_year_9999_does_not_overflow(
             "lastAssistantAt": "9999-12-31T00:00:00.000Z"}
     wakes = agent.pending_wakes(session=blob)
     assert [w.at.year for w in wakes] == [9999]
+
+
+# Depth: the nesting limit of what enters a session (docs/guide/limits.md) --------------------
+
+def nested(levels):
+    value = "fundo"
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def event_agent(**options):
+    flow = {"id": "f", "name": "F", "on": [{"event": "ev"}],
+            "steps": [{"id": "w", "wait": {"event": "fim"}}]}
+    return build([flow], events={"ev": F.EventDef(), "fim": F.EventDef()}, **options)[0]
+
+
+def test_a_payload_at_the_limit_is_kept_and_the_session_keeps_turning():
+    agent = event_agent()
+    store = F.MemoryStore()
+    r = agent.turn(session_id="s1", event="ev", key="e1", payload=nested(F.MAX_NESTING))
+    saved = store.save(r.session, 0)
+    loaded = store.load("s1")
+    assert loaded == saved and loaded.runs[0].input == nested(F.MAX_NESTING)
+    again = agent.turn(session_id="s1", session=loaded, event="fim", key="e2")
+    assert [e.reason for e in again.ended] == ["end"]
+
+
+@pytest.mark.parametrize("levels", [F.MAX_NESTING + 1, 600, 5000])
+def test_an_event_payload_deeper_than_the_limit_is_refused_at_the_door(levels):
+    agent = event_agent()
+    with pytest.raises(ValueError, match=r"turn\(payload=...\) nests lists and dicts deeper than 64 levels"):
+        agent.turn(session_id="s1", event="ev", key="e1", payload=nested(levels))
+
+
+def test_a_start_input_deeper_than_the_limit_is_refused_at_the_door():
+    agent = event_agent()
+    with pytest.raises(ValueError, match=r'turn\(start=\{"input": ...\}\) nests'):
+        agent.turn(session_id="s1", start={"flow": "f", "key": "k1", "input": {"a": nested(700)}})
+
+
+def test_an_action_writing_a_too_deep_value_fails_and_writes_nothing():
+    def write(params, ctx):
+        ctx.set({"raso": 1, "fundo": nested(F.MAX_NESTING + 1)})
+    flow = {"id": "f", "name": "F", "steps": [{"id": "a", "do": "acao"}]}
+    agent, _, _ = build([flow], actions={"acao": F.Action(parameters={}, run=write)})
+    r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
+    assert r.session.data == {}
+    failed = [o for o in r.outcomes if o.code == "action-failed"]
+    assert len(failed) == 1 and 'the value written to "fundo" nests' in failed[0].detail
+
+
+def test_a_context_value_an_action_writes_is_refused_when_too_deep():
+    flow = {"id": "f", "name": "F", "steps": [{"id": "a", "do": "acao"}]}
+    agent, _, _ = build([flow], actions={"acao": F.Action(parameters={},
+                                                          run=lambda p, ctx: ctx.set({"x": ctx.context["deep"]}))})
+    r = agent.turn(session_id="s1", context={"deep": nested(900)}, start={"flow": "f", "key": "k1"})
+    assert r.session.data == {} and [o.code for o in r.outcomes if o.status == "failed"] == ["action-failed"]
+
+
+def test_tool_data_deeper_than_the_limit_is_ignored():
+    tool = F.Tool(id="t", description="T", parameters={"type": "object", "properties": {}},
+                  handler=lambda args, ctx: F.ToolResult(value="ok", data={"fundo": nested(800), "raso": 1}))
+    flow = {"id": "f", "name": "F", "steps": [{"id": "p", "prompt": "P", "tools": ["t"]}]}
+    script = {"speak": [{"message": "", "toolCalls": [{"toolName": "t", "arguments": {}}]}, {"message": "done"}]}
+    agent, _, _ = build([flow], script=script, tools=[tool])
+    r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
+    assert [m.text for m in r.messages] == ["done"] and r.session.data == {}
+
+
+def test_a_flow_target_input_deeper_than_the_limit_is_rejected_at_build():
+    flows = [{"id": "a", "name": "A", "steps": [{"id": "s", "say": "Oi", "then": {"flow": "b", "input": nested(65)}}]},
+             {"id": "b", "name": "B", "steps": [{"id": "t", "say": "Tchau"}]}]
+    with pytest.raises(F.FlowConfigurationError, match="then.input nests lists and dicts deeper than 64 levels"):
+        build(flows)
+
+
+def deep_blob(levels):
+    return {"id": "s1", "v": 4, "version": 1, "data": {"x": nested(levels)}, "runs": [], "claims": {},
+            "inputs": [], "metadata": {}}
+
+
+@pytest.mark.parametrize("levels", [F.BLOB_NESTING, 990, 3000])
+def test_a_blob_deeper_than_the_limit_is_an_invalid_session(levels):
+    with pytest.raises(F.InvalidSessionError, match="nests deeper than 68 levels"):
+        F.Session.from_dict(deep_blob(levels))
+
+
+def test_a_blob_at_the_limit_loads():
+    assert F.Session.from_dict(deep_blob(F.MAX_NESTING)).data["x"] == nested(F.MAX_NESTING)
+
+
+@pytest.mark.parametrize("levels", [200, 100_000])
+def test_a_stored_row_deeper_than_the_limit_is_an_invalid_session_in_every_store(tmp_path, levels):
+    import json
+    import sqlite3
+    from falai_stores import SQLiteStore
+    text = json.dumps(deep_blob(3))
+    text = text.replace('"fundo"', "[" * levels + '"fundo"' + "]" * levels)
+    connection = sqlite3.connect(tmp_path / "s.db")
+    store = SQLiteStore(connection, table="hardening_deep")
+    store.initialize()
+    connection.execute("INSERT INTO hardening_deep (id, version, blob, created_at, updated_at) "
+                       "VALUES ('s1', 1, ?, '', '')", (text,))
+    connection.commit()
+    with pytest.raises(F.InvalidSessionError):
+        store.load("s1")
+    with pytest.raises(F.InvalidSessionError):
+        F.decode_session_row(text, "s1")
+
+
+def test_a_session_object_deeper_than_the_limit_is_refused_before_the_turn_copies_it():
+    agent = event_agent()
+    session = F.Session(id="s1", version=1, data={"x": nested(5000)})
+    with pytest.raises(F.InvalidSessionError, match="nests deeper than 68 levels"):
+        agent.turn(session_id="s1", session=session, event="ev", key="e1")
+    with pytest.raises(F.InvalidSessionError):
+        agent.pending_wakes(session=session)
+
+
+# Shared objects: nothing a turn returns is the Agent's (runtime.md §12) ----------------------
+
+def test_a_flow_target_input_and_say_media_are_copies():
+    flows = [{"id": "a", "name": "A", "steps": [
+                 {"id": "s", "say": "Oi", "media": {"url": "https://x/y.png", "tags": ["a"]},
+                  "then": {"flow": "b", "input": {"itens": [1, 2]}}}]},
+             {"id": "b", "name": "B", "steps": [{"id": "w", "wait": "1d"}]}]
+    agent, _, _ = build(flows)
+    first = agent.turn(session_id="s1", start={"flow": "a", "key": "k1"})
+    first.messages[0].media["tags"].append("changed")
+    first.session.runs[0].input["itens"].append(3)
+    first.session.runs[0].trigger["payload"]["itens"].append(4)
+    second = agent.turn(session_id="s2", start={"flow": "a", "key": "k1"})
+    assert second.messages[0].media == {"url": "https://x/y.png", "tags": ["a"]}
+    assert second.session.runs[0].input == {"itens": [1, 2]}
+
+
+def test_values_an_action_writes_are_copies():
+    defaults = {"tags": ["novo"]}
+    flow = {"id": "f", "name": "F", "steps": [{"id": "a", "do": "acao"}]}
+    agent, _, _ = build([flow], actions={"acao": F.Action(parameters={}, run=lambda p, ctx: ctx.set(defaults))})
+    r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
+    r.session.data["tags"].append("changed")
+    assert defaults == {"tags": ["novo"]}
