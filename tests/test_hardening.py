@@ -3,13 +3,16 @@
 Spec: flows.md §8 (templates), §13 (durations); runtime.md §2.2, §6, §8 (keys), §15 (time);
 persistence.md §2.5 (the blob reader). The limits themselves: docs/guide/limits.md.
 """
-import copy
+import json
+import sqlite3
 from dataclasses import dataclass, field
 
 import pytest
 
 import falai as F
 from falai import ScriptedProvider, fake_clock, falai
+from falai_stores import PostgresStore, RedisStore, SQLiteStore
+from test_stores import postgres_connection, redis_client, unique_name
 
 T0 = "2026-09-20T10:00:00.000Z"
 
@@ -295,13 +298,13 @@ def test_a_blob_at_the_limit_loads():
     assert F.Session.from_dict(deep_blob(F.MAX_NESTING)).data["x"] == nested(F.MAX_NESTING)
 
 
+def deep_row(levels):
+    return json.dumps(deep_blob(0)).replace('"fundo"', "[" * levels + '"fundo"' + "]" * levels)
+
+
 @pytest.mark.parametrize("levels", [200, 100_000])
-def test_a_stored_row_deeper_than_the_limit_is_an_invalid_session_in_every_store(tmp_path, levels):
-    import json
-    import sqlite3
-    from falai_stores import SQLiteStore
-    text = json.dumps(deep_blob(3))
-    text = text.replace('"fundo"', "[" * levels + '"fundo"' + "]" * levels)
+def test_a_stored_row_deeper_than_the_limit_is_an_invalid_session_in_sqlite(tmp_path, levels):
+    text = deep_row(levels)
     connection = sqlite3.connect(tmp_path / "s.db")
     store = SQLiteStore(connection, table="hardening_deep")
     store.initialize()
@@ -312,6 +315,38 @@ def test_a_stored_row_deeper_than_the_limit_is_an_invalid_session_in_every_store
         store.load("s1")
     with pytest.raises(F.InvalidSessionError):
         F.decode_session_row(text, "s1")
+
+
+@pytest.mark.parametrize("levels", [200, 2000])
+def test_a_stored_row_deeper_than_the_limit_is_an_invalid_session_in_postgres(levels):
+    """psycopg parses JSONB itself: at 2000 levels its own json.loads hits the recursion limit."""
+    connection = postgres_connection()
+    table = unique_name()
+    try:
+        store = PostgresStore(connection, table=table)
+        store.initialize()
+        connection.execute(f"INSERT INTO {table} (id, version, blob) VALUES ('s1', 1, %s::jsonb)", (deep_row(levels),))
+        connection.commit()
+        with pytest.raises(F.InvalidSessionError, match="nests deeper than 68 levels"):
+            store.load("s1")
+    finally:
+        connection.rollback()
+        connection.execute(f"DROP TABLE IF EXISTS {table}")
+        connection.commit()
+        connection.close()
+
+
+@pytest.mark.parametrize("levels", [200, 100_000])
+def test_a_stored_row_deeper_than_the_limit_is_an_invalid_session_in_redis(levels):
+    client = redis_client()
+    prefix = unique_name() + ":"
+    store = RedisStore(client, key_prefix=prefix)
+    try:
+        client.hset(store.key("s1"), mapping={"version": "1", "blob": deep_row(levels)})
+        with pytest.raises(F.InvalidSessionError, match="nests deeper than 68 levels"):
+            store.load("s1")
+    finally:
+        client.delete(store.key("s1"))
 
 
 def test_a_session_object_deeper_than_the_limit_is_refused_before_the_turn_copies_it():
