@@ -1705,6 +1705,9 @@ def check_flow_names(flow: dict, names: _FlowNames) -> list[str]:
     if not (isinstance(flow.get("id"), str) and flow["id"]):
         _flow_error("flow", "has no id", "Give the flow a short unique id.")
     where = f'flow "{flow["id"]}"'
+    if flow["id"].startswith("silence:"):    # its run wakes would read as silence wakes (runtime.md §3.2)
+        _flow_error(where, 'has an id starting with "silence:", the prefix of silence wake keys',
+                    "Rename the flow.")
     steps = flow["steps"]
     position: dict[str, int] = {}
     for n, step in enumerate(steps, 1):
@@ -2512,8 +2515,7 @@ def ingest_silence_wake(turn: Turn, key: str) -> tuple[str, str] | None:
     """Rule I-S: a silence wake starts its flow while the silence still holds (runtime.md §3.2)."""
     body = key[len("silence:"):]
     ms = body.rsplit(":", 1)[-1]
-    marker = f":{turn.session_id}:"
-    flow_id = body[:body.rfind(marker)] if marker in body else body.split(":", 1)[0]
+    flow_id = unescape_key_part(body.split(":", 1)[0])    # the flow id part has no ":" (key_part)
     flow = turn.agent.flow_by_id.get(flow_id)
     if flow is None:
         skip(turn, flow_id, turn.session_id, ms, "flow-gone")
@@ -2962,7 +2964,7 @@ def silence_wakes(turn: Turn, replaces_ms: str | None = None) -> list[ScheduleEn
         at = later(said, duration_ms(trigger["silence"]))      # said is blob text: it may be any instant
         if trigger.get("businessHours"):
             at = business_time(turn, at)
-        prefix = f"silence:{flow['id']}:{turn.session_id}:"
+        prefix = f"silence:{key_part(flow['id'])}:{turn.session_id}:"
         entries.append(ScheduleEntry(key=f"{prefix}{ms}", at=at,
                                      replaces=f"{prefix}{replaces_ms}" if replaces_ms else None))
     return entries
@@ -3109,8 +3111,40 @@ def repeat_of(trigger: dict | None, kind: str) -> Any:
     return DEFAULT_REPEAT[kind] if repeat is None else repeat
 
 
+_ESCAPED = re.compile(r"%3A|%25")
+
+
+def key_part(text: str) -> str:
+    """A part of a claim or silence wake key with no ":" in it (docs/guide/limits.md).
+
+    Text with ":" (or that already reads as escaped, with "%3A" or "%25") has
+    "%" and ":" percent-escaped; any other text stays as it is. Claim keys
+    escape the flow id and the nonce, so the anchor is what lies between the
+    first and the last ":" and distinct (flow, anchor) pairs never share a key.
+    A deliberate difference from the TypeScript original, which joins raw ids.
+    """
+    if ":" in text or "%3A" in text or "%25" in text:
+        return text.replace("%", "%25").replace(":", "%3A")
+    return text
+
+
+def unescape_key_part(part: str) -> str:
+    """The id a key_part() stands for."""
+    return _ESCAPED.sub(lambda match: ":" if match.group(0) == "%3A" else "%", part)
+
+
+def live_pair(flow_id: str, anchor: str) -> str:
+    """``${flowId}:${anchor}``, a live run's entry in the host's ``claims["active"]`` (runtime.md §6.4)."""
+    return f"{key_part(flow_id)}:{anchor}"
+
+
+def claim_prefix(flow_id: str, anchor: str) -> str:
+    """``${flowId}:${anchor}:``, the start of every claim key of a flow and anchor (runtime.md §6.1)."""
+    return live_pair(flow_id, anchor) + ":"
+
+
 def dedupe_key(flow: dict, anchor: str, repeat: Any, trigger_key: str) -> str:
-    return f"{flow['id']}:{anchor}:{trigger_key if repeat == 'always' else ''}"
+    return claim_prefix(flow["id"], anchor) + (key_part(trigger_key) if repeat == "always" else "")
 
 
 def claim_refusal(turn: Turn, key: str, repeat: Any) -> str | None:
@@ -3134,7 +3168,7 @@ def draft_run(turn: Turn, flow: dict, kind: str, trigger_key: str) -> Run:
     """The run a trigger ``if`` is judged on before a run exists (runtime.md §3.4)."""
     anchor = anchor_of(turn, flow)
     return Run(id=f"{flow['id']}#{trigger_key}", flow_id=flow["id"], anchor=anchor,
-               dedupe_key=f"{flow['id']}:{anchor}:", step_id=None, status="running",
+               dedupe_key=claim_prefix(flow["id"], anchor), step_id=None, status="running",
                trigger={"kind": kind, "key": trigger_key}, hop=0, started_at=turn.now_text)
 
 
@@ -3159,14 +3193,14 @@ def start_run(turn: Turn, flow: dict, kind: str, trigger_key: str, *, trigger: d
                      if other.flow_id == flow["id"] and other.anchor == anchor), None)
         if live is not None and live.status == "waiting" and live.step_id is None:
             end_run(turn, live, "replaced")
-        elif live is not None or f"{flow['id']}:{anchor}" in turn.active_claims:
+        elif live is not None or live_pair(flow["id"], anchor) in turn.active_claims:
             refusal = "already-running"
     if refusal is not None:
         skip(turn, flow["id"], anchor, trigger_key, refusal)
         return None
     turn.session.claims[claim] = {"at": turn.now_text}
     if repeat == "always":
-        prune_always_claims(turn, f"{flow['id']}:{anchor}:")
+        prune_always_claims(turn, claim_prefix(flow["id"], anchor))
     if not keep_data:
         for slug in flow.get("clearOnStart") or []:
             turn.session.data.pop(slug, None)
@@ -3188,7 +3222,8 @@ ALWAYS_CLAIMS_KEPT = 50
 def prune_always_claims(turn: Turn, prefix: str) -> None:
     """Keep the 50 newest always-claims of a flow and anchor, by their ``at`` (runtime.md §6.1)."""
     claims = turn.session.claims
-    keys = [key for key in claims if key.startswith(prefix) and len(key) > len(prefix)]
+    keys = [key for key in claims if key.startswith(prefix) and len(key) > len(prefix)
+            and ":" not in key[len(prefix):]]      # a nonce has no ":" (key_part): a longer anchor is not ours
     if len(keys) <= ALWAYS_CLAIMS_KEPT:
         return
     order = {key: index for index, key in enumerate(keys)}
@@ -3528,7 +3563,7 @@ def run_say_step(turn: Turn, run: Run, flow: dict, step: dict) -> None:
             end_run(turn, run, "skipped", code="silenced", kind="say", detail=turn.silenced)
         return
     if step.get("once"):
-        claim = f"{flow['id']}:{step['id']}:{turn.session_id}"
+        claim = f"{key_part(flow['id'])}:{key_part(step['id'])}:{turn.session_id}"
         if claim in turn.session.claims or claim in turn.held_claims:
             write_line(turn, run, "say", "skipped", code="already-sent", key=key, next=target_label(then))
             follow(turn, run, then)
@@ -5338,13 +5373,13 @@ def migrate_session(blob: Any, *, session_id: str, flow_id_of: Callable | None =
             fail(f"flowHistory[{index}] is not a flow entry")
         if entry.get("completed") is True:
             at = _usable_date(entry.get("exitedAt")) or _usable_date(entry.get("enteredAt")) or now_text
-            claims[f"{flow_of(entry['flowId'])}:{session_id}:"] = {"at": at}
+            claims[claim_prefix(flow_of(entry["flowId"]), session_id)] = {"at": at}
     for key, state in triggers.items():
         if not isinstance(state, dict):
             fail(f"signals.triggers.{key} is not a trigger state")
         at = (_usable_date(state.get("lastTriggeredAt")) or _usable_date(state.get("firstTriggeredAt"))
               or now_text)
-        claims[f"{flow_of(key)}:{session_id}:"] = {"at": at}
+        claims[claim_prefix(flow_of(key), session_id)] = {"at": at}
 
     flow_ref, step_ref = (_legacy_reference(blob.get(key), key, fail) for key in ("currentFlow", "currentStep"))
     runs = []
@@ -5352,7 +5387,7 @@ def migrate_session(blob: Any, *, session_id: str, flow_id_of: Callable | None =
         flow = flow_of(flow_ref[0])
         started = _usable_date(flow_ref[1]) or now_text
         step = (step_ref[0] if step_ref else None) or None
-        dedupe_key = f"{flow}:{session_id}:"
+        dedupe_key = claim_prefix(flow, session_id)
         runs.append(Run(id=f"{flow}#legacy", flow_id=flow, anchor=session_id, dedupe_key=dedupe_key,
                         step_id=step, status="asking" if step else "running",
                         trigger={"kind": "message", "key": "legacy"}, hop=0, started_at=started,

@@ -382,3 +382,91 @@ def test_values_an_action_writes_are_copies():
     r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
     r.session.data["tags"].append("changed")
     assert defaults == {"tags": ["novo"]}
+
+
+# Claim keys and wake keys whatever the ids contain (runtime.md §6, §8; docs/guide/limits.md) --
+
+def test_a_flow_id_starting_like_a_silence_wake_key_is_rejected():
+    with pytest.raises(F.FlowConfigurationError) as caught:
+        F.validate_flow({"id": "silence:x", "name": "R", "steps": [{"id": "s", "say": "Oi"}]})
+    assert 'flow "silence:x": has an id starting with "silence:"' in str(caught.value)
+
+
+def test_the_flow_id_of_the_issue_and_an_anchor_with_colons_get_distinct_claims():
+    """Flow retomar anchored to lead:456 and flow retomar:lead in session 456 both wrote retomar:lead:456:."""
+    anchored = {"id": "retomar", "name": "R", "anchor": "lead", "on": [{"event": "ev", "repeat": "once"}],
+                "steps": [{"id": "s", "say": "Oi"}]}
+    plain = {"id": "retomar:lead", "name": "R2", "on": [{"event": "ev", "repeat": "once"}],
+             "steps": [{"id": "s", "say": "Olá"}]}
+    agent, _, _ = build([anchored, plain], events={"ev": F.EventDef()})
+    r = agent.turn(session_id="456", anchors=lead("lead:456"), event="ev", key="e1")
+    assert [(s.flow_id, s.dedupe_key) for s in r.started] == [("retomar", "retomar:lead:456:"),
+                                                              ("retomar:lead", "retomar%3Alead:456:")]
+    assert r.skipped == [] and [m.text for m in r.messages] == ["Oi", "Olá"]
+
+
+def lead(key):
+    return {"lead": {"key": key}}
+
+
+def anchored_agent():
+    flow = {"id": "f", "name": "F", "anchor": "lead",
+            "on": [{"event": "sempre", "repeat": "always"}, {"event": "umavez", "repeat": "once"}],
+            "steps": [{"id": "s", "say": "Oi"}]}
+    return build([flow], events={"sempre": F.EventDef(), "umavez": F.EventDef()})[0]
+
+
+
+
+def test_distinct_flow_and_anchor_pairs_never_share_a_claim_key():
+    agent = anchored_agent()
+    first = agent.turn(session_id="s1", anchors=lead("x"), event="sempre", key="y:")
+    second = agent.turn(session_id="s1", session=first.session, anchors=lead("x:y"), event="umavez", key="e2")
+    assert [s.code for s in second.skipped] == [] and [r.anchor for r in second.started] == ["x:y"]
+    assert set(second.session.claims) == {"f:x:y%3A", "f:x:y:"}
+    assert second.started[0].dedupe_key == "f:x:y:"
+
+
+def test_a_nonce_that_reads_as_escaped_is_escaped_too():
+    agent = anchored_agent()
+    first = agent.turn(session_id="s1", anchors=lead("x"), event="sempre", key="a:b")
+    second = agent.turn(session_id="s1", session=first.session, anchors=lead("x"), event="sempre", key="a%3Ab")
+    assert [r.dedupe_key for r in first.started + second.started] == ["f:x:a%3Ab", "f:x:a%253Ab"]
+    assert second.skipped == []
+
+
+def test_keys_of_ids_without_a_colon_stay_as_they_are():
+    agent = anchored_agent()
+    r = agent.turn(session_id="s1", anchors=lead("lead-456"), event="sempre", key="ev7")
+    assert list(r.session.claims) == ["f:lead-456:ev7"] and r.started[0].run_id == "f#ev7"
+
+
+def test_pruning_counts_only_the_always_claims_of_its_own_anchor():
+    agent = anchored_agent()
+    session = None
+    for i in range(50):
+        session = agent.turn(session_id="s1", session=session, anchors=lead("x:y"), event="sempre",
+                             key=f"k{i}").session
+    session = agent.turn(session_id="s1", session=session, anchors=lead("x"), event="sempre", key="z").session
+    assert len(session.claims) == 51
+    replay = agent.turn(session_id="s1", session=session, anchors=lead("x:y"), event="sempre", key="k0")
+    assert [s.code for s in replay.skipped] == ["already-claimed"]
+
+
+def test_a_live_pair_is_flow_id_and_raw_anchor():
+    """runtime.md §6.4: "<flowId>:<anchor>"; a flow id has no ":", so the first ":" ends it."""
+    agent = anchored_agent()
+    held = agent.turn(session_id="s1", anchors=lead("x:y"), claims={"active": ["f:x:y"]}, event="umavez", key="e1")
+    free = agent.turn(session_id="s1", anchors=lead("x"), claims={"active": ["f:x:y"]}, event="umavez", key="e1")
+    assert [s.code for s in held.skipped] == ["already-running"] and [r.anchor for r in free.started] == ["x"]
+
+
+def test_a_silence_wake_of_a_session_id_with_colons_parses():
+    flow = {"id": "retomar", "name": "R", "on": [{"silence": "1h"}], "steps": [{"id": "s", "say": "Oi?"}]}
+    agent, _, clock = build([flow, {"id": "g", "name": "G", "steps": [{"id": "o", "say": "Olá"}]}])
+    first = agent.turn(session_id="whats:55:1", start={"flow": "g", "key": "k1"})   # no anchor: the session id
+    [wake] = [w for w in first.schedule if w.key.startswith("silence:")]
+    assert wake.key == "silence:retomar:whats:55:1:1789898400000"
+    clock.advance("1h")
+    r = agent.turn(session_id="whats:55:1", session=first.session, wake=wake.key)
+    assert [m.text for m in r.messages] == ["Oi?"]
