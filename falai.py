@@ -2878,7 +2878,7 @@ def settle_talk(turn: Turn, run: Run, spoken: Spoken) -> None:
     """The talk step spoke: send, write the fields, then stay, ask again or move on (runtime.md §3.8 item 3)."""
     step = current_step(turn, run)
     key = step_key(run)
-    emit(turn, spoken.message, "ai", key, run=run)
+    emit(turn, spoken.message, "ai", message_key(turn, run, key), run=run)
     for slug, raw in spoken.fields.items():
         write_value(turn, slug, raw)
     merge_patch(turn.session.data, spoken.data)
@@ -3048,6 +3048,25 @@ def step_key(run: Run, step_id: str | None = None) -> str:
     """``{runId}:{stepId}:{visit}``: the key of every message, action and line a step produces."""
     step_id = step_id or run.step_id
     return f"{run.id}:{step_id}:{run.visits.get(step_id, 0)}"
+
+
+def message_key(turn: Turn, run: Run, key: str) -> str:
+    """A talk step's message key: the step key for the visit's first message, ``{key}:re:{triggerKey}`` after.
+
+    A collect step asks again under the same visit; the seed's key alone would
+    repeat, and a host deduping on keys would drop the re-ask (docs/guide/limits.md).
+    The trigger key makes it unique and the same on a replay. A deliberate
+    difference from the TypeScript original, which reuses the key.
+    """
+    return f"{key}:re:{turn.trigger_key}" if visit_spoke(run, key) else key
+
+
+def visit_spoke(run: Run, key: str) -> bool:
+    """Whether the step visit under ``key`` already sent a message (an ok talk line under it)."""
+    if len(run.outcomes) >= 50 and run.outcomes[0].get("key") == key:
+        return True     # older lines of this visit were dropped: count it as spoken, so no key repeats
+    return any(line.get("key") == key and line.get("status") == "ok" and line.get("kind") in TALK_KEYS
+               and line.get("code") in (None, "asked-fixed") for line in run.outcomes)
 
 
 def target_label(target: Any) -> str | None:

@@ -470,3 +470,47 @@ def test_a_silence_wake_of_a_session_id_with_colons_parses():
     clock.advance("1h")
     r = agent.turn(session_id="whats:55:1", session=first.session, wake=wake.key)
     assert [m.text for m in r.messages] == ["Oi?"]
+
+
+# Message keys: unique in a session, the same on a replay (runtime.md §8; docs/guide/limits.md) --
+
+NOME = {"nome": {"type": "string", "ask": "Pergunte o nome."}}
+
+
+def boas_vindas():
+    flow = {"id": "boas-vindas", "name": "Boas-vindas", "on": [{"message": []}],
+            "steps": [{"id": "nome", "collect": ["nome"], "maxAsks": 4}]}
+    nothing = {"fields": {}}
+    script = {"understand": [nothing] * 4, "speak": [{"message": f"Qual é o seu nome? ({i})"} for i in range(1, 5)]}
+    return build([flow], fields=NOME, script=script)[0]
+
+
+def test_a_re_ask_under_the_same_visit_gets_its_own_key_and_a_key_deduping_host_sends_it():
+    agent = boas_vindas()
+    store, sent, session = F.MemoryStore(), {}, None
+    for message_id in ("m1", "m2", "m3"):
+        loaded = store.load("s1")
+        result = agent.turn(session_id="s1", session=loaded, message="oi", id=message_id)
+        if result.changed:
+            store.save(result.session, loaded.version if loaded else 0)
+            for message in result.messages:          # the README's host loop: dedupe on key
+                sent.setdefault(message.key, message.text)
+        session = result.session
+    assert list(sent) == ["boas-vindas#m1:nome:1", "boas-vindas#m1:nome:1:re:m2", "boas-vindas#m1:nome:1:re:m3"]
+    assert list(sent.values()) == ["Qual é o seu nome? (1)", "Qual é o seu nome? (2)", "Qual é o seu nome? (3)"]
+    assert session.runs[0].visits == {"nome": 1}
+
+
+def test_a_replayed_re_ask_gets_the_same_key():
+    agent = boas_vindas()
+    first = agent.turn(session_id="s1", message="oi", id="m1")
+    again = [agent.turn(session_id="s1", session=first.session, message="oi", id="m2") for _ in range(2)]
+    assert [r.messages[0].key for r in again] == ["boas-vindas#m1:nome:1:re:m2"] * 2
+
+
+def test_the_first_message_after_a_fixed_question_is_a_re_ask():
+    flow = {"id": "f", "name": "F", "steps": [{"id": "nome", "collect": ["nome"], "question": "Seu nome?"}]}
+    agent, _, _ = build([flow], fields=NOME, script={"understand": [{"fields": {}}], "speak": [{"message": "E aí?"}]})
+    first = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
+    second = agent.turn(session_id="s1", session=first.session, message="hm", id="m1")
+    assert [m.key for m in first.messages + second.messages] == ["f#k1:nome:1", "f#k1:nome:1:re:m1"]
