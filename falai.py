@@ -665,14 +665,14 @@ def parse_iso(text: str) -> datetime:
         raise ValueError(f'"{text}" is outside the supported range {INSTANT_RANGE}') from None
 
 
-def check_instant(at: datetime, what: str) -> datetime:
+def check_instant(at: datetime, what: str, fix: str) -> datetime:
     """``at`` as aware UTC at whole ms; ValueError naming ``what`` outside the supported range."""
     if not isinstance(at, datetime):
         raise TypeError(f"{what} must be a datetime, not {type(at).__name__}")
     at = truncate_ms(at)
     if not EARLIEST <= at <= LATEST:
         raise ValueError(f"{what} is {iso(at) if at.year >= 1000 else at.isoformat()}, outside the supported "
-                         f"range {INSTANT_RANGE} (docs/guide/limits.md). Check the clock or the value.")
+                         f"range {INSTANT_RANGE} (docs/guide/limits.md). {fix}")
     return at
 
 
@@ -2291,7 +2291,7 @@ def read_turn_input(kwargs: dict) -> TurnInput:
             raise TypeError(f"turn({name}=...) takes a {expected.__name__}, got {type(kwargs[name]).__name__}")
     if kwargs.get("at") is not None:
         try:
-            check_instant(parse_iso(kwargs["at"]), f'"{kwargs["at"]}"')
+            check_instant(parse_iso(kwargs["at"]), "the instant", "Pass an instant inside it.")
         except ValueError as error:
             raise TypeError(f"turn(at=...): {error}") from None
     if kwargs.get("payload") is not None:
@@ -2321,7 +2321,7 @@ class Turn:
     def __init__(self, agent: Agent, given: TurnInput):
         self.agent = agent
         self.input = given
-        self.now = check_instant(agent.clock(), "the agent's clock reading")
+        self.now = check_instant(agent.clock(), "the agent's clock reading", "Check the clock.")
         self.now_text = iso(self.now)      # the turn's one instant as blob text, stamped on lines, claims, runs
         self.session_id = given.session_id
         if given.session is not None and nests_deeper(given.session.to_dict(), BLOB_NESTING):
@@ -3256,7 +3256,7 @@ def business_time(turn: Turn, at: datetime) -> datetime:
     if turn.agent.business_hours is None:
         return at
     snapped = turn.agent.business_hours(at, BusinessHoursCtx(context=turn.context))
-    return check_instant(snapped, "the time business_hours returned")
+    return check_instant(snapped, "the time business_hours returned", "Return a working moment inside it.")
 
 
 @dataclass
