@@ -903,13 +903,13 @@ def render(template: str, scope: Scope) -> str:
 
     def fill(match: re.Match) -> str:
         nonlocal blank
-        value = _lookup(match.group(1), scope)
-        if value is _MISSING:
-            return match.group(0)
         try:
+            value = _lookup(match.group(1), scope)
+            if value is _MISSING:
+                return match.group(0)
             text = "" if value is _BLANK else value_text(value)
-        except UNSERIALIZABLE:
-            return match.group(0)   # a value that cannot be printed is unknown, never a crash
+        except Exception:   # a host object that fails to be read or printed is unknown, never a crash
+            return match.group(0)
         if text == "":
             blank = True
         return text

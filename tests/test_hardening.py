@@ -514,3 +514,19 @@ def test_the_first_message_after_a_fixed_question_is_a_re_ask():
     first = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
     second = agent.turn(session_id="s1", session=first.session, message="hm", id="m1")
     assert [m.key for m in first.messages + second.messages] == ["f#k1:nome:1", "f#k1:nome:1:re:m1"]
+
+
+def test_a_host_object_that_raises_when_read_or_printed_is_unknown():
+    class Angry(dict):
+        def __getitem__(self, key):
+            raise RuntimeError("no")
+
+    class Loop:
+        def __init__(self):
+            self.me = [self]
+    agent, _, _ = build([say_flow("{{context.a.x}} {{context.loop.me}} {{context.cycle}}")])
+    cycle = []
+    cycle.append(cycle)
+    r = agent.turn(session_id="s1", context={"a": Angry(x=1), "loop": Loop(), "cycle": cycle},
+                   start={"flow": "f", "key": "k1"})
+    assert r.messages[0].text == "{{context.a.x}} {{context.loop.me}} {{context.cycle}}"
