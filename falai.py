@@ -5733,12 +5733,16 @@ def _row_json_default(value: Any) -> Any:
 def encode_session_row(session: Session, expected_version: int) -> str:
     """The blob a save writes, as compact JSON text with `version` = expected_version + 1 (§3.2, Write).
 
-    A datetime anywhere inside becomes §2.4 text; a non-finite float raises
-    ValueError and any other value JSON cannot hold raises TypeError.
+    A datetime anywhere inside becomes §2.4 text; a non-finite float or a blob
+    nested deeper than BLOB_NESTING raises ValueError and any other value JSON
+    cannot hold raises TypeError.
     """
     if not isinstance(session, Session):
         raise TypeError(f"save() takes a Session, not {type(session).__name__}")
     blob = {**session.to_dict(), "version": expected_version + 1}
+    if nests_deeper(blob, BLOB_NESTING):    # it would be saved but never load again (docs/guide/limits.md)
+        raise ValueError(f'session "{session.id}" nests deeper than {BLOB_NESTING} levels (a value may nest '
+                         f"{MAX_NESTING}): nothing was written. Flatten the deep value.")
     return json.dumps(blob, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
                       default=_row_json_default)
 

@@ -530,3 +530,13 @@ def test_a_host_object_that_raises_when_read_or_printed_is_unknown():
     r = agent.turn(session_id="s1", context={"a": Angry(x=1), "loop": Loop(), "cycle": cycle},
                    start={"flow": "f", "key": "k1"})
     assert r.messages[0].text == "{{context.a.x}} {{context.loop.me}} {{context.cycle}}"
+
+
+@pytest.mark.parametrize("make_store", [F.MemoryStore, lambda: SQLiteStore(sqlite3.connect(":memory:"))])
+def test_a_store_refuses_to_save_a_session_it_could_not_load_again(make_store):
+    store = make_store()
+    if hasattr(store, "initialize"):
+        store.initialize()
+    with pytest.raises(ValueError, match='session "s1" nests deeper than 68 levels'):
+        store.save(F.Session(id="s1", data={"x": nested(100)}), 0)
+    assert store.load("s1") is None
