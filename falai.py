@@ -2023,18 +2023,15 @@ BLOB_NESTING = MAX_NESTING + 4    # a value sits at most four levels down a blob
 
 def nests_deeper(value: Any, limit: int) -> bool:
     """Whether lists and dicts inside ``value`` nest more than ``limit`` levels (a loop: no recursion)."""
-    stack = [(value, 1)]
-    while stack:
+    containers = (dict, list, tuple)
+    stack = [(value, 1)] if isinstance(value, containers) else []
+    while stack:                    # depth first, so even a cycle ends as soon as it passes the limit
         item, depth = stack.pop()
-        if isinstance(item, dict):
-            children = item.values()
-        elif isinstance(item, (list, tuple)):
-            children = item
-        else:
-            continue
         if depth > limit:
             return True
-        stack.extend((child, depth + 1) for child in children)
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, containers):
+                stack.append((child, depth + 1))
     return False
 
 
@@ -2324,10 +2321,11 @@ class Turn:
         self.now = check_instant(agent.clock(), "the agent's clock reading", "Check the clock.")
         self.now_text = iso(self.now)      # the turn's one instant as blob text, stamped on lines, claims, runs
         self.session_id = given.session_id
-        if given.session is not None and nests_deeper(given.session.to_dict(), BLOB_NESTING):
+        try:
+            self.session = copy.deepcopy(given.session) if given.session else Session(id=given.session_id)
+        except RecursionError:   # a Session built by hand far past BLOB_NESTING; no store would save it
             raise InvalidSessionError(given.session.id, f"it nests deeper than {BLOB_NESTING} levels "
-                                      f"(a value may nest {MAX_NESTING}; docs/guide/limits.md)")
-        self.session = copy.deepcopy(given.session) if given.session else Session(id=given.session_id)
+                                      f"(a value may nest {MAX_NESTING}; docs/guide/limits.md)") from None
         self.context = given.context
         self.anchors = given.anchors
         self.held_claims = given.claims.get("held") or {}
