@@ -540,3 +540,11 @@ def test_a_store_refuses_to_save_a_session_it_could_not_load_again(make_store):
     with pytest.raises(ValueError, match='session "s1" nests deeper than 68 levels'):
         store.save(F.Session(id="s1", data={"x": nested(100)}), 0)
     assert store.load("s1") is None
+
+
+def test_key_part_keeps_plain_ids_and_escapes_the_rest_reversibly():
+    ids = ["s1", "lead-456", "a%b", "a%2", ":", "a:b", "a%3Ab", "a%253Ab", "%25", "%3A:%", "100%"]
+    parts = [F.key_part(text) for text in ids]
+    assert parts[:5] == ["s1", "lead-456", "a%b", "a%2", "%3A"]
+    assert all(":" not in part for part in parts) and len(set(parts)) == len(ids)
+    assert [F.unescape_key_part(part) for part in parts] == ids
