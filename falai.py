@@ -1262,18 +1262,30 @@ def _flow_error(where: str, what: str, fix: str) -> None:
     raise FlowConfigurationError(f"{where}: {what}. {fix}")
 
 
+FLOW_NESTING = 96     # a flow's own levels (8 at most above a value, in a branch's equals) plus a value's
+
+
 def strip_nones(value: Any) -> Any:
     """A copy with every None-valued dict key dropped, at any depth (persistence.md §1.7 step 1).
 
     Lists keep their length (a None inside one stays, so the shape check can
-    report it); callables and other leaves are kept as they are.
+    report it); callables and other leaves are kept as they are. A flow nested
+    deeper than FLOW_NESTING raises FlowConfigurationError: the copies a turn
+    makes of its values never recurse without bound (docs/guide/limits.md).
     """
+    if nests_deeper(value, FLOW_NESTING):
+        _flow_error("flow", f"nests lists and dicts deeper than {FLOW_NESTING} levels",
+                    f"Flatten its values: a value may nest {MAX_NESTING} levels.")
+    return _strip_nones(value)
+
+
+def _strip_nones(value: Any) -> Any:
     if isinstance(value, dict):
-        return {key: strip_nones(item) for key, item in value.items() if item is not None}
+        return {key: _strip_nones(item) for key, item in value.items() if item is not None}
     if isinstance(value, list):
-        return [strip_nones(item) for item in value]
+        return [_strip_nones(item) for item in value]
     if isinstance(value, tuple):
-        return tuple(strip_nones(item) for item in value)
+        return tuple(_strip_nones(item) for item in value)
     return value
 
 

@@ -548,3 +548,14 @@ def test_key_part_keeps_plain_ids_and_escapes_the_rest_reversibly():
     assert parts[:5] == ["s1", "lead-456", "a%b", "a%2", "%3A"]
     assert all(":" not in part for part in parts) and len(set(parts)) == len(ids)
     assert [F.unescape_key_part(part) for part in parts] == ids
+
+
+@pytest.mark.parametrize("levels", [200, 5000])
+def test_a_flow_nested_deeper_than_the_flow_limit_is_a_configuration_error(levels):
+    spec = {"id": "f", "name": "F", "steps": [{"id": "a", "say": "x", "media": {"u": nested(levels)}}]}
+    with pytest.raises(F.FlowConfigurationError, match="nests lists and dicts deeper than 96 levels"):
+        F.validate_flow(spec)
+    with pytest.raises(F.FlowConfigurationError, match="deeper than 96 levels"):
+        build([spec])
+    with pytest.raises(F.FlowConfigurationError, match="deeper than 96 levels"):
+        F.from_spec({"id": "f", "name": "F", "steps": [{"id": "a", "say": "x", "media": {"u": nested(levels)}}]})
