@@ -37,6 +37,7 @@ import logging
 import math
 import re
 import threading
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields as dataclass_fields, replace
 from datetime import datetime, timedelta, timezone
@@ -534,6 +535,18 @@ _NETWORK_CLASSES = {("requests", "ConnectionError"), ("requests", "ChunkedEncodi
                     ("http", "IncompleteRead"), ("http", "RemoteDisconnected")}
 
 
+def error_text(error: BaseException) -> str:
+    """The text of an exception from user code; its class name when ``__str__`` itself raises.
+
+    A tool or action may raise anything, so the tool error and action failure
+    texts (model-calls.md §6.3, flows.md §9.5) must come out whatever it is.
+    """
+    try:
+        return str(error)
+    except Exception:
+        return type(error).__name__
+
+
 def _exception_chain(exc: BaseException | None) -> list[BaseException]:
     """exc, then its cause (or context), and so on: five links at most (providers.md §8.3)."""
     chain: list[BaseException] = []
@@ -555,12 +568,12 @@ def classify_error(exc: BaseException | None = None, status: int | None = None, 
     chain = _exception_chain(exc)
     if any(type(e).__name__ in ("CancelledError", "AbortError") for e in chain):
         return "aborted"
-    text = " ".join(part for part in [str(exc) if exc is not None else "", body or ""] if part)
+    text = " ".join(part for part in [error_text(exc) if exc is not None else "", body or ""] if part)
     if status is None and chain:
         marks = set().union(*(_class_marks(e) for e in chain))
         if any(pkg == "requests" and name in ("Timeout", "ReadTimeout", "ConnectTimeout") for pkg, name in marks):
             return "timeout"
-        chain_text = " ".join(str(e) for e in chain)
+        chain_text = " ".join(error_text(e) for e in chain)
         if (marks & _NETWORK_CLASSES or any(isinstance(e, ConnectionError) for e in chain)
                 or _NETWORK.search(chain_text)):
             return "network"
@@ -608,6 +621,16 @@ EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 DURATION = re.compile(r"[0-9]+(?:\.[0-9]+)?[smhd]")
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
+# The limits of time (docs/guide/limits.md). A duration is at most ten years, far
+# beyond any wait a conversation needs. An instant lies in years 1000-8999: the
+# blob writes four-digit years (year 999 would not read back as ISO text), and
+# the latest instant plus the longest duration stays inside datetime's year 9999.
+MAX_DURATION = "3650d"
+MAX_DURATION_MS = 3650 * 86_400_000
+EARLIEST = datetime(1000, 1, 1, tzinfo=timezone.utc)
+LATEST = datetime(8999, 12, 31, 23, 59, 59, 999000, tzinfo=timezone.utc)
+INSTANT_RANGE = "1000-01-01T00:00:00.000Z to 8999-12-31T23:59:59.999Z"
+
 
 def is_duration(value: Any) -> bool:
     """True for a Duration string such as "30s", "5m", "1.5h", "3d" (flows.md §13)."""
@@ -618,8 +641,21 @@ def duration_ms(value: str) -> int:
     """Milliseconds of a Duration, rounded half up; ValueError names a bad one."""
     if not is_duration(value):
         raise ValueError(f'"{value}" is not a duration. Write a number and a unit: "30s", "5m", "24h" or "3d".')
-    amount = Decimal(value[:-1]) * _UNIT_MS[value[-1]]
-    return int(amount + Decimal("0.5"))
+    if is_too_long(value):
+        raise ValueError(f'"{value}" is longer than the maximum duration "{MAX_DURATION}" (ten years). '
+                         "Use a shorter one.")
+    return _exact_ms(value)
+
+
+def _exact_ms(value: str) -> int:
+    return int(Decimal(value[:-1]) * _UNIT_MS[value[-1]] + Decimal("0.5"))
+
+
+def is_too_long(value: str) -> bool:
+    """True for a Duration longer than MAX_DURATION (docs/guide/limits.md)."""
+    if len(value[:-1].split(".")[0].lstrip("0")) > 15:     # a number that long needs no arithmetic
+        return True
+    return _exact_ms(value) > MAX_DURATION_MS
 
 
 def iso(at: datetime) -> str:
@@ -637,9 +673,33 @@ def parse_iso(text: str) -> datetime:
         raw = raw[:-1] + "+00:00"
     try:
         at = datetime.fromisoformat(raw)
+        return at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
     except ValueError:
         raise ValueError(f'"{text}" is not ISO date-time text such as "2026-09-20T10:00:00.000Z"') from None
-    return at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
+    except OverflowError:   # an offset that moves year 1 or 9999 out of datetime's range
+        raise ValueError(f'"{text}" is outside the supported range {INSTANT_RANGE}') from None
+
+
+def check_instant(at: datetime, what: str, fix: str) -> datetime:
+    """``at`` as aware UTC at whole ms; ValueError naming ``what`` outside the supported range."""
+    if not isinstance(at, datetime):
+        raise TypeError(f"{what} must be a datetime, not {type(at).__name__}")
+    at = truncate_ms(at)
+    if not EARLIEST <= at <= LATEST:
+        raise ValueError(f"{what} is {iso(at) if at.year >= 1000 else at.isoformat()}, outside the supported "
+                         f"range {INSTANT_RANGE} (docs/guide/limits.md). {fix}")
+    return at
+
+
+def later(at: datetime, ms: int) -> datetime:
+    """``at`` plus ``ms`` milliseconds; an instant past datetime's range stays at its last millisecond.
+
+    Only an instant already outside the supported range (an old blob's time) can get there.
+    """
+    try:
+        return at + timedelta(milliseconds=ms)
+    except OverflowError:
+        return datetime.max.replace(microsecond=999000, tzinfo=timezone.utc)
 
 
 def to_ms(at: datetime) -> int:
@@ -713,7 +773,7 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, datetime):
         return iso(value)
     if hasattr(value, "__dataclass_fields__"):
-        return {f.name: getattr(value, f.name) for f in dataclass_fields(value)}
+        return {f.name: getattr(value, f.name) for f in dataclass_fields(value) if not f.name.startswith("_")}
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
@@ -805,7 +865,7 @@ def _lookup(path: str, scope: Scope) -> Any:
     for key in keys:
         if value is None:
             return _BLANK
-        if isinstance(value, dict):
+        if isinstance(value, Mapping):
             if key not in value:
                 return _MISSING
             value = value[key]
@@ -813,11 +873,32 @@ def _lookup(path: str, scope: Scope) -> Any:
             if not key.isdigit() or int(key) >= len(value):
                 return _MISSING
             value = value[int(key)]
-        elif isinstance(value, (str, int, float, bool)) or not hasattr(value, key):
-            return _MISSING
         else:
-            value = getattr(value, key)
+            value = _data_attribute(value, key)
+        if value is _MISSING or callable(value):
+            return _MISSING     # a template reads data, never code (docs/guide/limits.md)
     return _MISSING if value is None else value
+
+
+def _data_attribute(value: Any, key: str) -> Any:
+    """A public data attribute of a host object: a dataclass field, an instance or slot attribute.
+
+    Flow JSON may come from another tenant, so a template never reaches a name
+    starting with "_", a method or a property (code), only stored data.
+    """
+    if key.startswith("_") or isinstance(value, (str, int, float, bool)):
+        return _MISSING
+    fields_of = getattr(type(value), "__dataclass_fields__", None)
+    if isinstance(fields_of, dict) and key in fields_of:
+        return getattr(value, key, _MISSING)
+    instance = getattr(value, "__dict__", None)
+    if isinstance(instance, dict) and key in instance:
+        return instance[key]
+    for klass in type(value).__mro__:
+        slots = klass.__dict__.get("__slots__", ())
+        if key in ((slots,) if isinstance(slots, str) else slots) or key in (klass.__dict__.get("_fields") or ()):
+            return getattr(value, key, _MISSING)    # a slot or a namedtuple field
+    return _MISSING
 
 
 def _tidy(text: str) -> str:
@@ -837,10 +918,13 @@ def render(template: str, scope: Scope) -> str:
 
     def fill(match: re.Match) -> str:
         nonlocal blank
-        value = _lookup(match.group(1), scope)
-        if value is _MISSING:
+        try:
+            value = _lookup(match.group(1), scope)
+            if value is _MISSING:
+                return match.group(0)
+            text = "" if value is _BLANK else value_text(value)
+        except Exception:   # a host object that fails to be read or printed is unknown, never a crash
             return match.group(0)
-        text = "" if value is _BLANK else value_text(value)
         if text == "":
             blank = True
         return text
@@ -934,12 +1018,19 @@ def extract_mode(definition: dict) -> str:
 
 
 def merge_patch(data: dict, patch: dict) -> None:
-    """Merge a tool or action patch into session data as given; a None value deletes the key."""
+    """Merge a tool or action patch into session data as given; a None value deletes the key.
+
+    The values are copied, so the session shares nothing with the code that
+    wrote them; one nested deeper than MAX_NESTING raises ValueError before
+    anything is written.
+    """
+    for slug, value in patch.items():
+        check_nesting(value, f'the value written to "{slug}"')
     for slug, value in patch.items():
         if value is None:
             data.pop(slug, None)
         else:
-            data[slug] = value
+            data[slug] = copy.deepcopy(value)
 
 
 TRUE_WORDS = ("true", "sim", "yes", "1")
@@ -1209,18 +1300,30 @@ def _flow_error(where: str, what: str, fix: str) -> None:
     raise FlowConfigurationError(f"{where}: {what}. {fix}")
 
 
+FLOW_NESTING = 96     # a flow's own levels (8 at most above a value, in a branch's equals) plus a value's
+
+
 def strip_nones(value: Any) -> Any:
     """A copy with every None-valued dict key dropped, at any depth (persistence.md §1.7 step 1).
 
     Lists keep their length (a None inside one stays, so the shape check can
-    report it); callables and other leaves are kept as they are.
+    report it); callables and other leaves are kept as they are. A flow nested
+    deeper than FLOW_NESTING raises FlowConfigurationError: the copies a turn
+    makes of its values never recurse without bound (docs/guide/limits.md).
     """
+    if nests_deeper(value, FLOW_NESTING):
+        _flow_error("flow", f"nests lists and dicts deeper than {FLOW_NESTING} levels",
+                    f"Flatten its values: a value may nest {MAX_NESTING} levels.")
+    return _strip_nones(value)
+
+
+def _strip_nones(value: Any) -> Any:
     if isinstance(value, dict):
-        return {key: strip_nones(item) for key, item in value.items() if item is not None}
+        return {key: _strip_nones(item) for key, item in value.items() if item is not None}
     if isinstance(value, list):
-        return [strip_nones(item) for item in value]
+        return [_strip_nones(item) for item in value]
     if isinstance(value, tuple):
-        return tuple(strip_nones(item) for item in value)
+        return tuple(_strip_nones(item) for item in value)
     return value
 
 
@@ -1406,6 +1509,9 @@ def _target_check(value: Any, label: str, where: str) -> None:
         return
     if isinstance(value, dict) and (isinstance(value.get("step"), str) or isinstance(value.get("flow"), str)):
         _list_check(value.get("clear", ABSENT), f"{label}.clear", where)
+        if nests_deeper(value.get("input"), MAX_NESTING):   # it becomes a run's input (docs/guide/limits.md)
+            _flow_error(where, f"{label}.input nests lists and dicts deeper than {MAX_NESTING} levels",
+                        "Flatten it.")
         return
     _flow_error(where, f"{label} is {show(value)}, not a step id or a target",
                 'Write a step id, "end", { step: "id" } or { flow: "id" }.')
@@ -1653,6 +1759,9 @@ def _duration_check(value: Any, label: str, where: str) -> None:
     if value is not ABSENT and not is_duration(value):
         _flow_error(where, f'{label} has duration "{value}", which does not parse',
                     'Write a number and a unit: "30s", "5m", "24h" or "3d".')
+    if value is not ABSENT and is_too_long(value):
+        _flow_error(where, f'{label} has duration "{value}", longer than the maximum "{MAX_DURATION}" (ten years)',
+                    "Use a shorter duration (docs/guide/limits.md).")
 
 
 def condition_names_check(condition: Any, label: str, where: str, names: _FlowNames) -> None:
@@ -1784,6 +1893,9 @@ def check_flow_names(flow: dict, names: _FlowNames, checks: _Checks | None = Non
         checks.run(("id",), _flow_error, "flow", "has no id", "Give the flow a short unique id.")
         return []            # collecting: every other message names the flow by its id
     where = f'flow "{flow["id"]}"'
+    if flow["id"].startswith("silence:"):    # its run wakes would read as silence wakes (runtime.md §3.2)
+        _flow_error(where, 'has an id starting with "silence:", the prefix of silence wake keys',
+                    "Rename the flow.")
     steps = flow["steps"]
     position: dict[str, int] = {}
     for n, step in enumerate(steps, 1):
@@ -2386,6 +2498,37 @@ class Session:
         return session_from_dict(blob, session_id)
 
 
+# Nesting: how deep a value a session holds may be (docs/guide/limits.md) ----------------------
+#
+# Every value that enters a session (event payloads, start input, tool and
+# action data, a {flow} target's input) is checked at the door, so a saved
+# session always loads, copies and saves without deep recursion.
+
+MAX_NESTING = 64                  # levels of lists and dicts inside one value
+BLOB_NESTING = MAX_NESTING + 4    # a value sits at most four levels down a blob: runs[i].trigger.payload
+
+
+def nests_deeper(value: Any, limit: int) -> bool:
+    """Whether lists and dicts inside ``value`` nest more than ``limit`` levels (a loop: no recursion)."""
+    containers = (dict, list, tuple)
+    stack = [(value, 1)] if isinstance(value, containers) else []
+    while stack:                    # depth first, so even a cycle ends as soon as it passes the limit
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, containers):
+                stack.append((child, depth + 1))
+    return False
+
+
+def check_nesting(value: Any, where: str) -> None:
+    """ValueError naming ``where`` when ``value`` nests deeper than MAX_NESTING."""
+    if nests_deeper(value, MAX_NESTING):
+        raise ValueError(f"{where} nests lists and dicts deeper than {MAX_NESTING} levels, the limit for a value "
+                         "a session holds (docs/guide/limits.md). Flatten it, or keep it outside the session.")
+
+
 # The v4 blob: writing and reading it (persistence.md Part 2) ----------------------------------
 #
 # The reader checks the rules of §2.5 in their order and stops at the first one
@@ -2493,6 +2636,8 @@ def session_from_dict(blob: Any, session_id: str | None) -> Session:
         if why:
             fail(why)
         runs.append(_read_run(raw))
+    if nests_deeper(blob, BLOB_NESTING):   # it would not copy or save; docs/guide/limits.md
+        fail(f"it nests deeper than {BLOB_NESTING} levels (a value may nest {MAX_NESTING})")
     return Session(id=session_id, version=version, data=blob["data"], runs=runs, claims=claims,
                    inputs=inputs, metadata=blob["metadata"], last_user_at=blob.get("lastUserAt"),
                    last_assistant_at=blob.get("lastAssistantAt"), history=blob.get("history"))
@@ -2630,9 +2775,13 @@ def read_turn_input(kwargs: dict) -> TurnInput:
             raise TypeError(f"turn({name}=...) takes a {expected.__name__}, got {type(kwargs[name]).__name__}")
     if kwargs.get("at") is not None:
         try:
-            parse_iso(kwargs["at"])
+            check_instant(parse_iso(kwargs["at"]), "the instant", "Pass an instant inside it.")
         except ValueError as error:
             raise TypeError(f"turn(at=...): {error}") from None
+    if kwargs.get("payload") is not None:
+        check_nesting(kwargs["payload"], "turn(payload=...)")
+    if kind == "start" and value.get("input") is not None:
+        check_nesting(value["input"], 'turn(start={"input": ...})')
     silenced = kwargs.get("silenced")
     if silenced is not None and not isinstance(silenced, str) and not (
             isinstance(silenced, dict) and isinstance(silenced.get("reason"), str)):
@@ -2656,10 +2805,14 @@ class Turn:
     def __init__(self, agent: Agent, given: TurnInput):
         self.agent = agent
         self.input = given
-        self.now = truncate_ms(agent.clock())
+        self.now = check_instant(agent.clock(), "the agent's clock reading", "Check the clock.")
         self.now_text = iso(self.now)      # the turn's one instant as blob text, stamped on lines, claims, runs
         self.session_id = given.session_id
-        self.session = copy.deepcopy(given.session) if given.session else Session(id=given.session_id)
+        try:
+            self.session = copy.deepcopy(given.session) if given.session else Session(id=given.session_id)
+        except RecursionError:   # a Session built by hand far past BLOB_NESTING; no store would save it
+            raise InvalidSessionError(given.session.id, f"it nests deeper than {BLOB_NESTING} levels "
+                                      f"(a value may nest {MAX_NESTING}; docs/guide/limits.md)") from None
         self.context = given.context
         self.anchors = given.anchors
         self.held_claims = given.claims.get("held") or {}
@@ -2847,8 +3000,7 @@ def ingest_silence_wake(turn: Turn, key: str) -> tuple[str, str] | None:
     """Rule I-S: a silence wake starts its flow while the silence still holds (runtime.md §3.2)."""
     body = key[len("silence:"):]
     ms = body.rsplit(":", 1)[-1]
-    marker = f":{turn.session_id}:"
-    flow_id = body[:body.rfind(marker)] if marker in body else body.split(":", 1)[0]
+    flow_id = unescape_key_part(body.split(":", 1)[0])    # the flow id part has no ":" (key_part)
     flow = turn.agent.flow_by_id.get(flow_id)
     if flow is None:
         skip(turn, flow_id, turn.session_id, ms, "flow-gone")
@@ -3211,7 +3363,7 @@ def settle_talk(turn: Turn, run: Run, spoken: Spoken) -> None:
     """The talk step spoke: send, write the fields, then stay, ask again or move on (runtime.md §3.8 item 3)."""
     step = current_step(turn, run)
     key = step_key(run)
-    emit(turn, spoken.message, "ai", key, run=run)
+    emit(turn, spoken.message, "ai", message_key(turn, run, key), run=run)
     for slug, raw in spoken.fields.items():
         write_value(turn, slug, raw)
     merge_patch(turn.session.data, spoken.data)
@@ -3252,8 +3404,8 @@ def defer_talk(turn: Turn, run: Run, failure: Deferred) -> None:
         end_run(turn, run, "failed")
         return
     at = turn.now + timedelta(milliseconds=duration_ms(RETRY_LADDER[attempt]))
-    if failure.reset_at_ms is not None and failure.reset_at_ms > to_ms(at):
-        at = from_ms(failure.reset_at_ms)
+    if failure.reset_at_ms is not None and to_ms(at) < failure.reset_at_ms <= to_ms(LATEST):
+        at = from_ms(failure.reset_at_ms)     # a reset past the supported range keeps the ladder's time
     park(turn, run, f"{key}:retry:{to_ms(at)}", at)
     write_line(turn, run, kind, "deferred", code=failure.code, key=key, until=iso(at))
 
@@ -3294,10 +3446,10 @@ def silence_wakes(turn: Turn, replaces_ms: str | None = None) -> list[ScheduleEn
             continue
         if not repeat_allows(turn, flow, trigger, "silence", ms):
             continue
-        at = said + timedelta(milliseconds=duration_ms(trigger["silence"]))
+        at = later(said, duration_ms(trigger["silence"]))      # said is blob text: it may be any instant
         if trigger.get("businessHours"):
             at = business_time(turn, at)
-        prefix = f"silence:{flow['id']}:{turn.session_id}:"
+        prefix = f"silence:{key_part(flow['id'])}:{turn.session_id}:"
         entries.append(ScheduleEntry(key=f"{prefix}{ms}", at=at,
                                      replaces=f"{prefix}{replaces_ms}" if replaces_ms else None))
     return entries
@@ -3383,6 +3535,25 @@ def step_key(run: Run, step_id: str | None = None) -> str:
     return f"{run.id}:{step_id}:{run.visits.get(step_id, 0)}"
 
 
+def message_key(turn: Turn, run: Run, key: str) -> str:
+    """A talk step's message key: the step key for the visit's first message, ``{key}:re:{triggerKey}`` after.
+
+    A collect step asks again under the same visit; the seed's key alone would
+    repeat, and a host deduping on keys would drop the re-ask (docs/guide/limits.md).
+    The trigger key makes it unique and the same on a replay. A deliberate
+    difference from the TypeScript original, which reuses the key.
+    """
+    return f"{key}:re:{turn.trigger_key}" if visit_spoke(run, key) else key
+
+
+def visit_spoke(run: Run, key: str) -> bool:
+    """Whether the step visit under ``key`` already sent a message (an ok talk line under it)."""
+    if len(run.outcomes) >= 50 and run.outcomes[0].get("key") == key:
+        return True     # older lines of this visit were dropped: count it as spoken, so no key repeats
+    return any(line.get("key") == key and line.get("status") == "ok" and line.get("kind") in TALK_KEYS
+               and line.get("code") in (None, "asked-fixed") for line in run.outcomes)
+
+
 def target_label(target: Any) -> str | None:
     """The ``next`` label of a target (runtime.md §11.3)."""
     if target is None or isinstance(target, str):
@@ -3447,8 +3618,40 @@ def repeat_of(trigger: dict | None, kind: str) -> Any:
     return DEFAULT_REPEAT[kind] if repeat is None else repeat
 
 
+_ESCAPED = re.compile(r"%3A|%25")
+
+
+def key_part(text: str) -> str:
+    """A part of a claim or silence wake key with no ":" in it (docs/guide/limits.md).
+
+    Text with ":" (or that already reads as escaped, with "%3A" or "%25") has
+    "%" and ":" percent-escaped; any other text stays as it is. Claim keys
+    escape the flow id and the nonce, so the anchor is what lies between the
+    first and the last ":" and distinct (flow, anchor) pairs never share a key.
+    A deliberate difference from the TypeScript original, which joins raw ids.
+    """
+    if ":" in text or "%3A" in text or "%25" in text:
+        return text.replace("%", "%25").replace(":", "%3A")
+    return text
+
+
+def unescape_key_part(part: str) -> str:
+    """The id a key_part() stands for."""
+    return _ESCAPED.sub(lambda match: ":" if match.group(0) == "%3A" else "%", part)
+
+
+def live_pair(flow_id: str, anchor: str) -> str:
+    """``${flowId}:${anchor}``, a live run's entry in the host's ``claims["active"]`` (runtime.md §6.4)."""
+    return f"{key_part(flow_id)}:{anchor}"
+
+
+def claim_prefix(flow_id: str, anchor: str) -> str:
+    """``${flowId}:${anchor}:``, the start of every claim key of a flow and anchor (runtime.md §6.1)."""
+    return live_pair(flow_id, anchor) + ":"
+
+
 def dedupe_key(flow: dict, anchor: str, repeat: Any, trigger_key: str) -> str:
-    return f"{flow['id']}:{anchor}:{trigger_key if repeat == 'always' else ''}"
+    return claim_prefix(flow["id"], anchor) + (key_part(trigger_key) if repeat == "always" else "")
 
 
 def claim_refusal(turn: Turn, key: str, repeat: Any) -> str | None:
@@ -3472,7 +3675,7 @@ def draft_run(turn: Turn, flow: dict, kind: str, trigger_key: str) -> Run:
     """The run a trigger ``if`` is judged on before a run exists (runtime.md §3.4)."""
     anchor = anchor_of(turn, flow)
     return Run(id=f"{flow['id']}#{trigger_key}", flow_id=flow["id"], anchor=anchor,
-               dedupe_key=f"{flow['id']}:{anchor}:", step_id=None, status="running",
+               dedupe_key=claim_prefix(flow["id"], anchor), step_id=None, status="running",
                trigger={"kind": kind, "key": trigger_key}, hop=0, started_at=turn.now_text)
 
 
@@ -3497,14 +3700,14 @@ def start_run(turn: Turn, flow: dict, kind: str, trigger_key: str, *, trigger: d
                      if other.flow_id == flow["id"] and other.anchor == anchor), None)
         if live is not None and live.status == "waiting" and live.step_id is None:
             end_run(turn, live, "replaced")
-        elif live is not None or f"{flow['id']}:{anchor}" in turn.active_claims:
+        elif live is not None or live_pair(flow["id"], anchor) in turn.active_claims:
             refusal = "already-running"
     if refusal is not None:
         skip(turn, flow["id"], anchor, trigger_key, refusal)
         return None
     turn.session.claims[claim] = {"at": turn.now_text}
     if repeat == "always":
-        prune_always_claims(turn, f"{flow['id']}:{anchor}:")
+        prune_always_claims(turn, claim_prefix(flow["id"], anchor))
     if not keep_data:
         for slug in flow.get("clearOnStart") or []:
             turn.session.data.pop(slug, None)
@@ -3526,7 +3729,8 @@ ALWAYS_CLAIMS_KEPT = 50
 def prune_always_claims(turn: Turn, prefix: str) -> None:
     """Keep the 50 newest always-claims of a flow and anchor, by their ``at`` (runtime.md §6.1)."""
     claims = turn.session.claims
-    keys = [key for key in claims if key.startswith(prefix) and len(key) > len(prefix)]
+    keys = [key for key in claims if key.startswith(prefix) and len(key) > len(prefix)
+            and ":" not in key[len(prefix):]]      # a nonce has no ":" (key_part): a longer anchor is not ours
     if len(keys) <= ALWAYS_CLAIMS_KEPT:
         return
     order = {key: index for index, key in enumerate(keys)}
@@ -3540,7 +3744,7 @@ def business_time(turn: Turn, at: datetime) -> datetime:
     if turn.agent.business_hours is None:
         return at
     snapped = turn.agent.business_hours(at, BusinessHoursCtx(context=turn.context))
-    return truncate_ms(snapped)
+    return check_instant(snapped, "the time business_hours returned", "Return a working moment inside it.")
 
 
 @dataclass
@@ -3670,7 +3874,7 @@ def chain(turn: Turn, run: Run, target: dict) -> None:
     if flow is None:
         skip(turn, child_id, turn.session_id, key, "flow-gone")
         return
-    payload = target["input"] if target.get("input") is not None else run.input
+    payload = copy.deepcopy(target["input"]) if target.get("input") is not None else run.input   # not the Agent's
     start_child(turn, run, flow, key, payload, keep_data=False)
 
 
@@ -3866,13 +4070,13 @@ def run_say_step(turn: Turn, run: Run, flow: dict, step: dict) -> None:
             end_run(turn, run, "skipped", code="silenced", kind="say", detail=turn.silenced)
         return
     if step.get("once"):
-        claim = f"{flow['id']}:{step['id']}:{turn.session_id}"
+        claim = f"{key_part(flow['id'])}:{key_part(step['id'])}:{turn.session_id}"
         if claim in turn.session.claims or claim in turn.held_claims:
             write_line(turn, run, "say", "skipped", code="already-sent", key=key, next=target_label(then))
             follow(turn, run, then)
             return
         turn.session.claims[claim] = {"at": turn.now_text}
-    emit(turn, render(step["say"], turn.scope(run)), "verbatim", key, run=run, media=step.get("media"))
+    emit(turn, render(step["say"], turn.scope(run)), "verbatim", key, run=run, media=copy.deepcopy(step.get("media")))
     write_line(turn, run, "say", "ok", key=key, next=target_label(then))
     follow(turn, run, then)
 
@@ -3912,10 +4116,13 @@ def run_do_step(turn: Turn, run: Run, step: dict) -> None:
             which, value, detail, spoke = read_action_result(
                 name, action.run(render_deep(step.get("with") or {}, turn.scope(run)), ctx))
         except Exception as error:  # an action failure is an outcome, not a crash (flows.md §9.5)
-            which, value, detail, spoke = "failed", str(error), None, False
+            which, value, detail, spoke = "failed", error_text(error), None, False
     if which == "defer" and not is_duration(value):
         which, value = "failed", (f'action "{name}" asked to defer by "{value}", which is not a duration. '
                                   'Use a value like "2m" or "1h".')
+    elif which == "defer" and is_too_long(value):
+        which, value = "failed", (f'action "{name}" asked to defer by "{value}", longer than the maximum '
+                                  f'duration "{MAX_DURATION}". Use a value like "2m" or "1h".')
     then = step.get("then")
     if which == "ok":
         if spoke:
@@ -4856,7 +5063,7 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
             raise                  # a wrong test script, not a provider failure (issue 9)
         except Exception as error:
             code, retryable, reset_at_ms = classify_deferral(error)
-            log.warning("speak: call %d failed (%s): %s", calls, code, error)
+            log.warning("speak: call %d failed (%s): %s", calls, code, error_text(error))
             return Deferred(code=code, retryable=retryable, reset_at_ms=reset_at_ms, llm_calls=calls, usage=usage)
         usage = round_usage
         fields.update(reply.fields)
@@ -4977,8 +5184,8 @@ def run_tool(tool: Tool | None, name: str, arguments: dict, ctx: ToolCtx) -> tup
                 return tool_payload({"error": f"Permission denied: {why}"}), None
         result = tool.handler(args, ctx)
     except Exception as error:
-        log.warning('tool "%s" raised: %s', tool.id, error)
-        return tool_payload({"error": str(error)}), None
+        log.warning('tool "%s" raised: %s', tool.id, error_text(error))
+        return tool_payload({"error": error_text(error)}), None
     if result is None:
         value, data = None, None
     elif isinstance(result, ToolResult):
@@ -4991,6 +5198,9 @@ def run_tool(tool: Tool | None, name: str, arguments: dict, ctx: ToolCtx) -> tup
         value, data = None, None
     if data is not None and not isinstance(data, dict):
         log.warning('tool "%s" returned data that is not a dict; ignored', tool.id)
+        data = None
+    if data is not None and nests_deeper(data, MAX_NESTING + 1):
+        log.warning('tool "%s" returned data nested deeper than %d levels; ignored', tool.id, MAX_NESTING)
         data = None
     return tool_value_text(value, tool.max_result_size_chars), data
 
@@ -5007,7 +5217,7 @@ def is_safe_call(tool: Tool | None, arguments: dict) -> bool:
         if tool.is_read_only is not None:
             return bool(tool.is_read_only(arguments))
     except Exception as error:
-        log.warning('tool "%s": a concurrency hook raised (%s); the call runs alone', tool.id, error)
+        log.warning('tool "%s": a concurrency hook raised (%s); the call runs alone', tool.id, error_text(error))
     return False
 
 
@@ -5080,7 +5290,7 @@ def compact_history(agent: Agent, history: list) -> tuple[list, int, TokenUsage 
     except ScriptError:
         raise
     except Exception as error:  # a malformed config or item: keep the history as it is
-        log.warning("compaction: skipped (%s)", error)
+        log.warning("compaction: skipped (%s)", error_text(error))
         return history, 0, None
 
 
@@ -5121,7 +5331,8 @@ def _compact(agent: Agent, config: dict, history: list) -> tuple[list, int, Toke
     except ScriptError:
         raise
     except Exception as error:
-        log.warning("compaction: the summary call failed (%s); dropping the oldest messages instead", error)
+        log.warning("compaction: the summary call failed (%s); dropping the oldest messages instead",
+                    error_text(error))
         kept = list(window)
         for item in reversed(older):
             if estimate_tokens([item] + kept) >= threshold:
@@ -5692,13 +5903,13 @@ def migrate_session(blob: Any, *, session_id: str, flow_id_of: Callable | None =
             fail(f"flowHistory[{index}] is not a flow entry")
         if entry.get("completed") is True:
             at = _usable_date(entry.get("exitedAt")) or _usable_date(entry.get("enteredAt")) or now_text
-            claims[f"{flow_of(entry['flowId'])}:{session_id}:"] = {"at": at}
+            claims[claim_prefix(flow_of(entry["flowId"]), session_id)] = {"at": at}
     for key, state in triggers.items():
         if not isinstance(state, dict):
             fail(f"signals.triggers.{key} is not a trigger state")
         at = (_usable_date(state.get("lastTriggeredAt")) or _usable_date(state.get("firstTriggeredAt"))
               or now_text)
-        claims[f"{flow_of(key)}:{session_id}:"] = {"at": at}
+        claims[claim_prefix(flow_of(key), session_id)] = {"at": at}
 
     flow_ref, step_ref = (_legacy_reference(blob.get(key), key, fail) for key in ("currentFlow", "currentStep"))
     runs = []
@@ -5706,7 +5917,7 @@ def migrate_session(blob: Any, *, session_id: str, flow_id_of: Callable | None =
         flow = flow_of(flow_ref[0])
         started = _usable_date(flow_ref[1]) or now_text
         step = (step_ref[0] if step_ref else None) or None
-        dedupe_key = f"{flow}:{session_id}:"
+        dedupe_key = claim_prefix(flow, session_id)
         runs.append(Run(id=f"{flow}#legacy", flow_id=flow, anchor=session_id, dedupe_key=dedupe_key,
                         step_id=step, status="asking" if step else "running",
                         trigger={"kind": "message", "key": "legacy"}, hop=0, started_at=started,
@@ -6130,12 +6341,16 @@ def _row_json_default(value: Any) -> Any:
 def encode_session_row(session: Session, expected_version: int) -> str:
     """The blob a save writes, as compact JSON text with `version` = expected_version + 1 (§3.2, Write).
 
-    A datetime anywhere inside becomes §2.4 text; a non-finite float raises
-    ValueError and any other value JSON cannot hold raises TypeError.
+    A datetime anywhere inside becomes §2.4 text; a non-finite float or a blob
+    nested deeper than BLOB_NESTING raises ValueError and any other value JSON
+    cannot hold raises TypeError.
     """
     if not isinstance(session, Session):
         raise TypeError(f"save() takes a Session, not {type(session).__name__}")
     blob = {**session.to_dict(), "version": expected_version + 1}
+    if nests_deeper(blob, BLOB_NESTING):    # it would be saved but never load again (docs/guide/limits.md)
+        raise ValueError(f'session "{session.id}" nests deeper than {BLOB_NESTING} levels (a value may nest '
+                         f"{MAX_NESTING}): nothing was written. Flatten the deep value.")
     return json.dumps(blob, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
                       default=_row_json_default)
 
@@ -6160,6 +6375,8 @@ def decode_session_row(raw: Any, session_id: str) -> Session:
             raw = json.loads(raw, parse_constant=_reject_constant)
         except ValueError:
             raise InvalidSessionError(session_id, "blob is not valid JSON") from None
+        except RecursionError:
+            raise InvalidSessionError(session_id, f"it nests deeper than {BLOB_NESTING} levels") from None
     return Session.from_dict(raw, session_id=session_id)
 
 

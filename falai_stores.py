@@ -26,8 +26,8 @@ import sqlite3
 import threading
 from typing import Any
 
-from falai import (ABSENT, Session, SessionConflictError, check_expected_version, check_table_name,
-                   decode_session_row, encode_session_row, saved_session, store_now_text)
+from falai import (ABSENT, BLOB_NESTING, InvalidSessionError, Session, SessionConflictError, check_expected_version,
+                   check_table_name, decode_session_row, encode_session_row, saved_session, store_now_text)
 
 __all__ = ["SQLiteStore", "PostgresStore", "RedisStore"]
 
@@ -83,7 +83,10 @@ class _SqlStore:
             cursor.execute(f"SELECT blob FROM {self.table} WHERE id = {self._PARAM}", (session_id,))
             return cursor.fetchone()
 
-        row = self._run(read)
+        try:
+            row = self._run(read)
+        except RecursionError:      # a driver that parses JSONB itself (psycopg) on a row nested too deep
+            raise InvalidSessionError(session_id, f"it nests deeper than {BLOB_NESTING} levels") from None
         self._table_ready = True     # only once a call got through: a rolled-back CREATE is made again
         return None if row is None else decode_session_row(_first_column(row), session_id)
 

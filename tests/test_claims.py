@@ -93,11 +93,13 @@ def test_the_default_repeat_depends_on_the_trigger_kind(on, start, nonce):
 
 
 def test_a_chained_run_claims_with_the_parent_step_key():
-    """runtime.md §3.6.4 Chaining rule 5: repeat defaults to "always", so the child's claim carries the key."""
+    """runtime.md §3.6.4 Chaining rule 5: repeat defaults to "always", so the child's claim carries the key.
+
+    The key's ":" are escaped in the claim (a deliberate difference, docs/guide/limits.md)."""
     pai = flow("pai", steps=[{"id": "vai", "if": {}, "then": {"flow": "filho"}}])
     agent, _, _ = build([pai, flow("filho")])
     r = agent.turn(session_id="s1", start={"flow": "pai", "key": "k1"})
-    assert [s.dedupe_key for s in r.started] == ["pai:s1:k1", "filho:s1:pai#k1:vai:1"]
+    assert [s.dedupe_key for s in r.started] == ["pai:s1:k1", "filho:s1:pai#k1%3Avai%3A1"]
 
 
 def test_a_claimed_catch_all_is_not_tried_again_and_logs_no_skip():
@@ -189,11 +191,12 @@ def test_the_live_run_rule_is_per_anchor():
 # Anchors ----------------------------------------------------------------------------------------------
 
 def test_an_anchored_flow_takes_the_hosts_anchor_key():
-    """runtime.md §6.3: anchors[name]["key"] is the run's anchor; it is part of the dedupe key."""
+    """runtime.md §6.3: anchors[name]["key"] is the run's anchor; it is part of the dedupe key (as it is, between
+    the first and the last ":"; the nonce's ":" are escaped, docs/guide/limits.md)."""
     agent, _, _ = build([flow(on=[{"event": "e"}], anchor="lead")])
     r = agent.turn(session_id="s1", event="e", key="stage:9", anchors={"lead": {"key": "lead:456"}})
     assert [(s.run_id, s.anchor, s.dedupe_key) for s in r.started] == [
-        ("f#stage:9", "lead:456", "f:lead:456:stage:9")]
+        ("f#stage:9", "lead:456", "f:lead:456:stage%3A9")]
     assert r.ended[0].anchor == "lead:456"
 
 

@@ -107,7 +107,7 @@ def test_an_askers_own_flow_eligible_again_is_still_only_the_floor_flow_and_cost
     t1 = agent.turn(session_id="s1", message="quero ajuda", id="m1")
     t2 = agent.turn(session_id="s1", session=t1.session, message="quero ajuda de novo", id="m2")
     assert t2.llm_calls == 1 and len(understand_calls(provider)) == 1
-    assert t2.started == [] and t2.messages[0].key == "f#m1:q:1"
+    assert t2.started == [] and t2.messages[0].key == "f#m1:q:1:re:m2"
 
 
 def test_the_unscored_lone_flow_still_has_its_fields_judged_in_a_call_without_candidates():
@@ -451,7 +451,7 @@ def test_a_run_that_took_the_floor_in_ingest_blocks_routing_catch_all_and_the_as
     assert "branch" not in [o.code for o in t3.outcomes]
     assert [(o.run_id, o.code) for o in t3.outcomes if o.kind == "wait"] == [("espera#k1", "replied")]
     assert log == ["espera#k1:d:1", "det#m1:d:1"]
-    assert [m.key for m in t3.messages] == ["dono#k2:q:1"]          # the asker still answers, as an asker
+    assert [m.key for m in t3.messages] == ["dono#k2:q:1:re:m1"]          # the asker still answers, as an asker
 
 
 def test_mentions_are_asked_even_while_a_run_holds_the_floor_from_ingest():
@@ -571,7 +571,7 @@ def test_with_an_asker_another_flow_takes_over_only_at_40_and_15_above_the_asker
         assert [m.key for m in r.messages] == [f"{routed}#m2:q:1"]
         assert status(r) == [("vendas#m1", "suspended"), (f"{routed}#m2", "asking")]
     else:
-        assert [m.key for m in r.messages] == ["vendas#m1:q:1"] and status(r) == [("vendas#m1", "asking")]
+        assert [m.key for m in r.messages] == ["vendas#m1:q:1:re:m2"] and status(r) == [("vendas#m1", "asking")]
 
 
 def test_the_best_other_flow_is_compared_once_a_lower_one_passing_the_bar_does_not_stand_in():
@@ -583,7 +583,7 @@ def test_the_best_other_flow_is_compared_once_a_lower_one_passing_the_bar_does_n
     t1 = agent.turn(session_id="s1", message="quero comprar", id="m1")
     t2 = agent.turn(session_id="s1", session=t1.session, message="...", id="m2", claims={"active": ["troca:s1"]})
     assert [(s.flow_id, s.code) for s in t2.skipped] == [("troca", "already-running")]
-    assert t2.started == [] and [m.key for m in t2.messages] == ["vendas#m1:q:1"]
+    assert t2.started == [] and [m.key for m in t2.messages] == ["vendas#m1:q:1:re:m2"]
 
 
 def test_with_an_asker_the_catch_all_never_starts_even_when_nothing_scores():
@@ -594,7 +594,7 @@ def test_with_an_asker_the_catch_all_never_starts_even_when_nothing_scores():
                                           "speak": [{"message": "CPF?"}, {"message": "CPF?"}]})
     t1 = agent.turn(session_id="s1", message="quero comprar", id="m1")
     t2 = agent.turn(session_id="s1", session=t1.session, message="oi", id="m2")
-    assert t2.started == [] and t2.skipped == [] and [m.key for m in t2.messages] == ["vendas#m1:q:1"]
+    assert t2.started == [] and t2.skipped == [] and [m.key for m in t2.messages] == ["vendas#m1:q:1:re:m2"]
 
 
 def test_without_an_asker_a_score_of_exactly_40_starts_and_ties_go_to_agent_order():
@@ -677,7 +677,7 @@ def test_a_routed_suspended_run_whose_field_is_still_missing_asks_again_at_the_s
                                          script_understand=[{"flows": {"a": 90, "b": 0}}],
                                          speak=[{"message": "Voltando: x?"}])
     t3 = agent.turn(session_id="s1", session=t2.session, message="voltando ao A", id="m3")
-    assert t3.started == [] and [m.key for m in t3.messages] == ["a#m1:qa:1"]
+    assert t3.started == [] and [m.key for m in t3.messages] == ["a#m1:qa:1:re:m3"]
     a, b = t3.session.runs
     assert (a.id, a.status, a.visits, a.asked) == ("a#m1", "asking", {"qa": 1}, {"x": 2})
     assert (b.id, b.status, b.suspended_at) == ("b#m2", "suspended", "2026-09-20T10:02:00.000Z")
@@ -694,7 +694,7 @@ def test_routing_to_a_cooldown_flow_past_its_cooldown_resumes_its_suspended_run(
     t3 = agent.turn(session_id="s1", session=t2.session, message="voltando ao A", id="m3")
     assert section(understand_calls(provider)[2], "flows") == ["b", "a"]
     assert t3.started == [] and t3.skipped == [] and t3.session.claims["a:s1:"] == {"at": T0}
-    assert [m.key for m in t3.messages] == ["a#m1:qa:1"] and status(t3) == [("a#m1", "asking"),
+    assert [m.key for m in t3.messages] == ["a#m1:qa:1:re:m3"] and status(t3) == [("a#m1", "asking"),
                                                                             ("b#m2", "suspended")]
 
 
@@ -706,7 +706,7 @@ def test_a_once_flow_with_a_suspended_run_is_not_a_candidate_and_comes_back_only
                                          speak=[{"message": "y, por favor?"}])
     t3 = agent.turn(session_id="s1", session=t2.session, message="voltando ao A", id="m3")
     assert section(understand_calls(provider)[2], "flows") == ["b"]
-    assert [m.key for m in t3.messages] == ["b#m2:qb:1"] and status(t3) == [("a#m1", "suspended"),
+    assert [m.key for m in t3.messages] == ["b#m2:qb:1:re:m3"] and status(t3) == [("a#m1", "suspended"),
                                                                             ("b#m2", "asking")]
 
 
@@ -762,7 +762,7 @@ def test_an_asker_routed_away_to_a_do_only_flow_answers_without_firing_its_branc
     t2, _, log = menu_asking({"flows": {"menu": 10, "log": 90}, "branches": {"q1": True}},
                              speak=[{"message": "Anotado. CPF?"}], flows=(MENU, LOG))
     assert log == ["log#m2:d:1"] and "branch" not in [o.code for o in t2.outcomes]
-    assert [m.key for m in t2.messages] == ["menu#m1:q:1"] and status(t2) == [("menu#m1", "asking")]
+    assert [m.key for m in t2.messages] == ["menu#m1:q:1:re:m2"] and status(t2) == [("menu#m1", "asking")]
 
 
 def test_a_refused_route_leaves_the_asker_as_floor_run_so_its_branch_fires():
@@ -806,7 +806,7 @@ def test_branches_are_not_fired_when_a_suspended_run_is_routed_back_to():
     clock.advance("1s")
     t3 = agent.turn(session_id="s1", session=t2.session, message="volta pro A", id="m3")
     assert "branch" not in [o.code for o in t3.outcomes]
-    assert [m.key for m in t3.messages] == ["a#m1:qa:1"] and status(t3) == [("a#m1", "asking"),
+    assert [m.key for m in t3.messages] == ["a#m1:qa:1:re:m3"] and status(t3) == [("a#m1", "asking"),
                                                                             ("b#m2", "suspended")]
 
 

@@ -85,7 +85,7 @@ def test_a_run_resumed_at_the_start_of_run_has_no_when_branch_judged_even_if_the
     r = agent.turn(session_id="s1", session=r.session, message="desisto", id="m3")
     assert section(understand_calls(provider)[2], "branches") is None
     assert [(o.run_id, o.code) for o in r.outcomes if o.code == "branch"] == [("b#m2", "branch")]
-    assert [m.key for m in r.messages] == ["a#m1:q:1"] and status(r) == [("a#m1", "asking")]
+    assert [m.key for m in r.messages] == ["a#m1:q:1:re:m3"] and status(r) == [("a#m1", "asking")]
 
 
 def test_hand_back_walks_down_the_whole_stack_until_a_run_answers():
@@ -113,7 +113,7 @@ def test_hand_back_walks_down_the_whole_stack_until_a_run_answers():
     assert log == ["d#m4:d:1", "c#m3:d:1", "b#m2:d:1"]
     assert [(o.run_id, o.status, o.code) for o in r.outcomes if o.kind == "collect"] == [
         ("d#m4", "ok", None), ("c#m3", "ok", None), ("b#m2", "ok", None), ("a#m1", "ok", None)]
-    assert [(m.text, m.key) for m in r.messages] == [("Anotei tudo. E o CPF?", "a#m1:q:1")]
+    assert [(m.text, m.key) for m in r.messages] == [("Anotei tudo. E o CPF?", "a#m1:q:1:re:m5")]
     assert status(r) == [("a#m1", "asking")] and r.llm_calls == 2
 
 
@@ -353,7 +353,7 @@ def test_a_run_beside_the_conversation_that_reaches_stay_waits_behind_the_asker(
     assert status(t2) == [("vendas#k1", "asking"), ("det#m1", "suspended")]
     det = t2.session.runs[1]
     assert (det.step_id, det.staying, det.visits, det.suspended_at) == ("p", True, {"d": 1, "p": 1}, T0)
-    assert [m.key for m in t2.messages] == ["vendas#k1:q:1"]
+    assert [m.key for m in t2.messages] == ["vendas#k1:q:1:re:m1"]
 
 
 def test_with_nobody_asking_a_side_run_that_stays_asks_but_a_later_talk_step_takes_the_floor():

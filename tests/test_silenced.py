@@ -147,7 +147,7 @@ def test_an_asker_stays_asking_with_no_line_and_answers_when_the_gate_opens():
     assert (run.status, run.asked, run.visits) == ("asking", {"nome": 1}, {"quem": 1})
     assert t2.session.last_user_at == "2026-09-20T10:01:00.000Z" and t2.session.inputs == ["m1"]
     t3 = agent.turn(session_id="s1", session=t2.session, message="oi", id="m2")
-    assert [(m.text, m.key) for m in t3.messages] == [("E o seu nome?", "triagem#k1:quem:1")]
+    assert [(m.text, m.key) for m in t3.messages] == [("E o seu nome?", "triagem#k1:quem:1:re:m2")]
 
 
 def test_the_asker_keeps_the_floor_and_its_if_branches_are_judged_while_silenced():

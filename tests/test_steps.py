@@ -486,7 +486,7 @@ def test_a_flow_target_chains_a_child_that_moves_in_the_same_turn():
     assert lines(r) == [("if", "ok", None), ("say", "ok", None)]
     assert r.outcomes[0].next == "flow:{{input.proximo}}"               # §11.3: the template as written
     assert [(s.run_id, s.dedupe_key) for s in r.started] == [
-        ("pai#k1", "pai:s1:k1"), ("filho#pai#k1:vai:1", "filho:s1:pai#k1:vai:1")]
+        ("pai#k1", "pai:s1:k1"), ("filho#pai#k1:vai:1", "filho:s1:pai#k1%3Avai%3A1")]   # docs/guide/limits.md
     assert [(e.id, e.reason) for e in r.ended] == [("pai#k1", "flow"), ("filho#pai#k1:vai:1", "end")]
     child = r.ended[1]
     assert child.trigger == {"kind": "flow", "key": "pai#k1:vai:1", "payload": {"de": "{{data.x}}"}}

@@ -76,7 +76,7 @@ def test_an_asker_keeps_the_floor_unless_another_flow_scores_15_more_and_40():
                   {"message": "Qual o número do pedido?"}]})
     r = agent.turn(session_id="s1", message="quero comprar", id="m1")
     r = agent.turn(session_id="s1", session=r.session, message="e o meu pedido?", id="m2")
-    assert r.started == [] and r.messages[0].key == "vendas#m1:quem:1"
+    assert r.started == [] and r.messages[0].key == "vendas#m1:quem:1:re:m2"
     r = agent.turn(session_id="s1", session=r.session, message="meu pedido não chegou!", id="m3")
     assert [s.flow_id for s in r.started] == ["suporte"]
     status = {run.flow_id: run.status for run in r.session.runs}
@@ -113,7 +113,7 @@ def test_hand_back_answers_the_message_when_the_asker_moves_on_silently():
     r = agent.turn(session_id="s1", session=r.session, message="problema no pedido", id="m2")
     r = agent.turn(session_id="s1", session=r.session, message="7", id="m3")
     assert registered == ["suporte#m2:registra:1"]
-    assert [(m.text, m.key) for m in r.messages] == [("Registrado! Voltando: qual seu nome?", "vendas#m1:quem:1")]
+    assert [(m.text, m.key) for m in r.messages] == [("Registrado! Voltando: qual seu nome?", "vendas#m1:quem:1:re:m3")]
 
 
 def test_a_routed_do_only_flow_leaves_the_asker_to_answer():
@@ -128,7 +128,7 @@ def test_a_routed_do_only_flow_leaves_the_asker_to_answer():
     r = agent.turn(session_id="s1", message="quero comprar", id="m1")
     r = agent.turn(session_id="s1", session=r.session, message="que demora!", id="m2")
     assert [s.flow_id for s in r.started] == ["log"] and [e.flow_id for e in r.ended] == ["log"]
-    assert [m.key for m in r.messages] == ["vendas#m1:quem:1"]
+    assert [m.key for m in r.messages] == ["vendas#m1:quem:1:re:m2"]
     assert r.session.runs[0].status == "asking"
 
 
@@ -143,7 +143,7 @@ def test_a_refused_route_starts_nothing_and_no_catch_all_stands_in():
     r = agent.turn(session_id="s1", session=r.session, message="meu pedido!", id="m2", claims=elsewhere)
     assert [(s.flow_id, s.anchor, s.code) for s in r.skipped] == [("suporte", "s1", "already-running")]
     assert r.skipped[0].message == "a run of this flow is already live here"
-    assert r.started == [] and r.messages[0].key == "vendas#m1:quem:1"
+    assert r.started == [] and r.messages[0].key == "vendas#m1:quem:1:re:m2"
     r = agent.turn(session_id="s2", message="meu pedido!", id="m1", claims=elsewhere)
     assert r.started == [] and r.messages[0].key == "idle:m1"
 
