@@ -60,6 +60,8 @@ class LoadConfig:
     duplicate_rate: float = 0.15            # share of messages whose webhook is delivered twice
     reminder_rate: float = 0.15             # share of messages that ask for a reminder (a timer wake)
     fail_rate: float = 0.05                 # understand calls that raise a retryable ProviderError
+    latency_inputs: int = 300
+    latency_rate: float = 20.0              # inputs per second in the latency phase
     fault_workers: int = 4
     worker_counts: tuple = (1, 2, 4)
     post_threads: int = 8
@@ -69,7 +71,7 @@ class LoadConfig:
     @classmethod
     def ci(cls) -> "LoadConfig":
         return cls(throughput_sessions=20, throughput_messages=3, fault_sessions=10, fault_messages=3, burst=12,
-                   fault_workers=3, deadline_s=45.0)
+                   fault_workers=3, latency_inputs=40, deadline_s=45.0)
 
 
 # The fake channel #############################################################
@@ -263,8 +265,10 @@ class Books:
     wakes_replaced: int = 0
     resent_after_crash: int = 0
     found_delivered_after_crash: int = 0
-    p50_ms: float = 0.0
+    p50_ms: float = 0.0                      # the latency phase
     p95_ms: float = 0.0
+    fault_p50_ms: float = 0.0                # the fault phase (kills, a Redis restart, retries)
+    fault_p95_ms: float = 0.0
     throughput: dict = field(default_factory=dict)        # workers -> turns per second
     sender_rate: dict = field(default_factory=dict)       # workers -> messages per second of the one sender
     worker_killed_mid_turn: bool = False
@@ -400,6 +404,26 @@ class LoadRun:
             supervisor.close()
             self.host.queue.empty()
 
+    def latency_phase(self, workers: int = 2):
+        """Inputs at a steady rate, one at a time: p50/p95 from arrival to the reply leaving the sender."""
+        like = "l-%"
+        supervisor = Supervisor(self.env(FALAI_DEMO_SILENCE="1h", FALAI_DEMO_REMINDER="1h", FALAI_DEMO_FAIL_RATE="0"))
+        try:
+            supervisor.start("dispatcher", "dispatcher")
+            supervisor.start("sender", "sender")
+            for i in range(workers):
+                supervisor.start(f"worker{i}", "worker")
+            self.wait_workers(workers)
+            for n in range(self.load.latency_inputs):
+                self.post(Post(f"l-s{n % 10}", f"l-m{n}", f"mensagem {n}"))
+                time.sleep(1 / self.load.latency_rate)
+            self.wait_quiet(like, "the latency phase")
+            self.books.p50_ms, self.books.p95_ms = (round(v, 1) for v in self.latencies(like))
+            self.log(f"  {self.load.latency_inputs} inputs at {self.load.latency_rate}/s, {workers} workers: "
+                     f"input-to-send p50 {self.books.p50_ms} ms, p95 {self.books.p95_ms} ms")
+        finally:
+            supervisor.close()
+
     def fault_phase(self):
         load, like = self.load, "f-%"
         supervisor = Supervisor(self.env(FALAI_DEMO_SILENCE="3s", FALAI_DEMO_REMINDER="1s",
@@ -518,7 +542,7 @@ class LoadRun:
             session = self.host.store.load(session_id)
             held = set(session.inputs) if session else set()
             b.lost_updates += sum(1 for key in keys if key not in held)
-        b.p50_ms, b.p95_ms = (round(v, 1) for v in self.latencies(like))
+        b.fault_p50_ms, b.fault_p95_ms = (round(v, 1) for v in self.latencies(like))
 
     def run(self) -> Books:
         start = time.time()
@@ -527,6 +551,8 @@ class LoadRun:
             self.log("throughput (no faults):")
             for workers in self.load.worker_counts:
                 self.throughput_phase(workers)
+            self.log("latency (no faults):")
+            self.latency_phase()
             self.log(f"faults ({self.load.fault_workers} workers):")
             self.fault_phase()
             self.audit()
@@ -562,7 +588,8 @@ def report(books: Books) -> str:
         f"wakes fired {b.wakes_fired}; ignored as stale {b.wakes_stale}; replaced before due {b.wakes_replaced}",
         f"faults: worker killed mid-turn {b.worker_killed_mid_turn}, sender killed mid-delivery "
         f"{b.sender_killed_mid_delivery}, redis restarted {b.redis_restarted}; process restarts {b.process_restarts}",
-        f"latency input-to-send (fault phase) p50 {b.p50_ms} ms, p95 {b.p95_ms} ms",
+        f"latency input-to-send: steady p50 {b.p50_ms} ms, p95 {b.p95_ms} ms; during the faults p50 "
+        f"{b.fault_p50_ms} ms, p95 {b.fault_p95_ms} ms",
         "throughput: " + ", ".join(f"{k} worker(s) {v} turns/s" for k, v in b.throughput.items())
         + "; the one sender: " + ", ".join(f"{v} messages/s" for v in b.sender_rate.values()),
         f"RESULT inputs={b.inputs_accepted} turns={b.turns} conflicts_replayed={b.conflicts_replayed} "
