@@ -461,8 +461,9 @@ _process_host: Host | None = None     # one Host per worker process, built on it
 def run_job(table: str, session_id: str, key: str) -> str:
     """The RQ job: apply one input or wake with this process's Host (settings from the environment)."""
     global _process_host
-    if _process_host is None:
-        _process_host = Host(Config.from_env())
+    if _process_host is None or _process_host.db.broken or _process_host.db.closed:
+        agent = _process_host._agent if _process_host is not None else None   # a lost connection, not the agent
+        _process_host = Host(Config.from_env(), agent=agent)
     return _process_host.run(table, session_id, key)
 
 
@@ -598,11 +599,15 @@ def run_worker(config: Config) -> None:
 
 
 def _loop(step: Callable[[], int], config: Config, stop: threading.Event | None) -> None:
-    """Call ``step`` until stopped, sleeping ``poll_s`` when it found nothing; survive outages."""
+    """Call ``step`` until stopped, sleeping ``poll_s`` when it found nothing.
+
+    A Redis or channel outage is waited out; a lost Postgres connection ends
+    the process (its supervisor starts a fresh one, with a fresh connection).
+    """
     while stop is None or not stop.is_set():
         try:
             busy = step()
-        except (psycopg.OperationalError, redis.exceptions.ConnectionError, requests.RequestException) as error:
+        except (redis.exceptions.ConnectionError, requests.RequestException) as error:
             log.warning("%s (retrying)", error)
             busy = 0
             time.sleep(config.poll_s)

@@ -275,6 +275,7 @@ class Books:
     sender_killed_mid_delivery: bool = False
     redis_restarted: bool = False
     process_restarts: int = 0
+    recovered: dict = field(default_factory=dict)           # what recover() counted after the Redis restart
     seconds: float = 0.0
 
 
@@ -459,6 +460,9 @@ class LoadRun:
             time.sleep(0.3)
             self.redis.restart(down_s=1.0)
             self.books.redis_restarted = True
+            # the operator's move after a queue loss: without it the leases (3s here) bring everything back too
+            self.books.recovered = self.host.recover()
+            self.log(f"  Redis restarted empty; recover: {self.books.recovered}")
             self.books.intake_duplicates = sum(int(f.result()) for f in duplicates)
             posters.shutdown()
             self.wait_quiet(like, "the fault phase")
@@ -587,7 +591,8 @@ def report(books: Books) -> str:
         f"resent {b.resent_after_crash}",
         f"wakes fired {b.wakes_fired}; ignored as stale {b.wakes_stale}; replaced before due {b.wakes_replaced}",
         f"faults: worker killed mid-turn {b.worker_killed_mid_turn}, sender killed mid-delivery "
-        f"{b.sender_killed_mid_delivery}, redis restarted {b.redis_restarted}; process restarts {b.process_restarts}",
+        f"{b.sender_killed_mid_delivery}, redis restarted {b.redis_restarted}; process restarts {b.process_restarts}; "
+        f"recover after the restart: {b.recovered}",
         f"latency input-to-send: steady p50 {b.p50_ms} ms, p95 {b.p95_ms} ms; during the faults p50 "
         f"{b.fault_p50_ms} ms, p95 {b.fault_p95_ms} ms",
         "throughput: " + ", ".join(f"{k} worker(s) {v} turns/s" for k, v in b.throughput.items())
