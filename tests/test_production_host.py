@@ -279,7 +279,7 @@ def test_load_and_faults_ci_sized(capsys):
     assert books.never_delivered == 0
     assert books.inputs_given_up == 0
     assert books.inputs_accepted == books.inputs_posted - books.webhooks_redelivered
-    assert books.intake_duplicates == books.webhooks_redelivered
+    assert books.intake_duplicates >= books.webhooks_redelivered      # more only if a POST was retried
     assert books.wakes_fired > 0 and books.messages_sent >= books.inputs_accepted
     assert books.found_delivered_after_crash + books.resent_after_crash >= 1
     assert set(books.throughput) == {1, 2, 4} and all(v > 0 for v in books.throughput.values())

@@ -122,6 +122,7 @@ def make_agent(provider=None):
                               # a do step after the wait: even a wait of seconds parks (runtime.md §7.2)
                               {"id": "anota", "do": "anotar"},
                               {"id": "aviso", "say": "Lembrete: você pediu para eu te avisar."}]}),
-            f.flow({"id": "retomar", "name": "Retomar", "on": [{"silence": os.environ.get("FALAI_DEMO_SILENCE", "24h")}],
+            f.flow({"id": "retomar", "name": "Retomar",
+                    "on": [{"silence": os.environ.get("FALAI_DEMO_SILENCE", "24h")}],
                     "steps": [{"id": "oi", "say": "Ainda está por aí?"}]}),
         ])

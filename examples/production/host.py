@@ -374,7 +374,8 @@ class Host:
         """
         p, lease = self.config.prefix, self.config.lease_s
         handed = 0
-        for table, column, due in (("wakes", "wake_key", "due_at <= clock_timestamp()"), ("inbox", "input_key", "TRUE")):
+        passes = (("wakes", "wake_key", "due_at <= clock_timestamp()"), ("inbox", "input_key", "TRUE"))
+        for table, column, due in passes:
             with self.db.transaction():
                 rows = self.db.execute(
                     f"SELECT session_id, {column}, hand_count FROM {p}{table} WHERE done_at IS NULL AND {due} "
@@ -573,9 +574,10 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
-def serve_intake(config: Config, port: int | None = None) -> None:
-    make_server("127.0.0.1" if port == 0 else "0.0.0.0", config.intake_port if port is None else port,
-                intake_app(config), server_class=_ThreadingServer, handler_class=_QuietHandler).serve_forever()
+def serve_intake(config: Config, bind: str = "0.0.0.0") -> None:
+    """Serve the webhook on ``bind:intake_port``, one thread per request (put TLS in front of it)."""
+    make_server(bind, config.intake_port, intake_app(config), server_class=_ThreadingServer,
+                handler_class=_QuietHandler).serve_forever()
 
 
 # Long-running roles ##############################################################

@@ -532,7 +532,8 @@ class LoadRun:
                             (like,)).fetchall()
         b.messages_sent = sum(1 for row in outbox if row[2] is not None)
         with self.channel.lock:
-            deliveries = {key: len(times) for key, times in self.channel.deliveries.items() if key.startswith(like[:-1])}
+            deliveries = {key: len(times) for key, times in self.channel.deliveries.items()
+                          if key.startswith(like[:-1])}
         b.duplicate_sends = sum(count - 1 for count in deliveries.values() if count > 1)
         # never delivered: an outbox row the channel never got, or an applied message input that produced nothing
         b.never_delivered = sum(1 for s, k, _ in outbox if f"{s}/{k}" not in deliveries)
