@@ -236,12 +236,13 @@ class Host:
                             (session_id, input_key))
         return True
 
-    def hand(self, table: str, session_id: str, key: str) -> bool:
+    def hand(self, table: str, session_id: str, key: str, replace_started: bool = False) -> bool:
         """Put the turn job of an inbox row or a wake row on the queue, once: True when queued now.
 
-        A job with the same id still waiting is left alone; one that finished,
-        failed, or whose worker died is replaced (the engine ignores a replay:
-        duplicate-input, stale-wake).
+        A job with the same id still waiting is left alone, and so is a running
+        one unless ``replace_started`` (its row's lease ran out: its worker
+        died). One that finished or failed is replaced (the engine ignores a
+        replay: duplicate-input, stale-wake).
         """
         jid = job_id(table, session_id, key)
         options = dict(kwargs={"table": table, "session_id": session_id, "key": key}, job_id=jid,
@@ -255,7 +256,8 @@ class Host:
             pass
         try:
             job = Job.fetch(jid, connection=self.redis)
-            if job.get_status() in WAITING_STATUSES:
+            status = job.get_status()
+            if status in WAITING_STATUSES or (status == JobStatus.STARTED and not replace_started):
                 return False
             job.delete()
         except NoSuchJobError:
@@ -312,6 +314,8 @@ class Host:
                         self.store.save(session, loaded.version if loaded else 0)
                         self._write_outbox(session_id, cause, result)
                         self._write_wakes(session_id, result)
+                        if result.messages:
+                            self.db.execute(f"NOTIFY {p}outbox")     # delivered at commit: wakes the sender
                     self._mark_done(table, session_id, key, code, turns, conflicts)
                 return code
             except SessionConflictError:
@@ -378,18 +382,20 @@ class Host:
         for table, column, due in passes:
             with self.db.transaction():
                 rows = self.db.execute(
-                    f"SELECT session_id, {column}, hand_count FROM {p}{table} WHERE done_at IS NULL AND {due} "
+                    f"SELECT session_id, {column}, hand_count, handed_at FROM {p}{table} "
+                    f"WHERE done_at IS NULL AND {due} "
                     "AND (handed_at IS NULL OR handed_at < clock_timestamp() - make_interval(secs => %s)) "
                     f"ORDER BY {'due_at' if table == 'wakes' else 'received_at'} LIMIT %s FOR UPDATE SKIP LOCKED",
                     (lease, limit)).fetchall()
-                for session_id, key, hand_count in rows:
+                for session_id, key, hand_count, handed_at in rows:
                     if hand_count >= MAX_HANDS:
                         log.error("dispatcher: %s %s/%s handed %d times, never done: given up", table, session_id,
                                   key, hand_count)
                         self.db.execute(f"UPDATE {p}{table} SET done_at = clock_timestamp(), result = 'gave-up' "
                                         f"WHERE session_id = %s AND {column} = %s", (session_id, key))
                         continue
-                    queued = self.hand(table, session_id, key)     # False: its job is still waiting (a retry)
+                    # handed_at set: the lease ran out, a running job's worker is taken for dead
+                    queued = self.hand(table, session_id, key, replace_started=handed_at is not None)
                     self.db.execute(f"UPDATE {p}{table} SET handed_at = clock_timestamp(), "
                                     f"hand_count = hand_count + %s WHERE session_id = %s AND {column} = %s",
                                     (int(queued), session_id, key))
@@ -600,8 +606,9 @@ def run_worker(config: Config) -> None:
             time.sleep(1)
 
 
-def _loop(step: Callable[[], int], config: Config, stop: threading.Event | None) -> None:
-    """Call ``step`` until stopped, sleeping ``poll_s`` when it found nothing.
+def _loop(step: Callable[[], int], config: Config, stop: threading.Event | None,
+          idle: Callable[[], Any] | None = None) -> None:
+    """Call ``step`` until stopped; when it found nothing, ``idle()`` (default: sleep ``poll_s``).
 
     A Redis or channel outage is waited out; a lost Postgres connection ends
     the process (its supervisor starts a fresh one, with a fresh connection).
@@ -614,7 +621,7 @@ def _loop(step: Callable[[], int], config: Config, stop: threading.Event | None)
             busy = 0
             time.sleep(config.poll_s)
         if not busy:
-            time.sleep(config.poll_s)
+            (idle or (lambda: time.sleep(config.poll_s)))()
 
 
 def run_dispatcher(config: Config, stop: threading.Event | None = None) -> None:
@@ -628,7 +635,14 @@ def run_sender(config: Config, channel: Channel | None = None, shard: tuple[int,
     channel = channel or HttpChannel(config.channel_url)
     host = Host(config)
     host.db.execute("SELECT pg_advisory_lock(hashtext(%s))", (f"{config.prefix}sender:{shard[0]}/{shard[1]}",))
-    _loop(lambda: host.send_once(channel, shard), config, stop)
+    host.db.execute(f"LISTEN {config.prefix}outbox")
+
+    def idle():
+        """Until a turn commits messages (its NOTIFY) or ``poll_s`` passes (a message's after_ms)."""
+        for _ in host.db.notifies(timeout=config.poll_s, stop_after=1):
+            pass
+
+    _loop(lambda: host.send_once(channel, shard), config, stop, idle)
 
 
 def main(argv: Iterable[str] | None = None) -> None:
