@@ -184,6 +184,50 @@ def test_a_redelivered_webhook_costs_nothing(make_host):
     assert len(provider.calls) == calls and host.store.load("s1").version == 1
 
 
+def wsgi_post(app, path, body):
+    data = json.dumps(body).encode()
+    status = []
+    out = app({"REQUEST_METHOD": "POST", "PATH_INFO": path, "CONTENT_LENGTH": str(len(data)),
+               "wsgi.input": io.BytesIO(data)}, lambda s, headers: status.append(s))
+    return status[0], json.loads(b"".join(out))
+
+
+def test_a_host_start_and_an_event_go_through_the_same_inbox(make_host):
+    """POST /starts and /events become turn(start=...) and turn(event=...); their keys dedupe like message ids."""
+    host = make_host()
+    app = H.intake_app(host.config)
+    assert wsgi_post(app, "/starts", {"session_id": "s1", "flow": "lembrete", "key": "k1"})[1]["duplicate"] is False
+    assert wsgi_post(app, "/starts", {"session_id": "s1", "flow": "lembrete", "key": "k1"})[1]["duplicate"] is True
+    assert wsgi_post(app, "/events", {"session_id": "s1", "event": "pago", "key": "e1", "payload": {"v": 1}})[0] \
+        == "202 Accepted"
+    assert host.run("inbox", "s1", "start:k1") == "applied"
+    assert [r[0] for r in rows(host, "outbox", "message_key, id")] == ["lembrete#k1:ok:1"]
+    assert rows(host, "inbox", "input_key, body") == [
+        ("event:e1", {"event": "pago", "key": "e1", "payload": {"v": 1}}),
+        ("start:k1", {"start": {"flow": "lembrete", "key": "k1"}})]
+    assert host.run("inbox", "s1", "event:e1") == "unchanged"        # no flow waits on it: nothing to save
+    assert wsgi_post(app, "/starts", {"session_id": "s1", "key": "k2"}) == (
+        "400 Bad Request", {"error": "POST /starts: flow is missing or not a non-empty string. Send it as JSON text."})
+
+
+def test_the_same_host_runs_with_gemini_when_a_key_is_set(make_host, fake, monkeypatch):
+    """Issue 13: with GEMINI_API_KEY the demo agent's model is GeminiProvider (here over HTTP to a local fake)."""
+    from fake_model_server import gemini_frame
+    from falai_providers import GeminiProvider
+
+    monkeypatch.setenv("GEMINI_API_KEY", "test-key")
+    monkeypatch.setenv("FALAI_GEMINI_BASE_URL", fake.url)
+    fake.sse(gemini_frame(text='{"flows": {"lembrete": 3}}', finish="STOP"))
+    fake.sse(gemini_frame(text='{"message": "Olá! Como posso ajudar?"}', finish="STOP"))
+    provider = demo_agent.make_provider()
+    assert isinstance(provider, GeminiProvider)
+    host = make_host(provider)
+    accept_message(host, "s1", "m1", "oi")
+    assert host.run("inbox", "s1", "m1") == "applied"
+    assert rows(host, "outbox", "message_key, text") == [("idle:m1", "Olá! Como posso ajudar?")]
+    assert [r.headers["x-goog-api-key"] for r in fake.requests] == ["test-key", "test-key"]
+
+
 def test_intake_names_a_bad_input_and_the_fix(make_host):
     app = H.intake_app(make_host().config)
     data = json.dumps({"session_id": "s1", "text": "oi"}).encode()

@@ -11,8 +11,9 @@ Three behaviours, so that every path of the host is exercised:
   are still there.
 
 With ``GEMINI_API_KEY`` set the model is ``GeminiProvider`` (``FALAI_MODEL``,
-default ``gemini-2.5-flash``); without it, ``InstantModel``, which answers at
-once and never runs out (the load test needs thousands of replies).
+default ``gemini-2.5-flash``; ``FALAI_GEMINI_BASE_URL`` points it at a proxy);
+without it, ``InstantModel``, which answers at once and never runs out (the
+load test needs thousands of replies).
 """
 from __future__ import annotations
 
@@ -98,11 +99,13 @@ class InstantModel:
 
 
 def make_provider():
-    """GeminiProvider when ``GEMINI_API_KEY`` is set, else InstantModel."""
+    """GeminiProvider when ``GEMINI_API_KEY`` is set (``FALAI_MODEL``, ``FALAI_GEMINI_BASE_URL``), else InstantModel."""
     key = os.environ.get("GEMINI_API_KEY")
     if key:
         from falai_providers import GeminiProvider
-        return GeminiProvider(api_key=key, model=os.environ.get("FALAI_MODEL", "gemini-2.5-flash"))
+        base_url = os.environ.get("FALAI_GEMINI_BASE_URL")        # a proxy, or a local fake server in tests
+        return GeminiProvider(api_key=key, model=os.environ.get("FALAI_MODEL", "gemini-2.5-flash"),
+                              **({"base_url": base_url} if base_url else {}))
     return InstantModel()
 
 
