@@ -54,7 +54,7 @@ class LoadConfig:
     """How big the run is; ``ci()`` is the size the test suite runs."""
     throughput_sessions: int = 100
     throughput_messages: int = 6            # per session
-    fault_sessions: int = 60
+    fault_sessions: int = 150
     fault_messages: int = 5                 # per session, besides the burst
     burst: int = 40                         # concurrent messages on one session (at most 50: session.inputs)
     duplicate_rate: float = 0.15            # share of messages whose webhook is delivered twice
@@ -63,6 +63,7 @@ class LoadConfig:
     latency_inputs: int = 300
     latency_rate: float = 20.0              # inputs per second in the latency phase
     fault_workers: int = 4
+    fault_rate: float = 60.0                # webhooks per second in the fault phase (the burst comes at once)
     worker_counts: tuple = (1, 2, 4)
     post_threads: int = 8
     deadline_s: float = 240.0               # per phase: the run fails rather than wait longer
@@ -71,7 +72,7 @@ class LoadConfig:
     @classmethod
     def ci(cls) -> "LoadConfig":
         return cls(throughput_sessions=20, throughput_messages=3, fault_sessions=10, fault_messages=3, burst=12,
-                   fault_workers=3, latency_inputs=40, deadline_s=45.0)
+                   fault_workers=3, latency_inputs=40, fault_rate=40.0, deadline_s=45.0)
 
 
 # The fake channel #############################################################
@@ -295,6 +296,8 @@ class LoadRun:
         self.host.initialize()
         self.books = Books()
         self.http = threading.local()
+        self.posted = 0                          # webhooks the intake answered (the fault phase's progress)
+        self.counter = threading.Lock()
 
     # plumbing ------------------------------------------------------------------
 
@@ -323,14 +326,28 @@ class LoadRun:
                 response = session.post(f"{self.intake_url}/messages", timeout=10,
                                         json={"session_id": item.session_id, "id": item.message_id, "text": item.text})
                 response.raise_for_status()
+                with self.counter:
+                    self.posted += 1
                 return response.json()["duplicate"]
             except requests.RequestException:
                 time.sleep(0.1)                       # a channel redelivers a webhook that failed
         raise RuntimeError(f"loadtest: the intake refused {item} 50 times")
 
-    def post_all(self, items: list[Post]) -> int:
+    def _wait_posted(self, count: int):
+        deadline = time.time() + self.load.deadline_s
+        while self.posted < count and time.time() < deadline:
+            time.sleep(0.01)
+
+    def post_all(self, items: list[Post], rate: float | None = None) -> int:
+        """POST them all from ``post_threads`` threads, at most ``rate`` a second (None: as fast as possible);
+        returns how many the intake called redeliveries."""
         with ThreadPoolExecutor(self.load.post_threads) as pool:
-            return sum(pool.map(self.post, items))
+            futures = []
+            for item in items:
+                futures.append(pool.submit(self.post, item))
+                if rate:
+                    time.sleep(1 / rate)
+            return sum(int(f.result()) for f in futures)
 
     def scalar(self, sql: str, params=()) -> int:
         return self.host.db.execute(sql.format(p=self.config.prefix), params).fetchone()[0] or 0
@@ -446,18 +463,21 @@ class LoadRun:
             slow = Post("f-slow", "f-slow-m0", "[lento] uma pergunta demorada")
             self.books.inputs_posted = len(items) + len(burst) + len(redelivered) + 1
             self.books.webhooks_redelivered = len(redelivered)
-            posters = ThreadPoolExecutor(load.post_threads)
-            third = len(items) // 3
-            duplicates = [posters.submit(self.post_all, items[:third] + burst + redelivered[: len(redelivered) // 2])]
-            # 1. a worker SIGKILLed in the middle of a turn (its model call is sleeping)
+            stream = items + redelivered
+            self.random.shuffle(stream)                 # a redelivery may even come before its original
+            posters = ThreadPoolExecutor(4)
+            self.posted = 0
+            duplicates = [posters.submit(self.post_all, burst),           # the burst: all at once, one session
+                          posters.submit(self.post_all, stream, load.fault_rate)]
+            # 1. at a fifth of the stream, a worker SIGKILLed in the middle of a turn (its model call sleeps)
+            self._wait_posted(len(stream) // 5)
             duplicates.append(posters.submit(self.post, slow))
             self.books.worker_killed_mid_turn = self._kill_slow_worker(supervisor)
-            duplicates.append(posters.submit(self.post_all, items[third: 2 * third]))
-            # 2. the sender SIGKILLed while a delivery is in flight
+            # 2. at half, the sender SIGKILLed while a delivery is in flight
+            self._wait_posted(len(stream) // 2)
             self.books.sender_killed_mid_delivery = self._kill_sender_mid_delivery(supervisor)
-            # 3. Redis restarted (empty: no persistence) while inputs keep arriving
-            duplicates.append(posters.submit(self.post_all, items[2 * third:] + redelivered[len(redelivered) // 2:]))
-            time.sleep(0.3)
+            # 3. at seven tenths, Redis killed and restarted empty (no persistence) while inputs keep arriving
+            self._wait_posted(len(stream) * 7 // 10)
             self.redis.restart(down_s=1.0)
             self.books.redis_restarted = True
             # the operator's move after a queue loss: without it the leases (3s here) bring everything back too
