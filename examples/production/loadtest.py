@@ -10,10 +10,12 @@ thread, and the dispatcher, the sender and K workers as processes that a
 supervisor restarts when they die. The model is ``InstantModel``.
 
 1. Throughput: the same load with 1, 2 and 4 workers (no faults).
-2. Faults: N sessions with concurrent messages, redelivered webhooks, a burst on
-   one session, reminders (timer wakes), silences (silence wakes), scripted
-   understand failures (retried with backoff); meanwhile a worker is SIGKILLed
-   mid-turn, the sender SIGKILLed mid-delivery and Redis restarted empty.
+2. Latency: inputs at a steady rate, from arrival to the reply leaving the sender.
+3. Faults: one paced stream of webhooks for N sessions (redeliveries, reminders:
+   timer wakes, silences: silence wakes), a burst on one session, scripted
+   understand failures (retried with backoff); a worker SIGKILLed mid-turn at a
+   fifth of the stream, the sender SIGKILLed mid-delivery at half, Redis
+   restarted empty at seven tenths (then ``recover``).
 
 Then it checks the books and prints them; the last line gives the counts.
 Every loop is bounded in count and time: the run stops by itself.
