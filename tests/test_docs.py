@@ -17,8 +17,7 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 # Pages the other branches of this release add (providers, engine limits, production host); the
 # integrator merges them, and this list then goes.
-ADDED_BY_OTHER_BRANCHES = {"docs/guide/production.md",
-                           "examples/production"}
+ADDED_BY_OTHER_BRANCHES: set[str] = set()
 
 
 def page_id(path: pathlib.Path) -> str:
