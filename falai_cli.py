@@ -96,7 +96,7 @@ class Registry:
     given: bool = False
 
     def names(self, flows: list | None = None) -> dict | None:
-        """The registries ``check_flow`` reads; None when no registry file was given (names unchecked)."""
+        """The registries ``check_flow`` and ``flow_spec_schema`` read; None without a registry file."""
         if not self.given:
             return None
         names = {"fields": self.fields, "actions": self.actions, "events": self.events,
@@ -190,6 +190,18 @@ def path_text(where: list) -> str:
     return text or "(flow)"
 
 
+def shape_problems(spec: Any) -> list:
+    """check_flow without a registry: the shape only, since every name would read as unknown.
+
+    Uses check_flow's own collecting pass (falai._Checks); check_flow itself always checks names.
+    """
+    checks = falai._Checks(collect=True)
+    flow = falai.strip_nones(spec)
+    if checks.run((), falai._flow_frame, flow):
+        falai.check_flow_shape(flow, checks)
+    return checks.problems
+
+
 def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
     registry = load_registry(args.registry)
     found, unusable = [], []
@@ -201,7 +213,7 @@ def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
     flows = [spec for _, _, spec in found]
     report, seen = [], {}
     for path, index, spec in found:
-        problems = falai.check_flow(spec, registry.names(flows))
+        problems = falai.check_flow(spec, registry.names(flows)) if registry.given else shape_problems(spec)
         flow_id = spec.get("id")
         if isinstance(flow_id, str) and flow_id in seen:
             problems.append(falai.Problem("error", ["id"], f'flow "{flow_id}" is declared twice (first in '
@@ -223,7 +235,7 @@ def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
             out.write(f"{item['file']}: {item['severity']}: {path_text(item['path'])}: {item['message']}\n")
         out.write(f"{len(found)} flow(s) in {len(args.files) - len(unusable)} file(s): {errors} error(s), "
                   f"{len(report) - errors} warning(s)" + (f", {len(unusable)} file(s) unusable" if unusable else "")
-                  + "\n")
+                  + ("" if registry.given else " (shape only: pass --registry to check the names)") + "\n")
     return UNUSABLE if unusable else PROBLEMS if errors else OK
 
 
@@ -1152,7 +1164,210 @@ def prompt_line(prompt: str, out: TextIO) -> str:
     return text
 
 
-INSPECT_PAGE = "<!doctype html><title>falai inspect</title><p>loading</p>"
+# The inspector page: one static file, no build step, nothing fetched from outside (issue 14).
+INSPECT_PAGE = r"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>falai inspect</title>
+<style>
+  body { font: 14px/1.4 system-ui, sans-serif; margin: 0; color: #1d2330; background: #f5f6f8; }
+  header { background: #1d2330; color: #fff; padding: 8px 16px; display: flex; gap: 16px; align-items: baseline; }
+  header h1 { font-size: 16px; margin: 0; }
+  main { display: grid; grid-template-columns: minmax(300px, 1fr) 2fr; gap: 12px; padding: 12px; }
+  section { background: #fff; border: 1px solid #d9dce3; border-radius: 6px; padding: 8px 12px; margin-bottom: 12px; }
+  h2 { font-size: 13px; text-transform: uppercase; letter-spacing: .04em; color: #5a6275; margin: 4px 0 8px; }
+  #transcript { height: 320px; overflow-y: auto; }
+  .msg { margin: 4px 0; padding: 4px 8px; border-radius: 6px; max-width: 90%; white-space: pre-wrap; }
+  .you { background: #dbe8ff; margin-left: auto; text-align: right; }
+  .bot { background: #eef0f3; }
+  .note { color: #5a6275; font-style: italic; font-size: 12px; }
+  .error { color: #a32020; }
+  form { display: flex; gap: 6px; margin-top: 8px; }
+  input[type=text] { flex: 1; padding: 6px; border: 1px solid #c3c8d2; border-radius: 4px; }
+  button { padding: 5px 10px; border: 1px solid #8b93a5; background: #fff; border-radius: 4px; cursor: pointer; }
+  button:hover { background: #eef0f3; }
+  table { border-collapse: collapse; width: 100%; font-size: 12px; }
+  td, th { border-bottom: 1px solid #eceef2; padding: 3px 6px; text-align: left; vertical-align: top; }
+  code, pre { font: 12px/1.35 ui-monospace, monospace; }
+  pre { white-space: pre-wrap; word-break: break-word; background: #f7f8fa; padding: 6px; margin: 4px 0; max-height: 260px; overflow: auto; }
+  .code { font-weight: 600; color: #7a3e00; }
+  .added { color: #17692b; } .removed { color: #a32020; } .changed { color: #7a3e00; }
+  .floor { font-weight: 600; color: #17692b; }
+  #turns button { margin: 2px; font-size: 12px; } #turns button.selected { background: #1d2330; color: #fff; }
+  svg text { font: 11px system-ui, sans-serif; }
+  .node rect { fill: #fff; stroke: #8b93a5; } .node.trigger rect { fill: #f0f4ff; rx: 14; }
+  .node.wait rect { fill: #fff8e6; } .node.do rect { fill: #eefaf0; } .node.if rect { fill: #fbeefa; }
+  .node.end rect { fill: #eceef2; rx: 14; }
+  .node.current rect { stroke: #d14d00; stroke-width: 3; fill: #fff1e6; }
+  .edge { fill: none; stroke: #8b93a5; marker-end: url(#arrow); } .edge.dashed { stroke-dasharray: 4 3; }
+  .edge-label { fill: #5a6275; font-size: 10px; }
+  details summary { cursor: pointer; }
+</style>
+</head>
+<body>
+<header><h1>falai inspect</h1><span id="agent"></span><span>clock: <code id="now"></code></span></header>
+<main>
+  <div>
+    <section>
+      <h2>Conversation</h2>
+      <div id="transcript"></div>
+      <form id="chat"><input type="text" id="message" placeholder="Type a customer message" autocomplete="off"><button id="send">Send</button></form>
+      <form id="eventform"><input type="text" id="eventname" placeholder="event name"><button id="sendevent">Send event</button></form>
+    </section>
+    <section>
+      <h2>Schedule</h2>
+      <div><button id="wake">Fire next wake</button></div>
+      <table id="pending"></table>
+    </section>
+    <section>
+      <h2>Runs and the floor</h2>
+      <table id="runs"></table>
+    </section>
+    <section>
+      <h2>Turns</h2>
+      <div id="turns"></div>
+    </section>
+  </div>
+  <div>
+    <section><h2>Flow diagram</h2><div id="diagram"></div>
+      <details><summary>Mermaid source</summary><pre id="mermaid"></pre></details></section>
+    <section><h2>Turn <span id="turnno"></span>: phases</h2><table id="phases"></table><p class="note" id="timing"></p></section>
+    <section><h2>Outcome lines</h2><table id="outcomes"></table></section>
+    <section><h2>Session: before and after</h2><table id="diff"></table>
+      <details><summary>before</summary><pre id="before"></pre></details>
+      <details><summary>after</summary><pre id="after"></pre></details></section>
+    <section><h2>Model calls</h2><div id="calls"></div></section>
+  </div>
+</main>
+<script>
+"use strict";
+let state = null, selected = null;
+const $ = (id) => document.getElementById(id);
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") node.className = v; else if (k.startsWith("on")) node.addEventListener(k.slice(2), v); else node.setAttribute(k, v);
+  }
+  for (const child of children) node.append(child instanceof Node ? child : document.createTextNode(child == null ? "" : String(child)));
+  return node;
+}
+function row(...cells) { return el("tr", {}, ...cells.map((c) => el("td", {}, c))); }
+function text(value) { return typeof value === "string" ? value : JSON.stringify(value, null, 2); }
+function fill(id, ...rows) { const t = $(id); t.replaceChildren(...rows); }
+
+async function call(path, body) {
+  const response = await fetch(path, body === undefined ? {} : {method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)});
+  const value = await response.json();
+  if (!response.ok) { note(value.error || ("HTTP " + response.status), true); return null; }
+  return value;
+}
+function note(message, isError) { $("transcript").append(el("div", {class: "note" + (isError ? " error" : "")}, message)); }
+
+async function act(path, body, label) {
+  const answer = await call(path, body);
+  if (!answer) return;
+  state = answer.state; selected = answer.turn.number;
+  render();
+}
+$("chat").addEventListener("submit", (e) => {
+  e.preventDefault(); const t = $("message").value.trim(); if (!t) return; $("message").value = ""; act("/api/message", {text: t});
+});
+$("eventform").addEventListener("submit", (e) => {
+  e.preventDefault(); const n = $("eventname").value.trim(); if (!n) return; $("eventname").value = ""; act("/api/event", {name: n});
+});
+$("wake").addEventListener("click", () => act("/api/wake", {}));
+
+function render() {
+  $("agent").textContent = state.agent; $("now").textContent = state.now;
+  const log = [];
+  for (const turn of state.turns) {
+    const label = turn.kind === "message" ? null : turn.kind === "wake" ? "wake fired: " + turn.input : "event: " + turn.input;
+    if (turn.kind === "message") log.push(el("div", {class: "msg you"}, turn.input)); else log.push(el("div", {class: "note"}, label));
+    if (turn.error) log.push(el("div", {class: "note error"}, turn.error));
+    for (const m of turn.messages) log.push(el("div", {class: "msg bot"}, m.text));
+  }
+  $("transcript").replaceChildren(...log); $("transcript").scrollTop = 1e9;
+  fill("pending", ...(state.pending.length ? state.pending.map((w) => row(el("code", {}, w.key), w.at,
+      el("button", {class: "fire", onclick: () => act("/api/wake", {key: w.key})}, "Fire"))) : [row("no wake pending")]));
+  fill("runs", ...(state.runs.length ? [row("run", "flow", "step", "status")].concat(state.runs.map((r) => {
+      const tr = row(r.id, r.flow, r.step, r.status + (r.floor ? " (floor)" : "")); if (r.floor) tr.className = "floor"; return tr; }))
+    : [row("no live run")]));
+  $("turns").replaceChildren(...state.turns.map((t) => el("button", {class: t.number === selected ? "selected" : "",
+      onclick: () => { selected = t.number; render(); }}, "#" + t.number + " " + t.kind)));
+  $("mermaid").textContent = state.mermaid;
+  drawDiagram();
+  renderTurn(state.turns.find((t) => t.number === selected));
+}
+
+function renderTurn(turn) {
+  $("turnno").textContent = turn ? "#" + turn.number + " (" + turn.kind + ": " + turn.input + ")" : "";
+  if (!turn) { for (const id of ["phases", "outcomes", "diff"]) fill(id); $("calls").replaceChildren(); return; }
+  fill("phases", ...(turn.phases || []).map((p) => row(el("b", {}, p.phase), p.detail)));
+  const usage = turn.usage ? "tokens: prompt " + turn.usage.prompt + ", completion " + turn.usage.completion + ", cached " + turn.usage.cached : "tokens: not reported";
+  $("timing").textContent = "llm_calls " + (turn.llmCalls || 0) + " · " + usage + " · turn took " + turn.ms + " ms";
+  fill("outcomes", ...(turn.outcomes.length ? [row("kind", "status", "flow / step", "code", "meaning", "next / until")].concat(turn.outcomes.map((o) =>
+      row(o.kind, o.status, [o.flowId, o.stepId].filter(Boolean).join(" / "), el("span", {class: "code"}, o.code || ""),
+          o.meaning || o.detail || "", o.next || o.until || ""))) : [row("no outcome line")]));
+  fill("diff", ...(turn.diff.length ? turn.diff.map((d) => { const tr = row(d.op, el("code", {}, d.path),
+      d.op === "added" ? "" : el("code", {}, JSON.stringify(d.before)), d.op === "removed" ? "" : el("code", {}, JSON.stringify(d.after))); tr.className = d.op; return tr; })
+    : [row("the session did not change")]));
+  $("before").textContent = text(turn.before); $("after").textContent = text(turn.after);
+  $("calls").replaceChildren(...(turn.modelCalls.length ? turn.modelCalls.map((c, i) => {
+    const u = c.reply && c.reply.usage ? " · tokens " + c.reply.usage.prompt + " in / " + c.reply.usage.completion + " out" : "";
+    return el("details", {class: "call"}, el("summary", {}, "#" + (i + 1) + " " + c.schemaName + " · " + c.ms + " ms" + u + (c.error ? " · failed" : "")),
+      el("div", {}, "system"), el("pre", {}, c.system || ""), el("div", {}, "prompt"), el("pre", {}, c.prompt),
+      el("div", {}, "schema"), el("pre", {}, text(c.schema)), el("div", {}, "tools"), el("pre", {}, text(c.tools)),
+      el("div", {}, "history (" + (c.history || []).length + ")"), el("pre", {}, text(c.history)),
+      el("div", {}, c.error ? "error" : "reply"), el("pre", {class: "reply"}, c.error || text(c.reply)));
+  }) : [el("p", {class: "note"}, "no model call this turn")]));
+}
+
+const SVG = "http://www.w3.org/2000/svg";
+function svg(tag, attrs, content) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+  if (content !== undefined) node.textContent = content;
+  return node;
+}
+function drawDiagram() {
+  const g = state.graph, W = 250, H = 30, GAP = 24, PAD = 20, COL = W + 130;
+  const where = {}, nodes = Object.fromEntries(g.nodes.map((n) => [n.id, n]));
+  const current = new Set(state.runs.map((r) => r.flow + "\u0000" + r.step));
+  let height = 0;
+  const clusters = g.clusters.slice();
+  const loose = g.nodes.filter((n) => !clusters.some((c) => c.nodes.includes(n.id))).map((n) => n.id);
+  if (loose.length) clusters.push({flow: "", name: "other flows", nodes: loose});
+  clusters.forEach((c, col) => c.nodes.forEach((id, i) => { where[id] = {x: PAD + col * COL, y: PAD + 22 + i * (H + GAP)}; height = Math.max(height, where[id].y + H + PAD); }));
+  const root = svg("svg", {width: PAD * 2 + clusters.length * COL, height: height, id: "flowsvg"});
+  const defs = svg("defs"); const marker = svg("marker", {id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto"});
+  marker.append(svg("path", {d: "M0,0 L10,5 L0,10 z", fill: "#8b93a5"})); defs.append(marker); root.append(defs);
+  clusters.forEach((c, col) => root.append(svg("text", {x: PAD + col * COL, y: PAD + 8, "font-weight": "bold"}, c.name + (c.flow ? " (" + c.flow + ")" : ""))));
+  for (const e of g.edges) {
+    const a = where[e.source], b = where[e.target]; if (!a || !b) continue;
+    let d, lx, ly;
+    if (a.x === b.x && b.y === a.y + H + GAP) { d = `M${a.x + W / 2},${a.y + H} L${b.x + W / 2},${b.y}`; lx = a.x + W / 2 + 4; ly = a.y + H + GAP / 2 + 4; }
+    else if (a.x === b.x) { const bend = 30 + Math.abs(b.y - a.y) / 8; d = `M${a.x + W},${a.y + H / 2} C${a.x + W + bend},${a.y + H / 2} ${b.x + W + bend},${b.y + H / 2} ${b.x + W},${b.y + H / 2}`; lx = a.x + W + bend * 0.75 + 2; ly = (a.y + b.y) / 2 + H / 2; }
+    else { d = `M${a.x + W},${a.y + H / 2} L${b.x},${b.y + H / 2}`; lx = (a.x + W + b.x) / 2 - 20; ly = (a.y + b.y) / 2 + H / 2 - 4; }
+    root.append(svg("path", {d: d, class: "edge" + (e.dashed ? " dashed" : "")}));
+    if (e.label) root.append(svg("text", {x: lx, y: ly, class: "edge-label"}, e.label));
+  }
+  for (const [id, p] of Object.entries(where)) {
+    const n = nodes[id];
+    const isCurrent = n.step != null && current.has(n.flow + "\u0000" + n.step);
+    const group = svg("g", {class: "node " + n.shape + (isCurrent ? " current" : ""), "data-flow": n.flow || "", "data-step": n.step || ""});
+    group.append(svg("rect", {x: p.x, y: p.y, width: W, height: H, rx: 4}));
+    group.append(svg("text", {x: p.x + 8, y: p.y + H / 2 + 4}, n.label.length > 44 ? n.label.slice(0, 43) + "…" : n.label));
+    group.append(svg("title", {}, n.label));
+    root.append(group);
+  }
+  $("diagram").replaceChildren(root);
+}
+call("/api/state").then((value) => { if (value) { state = value; selected = value.turns.length ? value.turns.length : null; render(); } });
+</script>
+</body>
+</html>
+"""
 
 
 if __name__ == "__main__":
