@@ -1174,7 +1174,9 @@ INSPECT_PAGE = r"""<!doctype html>
   body { font: 14px/1.4 system-ui, sans-serif; margin: 0; color: #1d2330; background: #f5f6f8; }
   header { background: #1d2330; color: #fff; padding: 8px 16px; display: flex; gap: 16px; align-items: baseline; }
   header h1 { font-size: 16px; margin: 0; }
-  main { display: grid; grid-template-columns: minmax(300px, 1fr) 2fr; gap: 12px; padding: 12px; }
+  main { display: grid; grid-template-columns: minmax(280px, 1fr) minmax(0, 2.2fr); gap: 12px; padding: 12px; }
+  #diagram { overflow-x: auto; }
+  td code { word-break: break-all; }
   section { background: #fff; border: 1px solid #d9dce3; border-radius: 6px; padding: 8px 12px; margin-bottom: 12px; }
   h2 { font-size: 13px; text-transform: uppercase; letter-spacing: .04em; color: #5a6275; margin: 4px 0 8px; }
   #transcript { height: 320px; overflow-y: auto; }
@@ -1331,22 +1333,25 @@ function svg(tag, attrs, content) {
   return node;
 }
 function drawDiagram() {
-  const g = state.graph, W = 250, H = 30, GAP = 24, PAD = 20, COL = W + 130;
+  const g = state.graph, W = 230, H = 30, GAP = 24, PAD = 20, COL = W + 110;
   const where = {}, nodes = Object.fromEntries(g.nodes.map((n) => [n.id, n]));
   const current = new Set(state.runs.map((r) => r.flow + "\u0000" + r.step));
   let height = 0;
   const clusters = g.clusters.slice();
   const loose = g.nodes.filter((n) => !clusters.some((c) => c.nodes.includes(n.id))).map((n) => n.id);
   if (loose.length) clusters.push({flow: "", name: "other flows", nodes: loose});
-  clusters.forEach((c, col) => c.nodes.forEach((id, i) => { where[id] = {x: PAD + col * COL, y: PAD + 22 + i * (H + GAP)}; height = Math.max(height, where[id].y + H + PAD); }));
-  const root = svg("svg", {width: PAD * 2 + clusters.length * COL, height: height, id: "flowsvg"});
+  clusters.forEach((c, col) => c.nodes.forEach((id, i) => { where[id] = {x: PAD + 40 + col * COL, y: PAD + 22 + i * (H + GAP)}; height = Math.max(height, where[id].y + H + PAD); }));
+  const root = svg("svg", {width: PAD * 2 + 40 + clusters.length * COL, height: height, id: "flowsvg"});
   const defs = svg("defs"); const marker = svg("marker", {id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto"});
   marker.append(svg("path", {d: "M0,0 L10,5 L0,10 z", fill: "#8b93a5"})); defs.append(marker); root.append(defs);
-  clusters.forEach((c, col) => root.append(svg("text", {x: PAD + col * COL, y: PAD + 8, "font-weight": "bold"}, c.name + (c.flow ? " (" + c.flow + ")" : ""))));
+  clusters.forEach((c, col) => root.append(svg("text", {x: PAD + 40 + col * COL, y: PAD + 8, "font-weight": "bold"}, c.name + (c.flow ? " (" + c.flow + ")" : ""))));
+  const drawn = new Set();
   for (const e of g.edges) {
     const a = where[e.source], b = where[e.target]; if (!a || !b) continue;
+    const pair = e.source + ">" + e.target, again = drawn.has(pair); drawn.add(pair);
     let d, lx, ly;
-    if (a.x === b.x && b.y === a.y + H + GAP) { d = `M${a.x + W / 2},${a.y + H} L${b.x + W / 2},${b.y}`; lx = a.x + W / 2 + 4; ly = a.y + H + GAP / 2 + 4; }
+    if (again && a.x === b.x) { const bend = 30 + Math.abs(b.y - a.y) / 8; d = `M${a.x},${a.y + H / 2} C${a.x - bend},${a.y + H / 2} ${b.x - bend},${b.y + H / 2} ${b.x},${b.y + H / 2}`; lx = a.x - bend - 4; ly = (a.y + b.y) / 2 + H / 2; }
+    else if (a.x === b.x && b.y === a.y + H + GAP) { d = `M${a.x + W / 2},${a.y + H} L${b.x + W / 2},${b.y}`; lx = a.x + W / 2 + 4; ly = a.y + H + GAP / 2 + 4; }
     else if (a.x === b.x) { const bend = 30 + Math.abs(b.y - a.y) / 8; d = `M${a.x + W},${a.y + H / 2} C${a.x + W + bend},${a.y + H / 2} ${b.x + W + bend},${b.y + H / 2} ${b.x + W},${b.y + H / 2}`; lx = a.x + W + bend * 0.75 + 2; ly = (a.y + b.y) / 2 + H / 2; }
     else { d = `M${a.x + W},${a.y + H / 2} L${b.x},${b.y + H / 2}`; lx = (a.x + W + b.x) / 2 - 20; ly = (a.y + b.y) / 2 + H / 2 - 4; }
     root.append(svg("path", {d: d, class: "edge" + (e.dashed ? " dashed" : "")}));
