@@ -975,8 +975,14 @@ def cmd_migrate(args: argparse.Namespace, out: TextIO) -> int:
                                      else None)
     if session_id is None:
         raise UsageError(f"{args.old}: the blob has no string id. Pass one: --session-id ID.")
+    renames = {}
+    for pair in args.rename or []:
+        old, sep, new = pair.partition("=")
+        if not sep or not old or not new:
+            raise UsageError(f'--rename "{pair}": write OLD=NEW, e.g. --rename qualificacao=qualify.')
+        renames[old] = new
     try:
-        session = falai.migrate_session(blob, session_id=session_id,
+        session = falai.migrate_session(blob, session_id=session_id, flow_id_of=lambda key: renames.get(key, key),
                                         now=falai.parse_iso(args.now) if args.now else None)
     except FalaiError as error:
         raise UsageError(f"{args.old}: {error}") from None
@@ -1102,9 +1108,11 @@ def parser() -> argparse.ArgumentParser:
         p = commands.add_parser(name, help=text)
         p.add_argument("flows", nargs="+", metavar="FLOWS")
         registry_option(p)
-        p.add_argument("--provider", choices=("scripted", "gemini", "openai", "anthropic"), default="scripted")
+        p.add_argument("--provider", choices=("scripted", "gemini", "openai", "anthropic"), default="scripted",
+                       help="scripted (default): an offline stand-in; the others read GEMINI_API_KEY, "
+                            "OPENAI_API_KEY or ANTHROPIC_API_KEY")
         p.add_argument("--script", metavar="FILE", help='scripted replies first: {"understand": [...], "speak": [...]}')
-        p.add_argument("--model")
+        p.add_argument("--model", help="the vendor's model name")
         p.add_argument("--base-url", help="the provider's endpoint (openai: also OPENAI_BASE_URL)")
         p.add_argument("--now", help="the fake clock's start, ISO text (default: now)")
         if name == "inspect":
@@ -1120,6 +1128,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("old", metavar="OLD.json")
     p.add_argument("--session-id", help="default: the blob's id")
     p.add_argument("--now", help="ISO time stamped on what carries no date (default: now)")
+    p.add_argument("--rename", action="append", metavar="OLD=NEW",
+                   help="a 3.x flow id or signal key and the v4 flow that took it over (repeatable)")
     p.add_argument("-o", "--output", metavar="FILE", help="write the v4 blob here instead of printing it")
     return top
 

@@ -1,9 +1,12 @@
 """issue 14: the command line, `python -m falai` / `falai` (falai_cli.py), command by command."""
 import configparser
+import glob
 import http.client
 import io
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -308,6 +311,16 @@ def test_migrate_converts_a_3x_blob_to_v4(tmp_path):
     assert falai.Session.from_dict(json.loads(target.read_text())).id == "x"
 
 
+def test_migrate_renames_flows(tmp_path):
+    fixture = os.path.join(ROOT, "tests", "fixtures", "prospectar-midflow.json")
+    status, out, _ = run("migrate", fixture, "--rename", "qualificacao=qualify")
+    blob = json.loads(out)
+    assert status == 0 and [r["id"] for r in blob["runs"]] == ["qualify#legacy"]
+    assert any(key.startswith("boas_vindas:") for key in blob["claims"])
+    status, _, err = run("migrate", fixture, "--rename", "qualificacao")
+    assert status == 2 and "write OLD=NEW" in err
+
+
 def test_migrate_bad_input_exits_2(tmp_path):
     status, _, err = run("migrate", write(tmp_path, "o.json", {"data": {}}))
     assert status == 2 and "has no string id. Pass one: --session-id ID" in err
@@ -401,3 +414,37 @@ def test_version_and_usage_errors():
     status, out, _ = run("--version")
     assert status == 0
     assert run("frobnicate")[0] == 2
+
+
+# the guide -----------------------------------------------------------------------------------------
+
+CONSOLE = re.compile(r"^```console\n\$ (.*?)\n(.*?)^```", re.S | re.M)
+
+
+def tokens_hidden(text):
+    """The stand-in's token counts follow the prompts' length, which other work changes: not compared."""
+    return re.sub(r"usage: prompt \d+, completion \d+", "usage: prompt N, completion N", text)
+
+
+def test_the_guide_shows_what_the_commands_print():
+    """docs/guide/cli.md: every `$ falai ...` block whose files exist is the command's real output."""
+    checked = 0
+    for command, shown in CONSOLE.findall((pathlib_root() / "docs" / "guide" / "cli.md").read_text("utf-8")):
+        piped = re.match(r"printf '(.*)' \| (falai .*)", command)
+        stdin = piped.group(1).encode().decode("unicode_escape") if piped else None
+        argv = [expanded for word in shlex.split(piped.group(2) if piped else command)   # the shell's glob
+                for expanded in (sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, word)))
+                                 if "*" in word else [word])]
+        if argv[0] != "falai" or not all(os.path.exists(os.path.join(ROOT, a)) for a in argv
+                                         if a.endswith(".json") and not a.startswith("/tmp/")):
+            continue                                    # replay reads a session.json the reader has
+        done = subprocess.run([sys.executable, "-m", "falai", *argv[1:]], cwd=ROOT, input=stdin,
+                              capture_output=True, text=True, timeout=60)
+        assert tokens_hidden(done.stdout + done.stderr) == tokens_hidden(shown), command
+        checked += 1
+    assert checked >= 6
+
+
+def pathlib_root():
+    import pathlib
+    return pathlib.Path(ROOT)
