@@ -24,13 +24,27 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
 
 import falai
-from falai import (Action, Agent, Condition, EventDef, FalaiError, Generation, GenerateRequest,
-                   OUTCOME_MESSAGES, ProviderError, ScriptedProvider, Session, Tool, TokenUsage)
+from falai import (
+    OUTCOME_MESSAGES,
+    Action,
+    Agent,
+    Condition,
+    EventDef,
+    FalaiError,
+    GenerateRequest,
+    Generation,
+    ProviderError,
+    ScriptedProvider,
+    Session,
+    TokenUsage,
+    Tool,
+)
 
 # Exit statuses of validate (and of every command that reads files): issue 14.
 OK, PROBLEMS, UNUSABLE = 0, 1, 2
@@ -159,7 +173,7 @@ def standin_action(name: str, definition: dict) -> Action:
 def standin_tool(definition: dict) -> Tool:
     """A tool that returns its ``result`` (default: the arguments it was called with)."""
     def handler(args: dict, ctx: Any) -> dict:
-        return {"value": definition["result"] if "result" in definition else {"ok": True, "arguments": args}}
+        return {"value": definition.get("result", {"ok": True, "arguments": args})}
     return Tool(id=definition["id"], handler=handler, description=definition.get("description"),
                 parameters=definition.get("parameters") or {"type": "object", "properties": {}})
 
@@ -328,107 +342,110 @@ def step_text(step: dict) -> tuple[str, str]:
     return "say", f"{sid}: (no body)"
 
 
+def safe_id(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", text)
+
+
+class FlowDrawing:
+    """One flow's part of the graph: its nodes and every edge its steps can take."""
+
+    def __init__(self, graph: Graph, n: int, spec: dict, first_step: dict):
+        self.graph, self.n, self.spec, self.first_step = graph, n, spec, first_step
+        self.flow_id = str(spec.get("id"))
+        self.steps = [s for s in spec.get("steps") or [] if isinstance(s, dict)]
+        self.ids = {step.get("id"): f"f{n}s{i}" for i, step in enumerate(self.steps)}
+        self.members: list[str] = []
+        self.end = f"f{n}end"
+
+    def add(self, node: Node) -> str:
+        if node.id not in self.graph.nodes:
+            self.graph.nodes[node.id] = node
+            self.members.append(node.id)
+        return node.id
+
+    def target(self, value: Any, here: int) -> str | None:
+        """The node a then/else/onFail/branch target leads to; None is the next step."""
+        if value is None:
+            following = here + 1 < len(self.steps)
+            return self.ids[self.steps[here + 1].get("id")] if following else self.finish()
+        if value == "end":
+            return self.add(Node(self.end, "end", "end", self.flow_id))
+        if isinstance(value, dict) and value.get("flow") is not None:
+            other = str(value["flow"])
+            if other in self.first_step:                  # a chain: the other flow's first step
+                return self.first_step[other]
+            node_id = f"ext_{safe_id(other)}"
+            self.graph.nodes.setdefault(node_id, Node(node_id, f"flow {other}", "flow", None))
+            return node_id
+        step_id = value.get("step") if isinstance(value, dict) else value
+        if not isinstance(step_id, str):
+            return None
+        return self.ids.get(step_id) or self.add(Node(f"f{self.n}missing_{safe_id(step_id)}",
+                                                      f"{step_id}: missing step", "end", self.flow_id))
+
+    def finish(self) -> str:
+        """Past the last step: onEnd end, reset (back to the first step) or stay (the last talk step)."""
+        on_end = self.spec.get("onEnd") or "end"
+        talks = [s for s in self.steps if s.get("collect") is not None or s.get("prompt") is not None]
+        if on_end == "reset" and self.steps:
+            return self.ids[self.steps[0].get("id")]
+        if on_end == "stay" and talks:
+            return self.ids[talks[-1].get("id")]
+        return self.add(Node(self.end, "end", "end", self.flow_id))
+
+    def edge(self, source: str, value: Any, here: int, label: str, dashed: bool = False) -> None:
+        destination = self.target(value, here)
+        if isinstance(value, dict) and value.get("flow") is not None:
+            label = (label + " " if label else "") + f"chain to {value['flow']}"
+        if value is None and here + 1 >= len(self.steps) and (self.spec.get("onEnd") or "end") != "end":
+            label = (label + " " if label else "") + f"onEnd {self.spec['onEnd']}"
+        if destination is not None:
+            self.graph.edges.append(Edge(source, destination, label, dashed))
+
+    def draw(self) -> None:
+        for t, trigger in enumerate(self.spec.get("on") or []):
+            if isinstance(trigger, dict):
+                node = self.add(Node(f"f{self.n}t{t}", trigger_text(trigger), "trigger", self.flow_id))
+                if self.steps:
+                    self.graph.edges.append(Edge(node, self.ids[self.steps[0].get("id")]))
+        for step in self.steps:
+            shape, label = step_text(step)
+            self.add(Node(self.ids[step.get("id")], label, shape, self.flow_id, step=str(step.get("id"))))
+        for i, step in enumerate(self.steps):
+            self.step_edges(i, step)
+        self.graph.clusters.append((self.flow_id, str(self.spec.get("name") or self.flow_id), self.members))
+
+    def step_edges(self, i: int, step: dict) -> None:
+        node, then, wait = self.ids[step.get("id")], step.get("then"), step.get("wait")
+        for branch in step.get("branches") or []:
+            if isinstance(branch, dict):
+                when = branch.get("when") or (predicate_text(branch["if"]) if branch.get("if") is not None else "")
+                self.edge(node, branch.get("then"), i, "branch: " + short(when, 30))
+        if step.get("do") is not None:
+            self.edge(node, then, i, "ok" if step.get("onFail") is not None else "")
+            if step.get("onFail") is not None:
+                self.edge(node, step["onFail"], i, "failed", dashed=True)
+        elif isinstance(wait, str):
+            self.edge(node, then, i, f"after {wait}")
+            if step.get("else") is not None:
+                self.edge(node, step["else"], i, "replied", dashed=True)
+        elif isinstance(wait, dict):
+            self.edge(node, then, i, f"event {wait.get('event')}")
+            self.edge(node, step.get("else", "end"), i, f"no event in {wait.get('upTo') or '30d'}", dashed=True)
+        elif step.get("if") is not None:
+            self.edge(node, then, i, "yes")
+            self.edge(node, step.get("else"), i, "no", dashed=True)
+        else:
+            self.edge(node, then, i, "")
+
+
 def flow_graph(specs: list[dict]) -> Graph:
     """The flows as one graph: triggers, steps by kind, every edge a step can take."""
     graph = Graph()
-    first_step = {}
+    first_step = {spec["id"]: f"f{n}s0" for n, spec in enumerate(specs)
+                  if isinstance(spec.get("id"), str) and any(isinstance(s, dict) for s in spec.get("steps") or [])}
     for n, spec in enumerate(specs):
-        steps = [s for s in spec.get("steps") or [] if isinstance(s, dict)]
-        if isinstance(spec.get("id"), str) and steps:
-            first_step[spec["id"]] = f"f{n}s0"
-    for n, spec in enumerate(specs):
-        flow_id = str(spec.get("id"))
-        steps = [s for s in spec.get("steps") or [] if isinstance(s, dict)]
-        ids = {step.get("id"): f"f{n}s{i}" for i, step in enumerate(steps)}
-        members = []
-
-        def add(node: Node) -> str:
-            graph.nodes[node.id] = node
-            members.append(node.id)
-            return node.id
-
-        end = f"f{n}end"
-
-        def target(value: Any, here: int) -> str | None:
-            """The node a then/else/onFail/branch target leads to (None: the next step)."""
-            if value is None:
-                return ids.get(steps[here + 1].get("id")) if here + 1 < len(steps) else finish(here)
-            if value == "end":
-                if end not in graph.nodes:
-                    add(Node(end, "end", "end", flow_id))
-                return end
-            if isinstance(value, str):
-                return ids.get(value) or missing(value)
-            if isinstance(value, dict) and value.get("flow") is not None:
-                other = str(value["flow"])
-                if other in first_step:
-                    return first_step[other]       # a chain: the other flow's first step
-                node_id = f"ext_{re.sub(r'[^A-Za-z0-9_]', '_', other)}"
-                if node_id not in graph.nodes:
-                    graph.nodes[node_id] = Node(node_id, f"flow {other}", "flow", None)
-                return node_id
-            if isinstance(value, dict):
-                return ids.get(value.get("step")) or missing(str(value.get("step")))
-            return None
-
-        def missing(step_id: str) -> str:
-            node_id = f"f{n}missing_{re.sub(r'[^A-Za-z0-9_]', '_', step_id)}"
-            if node_id not in graph.nodes:
-                add(Node(node_id, f"{step_id}: missing step", "end", flow_id))
-            return node_id
-
-        def finish(here: int) -> str:
-            """Past the last step: onEnd end, reset (back to the first step) or stay (the last talk step)."""
-            on_end = spec.get("onEnd") or "end"
-            if on_end == "reset" and steps:
-                return ids[steps[0].get("id")]
-            talks = [s for s in steps if s.get("collect") is not None or s.get("prompt") is not None]
-            if on_end == "stay" and talks:
-                return ids[talks[-1].get("id")]
-            if end not in graph.nodes:
-                add(Node(end, "end", "end", flow_id))
-            return end
-
-        def edge(source: str, value: Any, here: int, label: str, dashed: bool = False) -> None:
-            destination = target(value, here)
-            if isinstance(value, dict) and value.get("flow") is not None:
-                label = (label + " " if label else "") + f"chain to {value['flow']}"
-            if destination is not None:
-                if value is None and here + 1 >= len(steps) and (spec.get("onEnd") or "end") != "end":
-                    label = (label + " " if label else "") + f"onEnd {spec['onEnd']}"
-                graph.edges.append(Edge(source, destination, label, dashed))
-
-        for t, trigger in enumerate(spec.get("on") or []):
-            if isinstance(trigger, dict):
-                node = add(Node(f"f{n}t{t}", trigger_text(trigger), "trigger", flow_id))
-                if steps:
-                    graph.edges.append(Edge(node, ids[steps[0].get("id")]))
-        for i, step in enumerate(steps):
-            shape, label = step_text(step)
-            node = add(Node(ids[step.get("id")], label, shape, flow_id, step=str(step.get("id"))))
-        for i, step in enumerate(steps):
-            node, then, wait = ids[step.get("id")], step.get("then"), step.get("wait")
-            for branch in step.get("branches") or []:
-                if isinstance(branch, dict):
-                    when = branch.get("when") or (predicate_text(branch["if"]) if branch.get("if") is not None else "")
-                    edge(node, branch.get("then"), i, "branch: " + short(when, 30))
-            if step.get("do") is not None:
-                edge(node, then, i, "ok" if step.get("onFail") is not None else "")
-                if step.get("onFail") is not None:
-                    edge(node, step["onFail"], i, "failed", dashed=True)
-            elif isinstance(wait, str):
-                edge(node, then, i, f"after {wait}")
-                if step.get("else") is not None:
-                    edge(node, step["else"], i, "replied", dashed=True)
-            elif isinstance(wait, dict):
-                edge(node, then, i, f"event {wait.get('event')}")
-                edge(node, step.get("else", "end"), i, f"no event in {wait.get('upTo') or '30d'}", dashed=True)
-            elif step.get("if") is not None:
-                edge(node, then, i, "yes")
-                edge(node, step.get("else"), i, "no", dashed=True)
-            else:
-                edge(node, then, i, "")
-        graph.clusters.append((flow_id, str(spec.get("name") or flow_id), members))
+        FlowDrawing(graph, n, spec, first_step).draw()
     return graph
 
 
@@ -1202,7 +1219,8 @@ INSPECT_PAGE = r"""<!doctype html>
   table { border-collapse: collapse; width: 100%; font-size: 12px; }
   td, th { border-bottom: 1px solid #eceef2; padding: 3px 6px; text-align: left; vertical-align: top; }
   code, pre { font: 12px/1.35 ui-monospace, monospace; }
-  pre { white-space: pre-wrap; word-break: break-word; background: #f7f8fa; padding: 6px; margin: 4px 0; max-height: 260px; overflow: auto; }
+  pre { white-space: pre-wrap; word-break: break-word; background: #f7f8fa; padding: 6px; margin: 4px 0;
+        max-height: 260px; overflow: auto; }
   .code { font-weight: 600; color: #7a3e00; }
   .added { color: #17692b; } .removed { color: #a32020; } .changed { color: #7a3e00; }
   .floor { font-weight: 600; color: #17692b; }
@@ -1224,8 +1242,10 @@ INSPECT_PAGE = r"""<!doctype html>
     <section>
       <h2>Conversation</h2>
       <div id="transcript"></div>
-      <form id="chat"><input type="text" id="message" placeholder="Type a customer message" autocomplete="off"><button id="send">Send</button></form>
-      <form id="eventform"><input type="text" id="eventname" placeholder="event name"><button id="sendevent">Send event</button></form>
+      <form id="chat"><input type="text" id="message" placeholder="Type a customer message" autocomplete="off">
+        <button id="send">Send</button></form>
+      <form id="eventform"><input type="text" id="eventname" placeholder="event name">
+        <button id="sendevent">Send event</button></form>
     </section>
     <section>
       <h2>Schedule</h2>
@@ -1244,7 +1264,8 @@ INSPECT_PAGE = r"""<!doctype html>
   <div>
     <section><h2>Flow diagram</h2><div id="diagram"></div>
       <details><summary>Mermaid source</summary><pre id="mermaid"></pre></details></section>
-    <section><h2>Turn <span id="turnno"></span>: phases</h2><table id="phases"></table><p class="note" id="timing"></p></section>
+    <section><h2>Turn <span id="turnno"></span>: phases</h2><table id="phases"></table>
+      <p class="note" id="timing"></p></section>
     <section><h2>Outcome lines</h2><table id="outcomes"></table></section>
     <section><h2>Session: before and after</h2><table id="diff"></table>
       <details><summary>before</summary><pre id="before"></pre></details>
@@ -1259,54 +1280,75 @@ const $ = (id) => document.getElementById(id);
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
-    if (k === "class") node.className = v; else if (k.startsWith("on")) node.addEventListener(k.slice(2), v); else node.setAttribute(k, v);
+    if (k === "class") node.className = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v);
   }
-  for (const child of children) node.append(child instanceof Node ? child : document.createTextNode(child == null ? "" : String(child)));
+  for (const child of children) {
+    node.append(child instanceof Node ? child : document.createTextNode(child == null ? "" : String(child)));
+  }
   return node;
 }
 function row(...cells) { return el("tr", {}, ...cells.map((c) => el("td", {}, c))); }
 function text(value) { return typeof value === "string" ? value : JSON.stringify(value, null, 2); }
-function fill(id, ...rows) { const t = $(id); t.replaceChildren(...rows); }
+function fill(id, ...rows) { $(id).replaceChildren(...rows); }
+function note(message, isError) {
+  $("transcript").append(el("div", {class: "note" + (isError ? " error" : "")}, message));
+}
 
 async function call(path, body) {
-  const response = await fetch(path, body === undefined ? {} : {method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)});
+  const options = body === undefined ? {} :
+    {method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)};
+  const response = await fetch(path, options);
   const value = await response.json();
   if (!response.ok) { note(value.error || ("HTTP " + response.status), true); return null; }
   return value;
 }
-function note(message, isError) { $("transcript").append(el("div", {class: "note" + (isError ? " error" : "")}, message)); }
-
-async function act(path, body, label) {
+async function act(path, body) {
   const answer = await call(path, body);
   if (!answer) return;
-  state = answer.state; selected = answer.turn.number;
+  state = answer.state;
+  selected = answer.turn.number;
   render();
 }
-$("chat").addEventListener("submit", (e) => {
-  e.preventDefault(); const t = $("message").value.trim(); if (!t) return; $("message").value = ""; act("/api/message", {text: t});
-});
-$("eventform").addEventListener("submit", (e) => {
-  e.preventDefault(); const n = $("eventname").value.trim(); if (!n) return; $("eventname").value = ""; act("/api/event", {name: n});
-});
+function submitted(input, send) {
+  return (e) => {
+    e.preventDefault();
+    const value = $(input).value.trim();
+    if (!value) return;
+    $(input).value = "";
+    send(value);
+  };
+}
+$("chat").addEventListener("submit", submitted("message", (t) => act("/api/message", {text: t})));
+$("eventform").addEventListener("submit", submitted("eventname", (n) => act("/api/event", {name: n})));
 $("wake").addEventListener("click", () => act("/api/wake", {}));
 
 function render() {
-  $("agent").textContent = state.agent; $("now").textContent = state.now;
+  $("agent").textContent = state.agent;
+  $("now").textContent = state.now;
   const log = [];
   for (const turn of state.turns) {
-    const label = turn.kind === "message" ? null : turn.kind === "wake" ? "wake fired: " + turn.input : "event: " + turn.input;
-    if (turn.kind === "message") log.push(el("div", {class: "msg you"}, turn.input)); else log.push(el("div", {class: "note"}, label));
+    if (turn.kind === "message") log.push(el("div", {class: "msg you"}, turn.input));
+    else log.push(el("div", {class: "note"}, (turn.kind === "wake" ? "wake fired: " : "event: ") + turn.input));
     if (turn.error) log.push(el("div", {class: "note error"}, turn.error));
     for (const m of turn.messages) log.push(el("div", {class: "msg bot"}, m.text));
   }
-  $("transcript").replaceChildren(...log); $("transcript").scrollTop = 1e9;
-  fill("pending", ...(state.pending.length ? state.pending.map((w) => row(el("code", {}, w.key), w.at,
-      el("button", {class: "fire", onclick: () => act("/api/wake", {key: w.key})}, "Fire"))) : [row("no wake pending")]));
-  fill("runs", ...(state.runs.length ? [row("run", "flow", "step", "status")].concat(state.runs.map((r) => {
-      const tr = row(r.id, r.flow, r.step, r.status + (r.floor ? " (floor)" : "")); if (r.floor) tr.className = "floor"; return tr; }))
+  $("transcript").replaceChildren(...log);
+  $("transcript").scrollTop = 1e9;
+  const fire = (w) => el("button", {class: "fire", onclick: () => act("/api/wake", {key: w.key})}, "Fire");
+  fill("pending", ...(state.pending.length ? state.pending.map((w) => row(el("code", {}, w.key), w.at, fire(w)))
+    : [row("no wake pending")]));
+  const runRow = (r) => {
+    const tr = row(r.id, r.flow, r.step, r.status + (r.floor ? " (floor)" : ""));
+    if (r.floor) tr.className = "floor";
+    return tr;
+  };
+  fill("runs", ...(state.runs.length ? [row("run", "flow", "step", "status"), ...state.runs.map(runRow)]
     : [row("no live run")]));
-  $("turns").replaceChildren(...state.turns.map((t) => el("button", {class: t.number === selected ? "selected" : "",
-      onclick: () => { selected = t.number; render(); }}, "#" + t.number + " " + t.kind)));
+  $("turns").replaceChildren(...state.turns.map((t) => el("button", {
+    class: t.number === selected ? "selected" : "", onclick: () => { selected = t.number; render(); },
+  }, "#" + t.number + " " + t.kind)));
   $("mermaid").textContent = state.mermaid;
   drawDiagram();
   renderTurn(state.turns.find((t) => t.number === selected));
@@ -1314,27 +1356,45 @@ function render() {
 
 function renderTurn(turn) {
   $("turnno").textContent = turn ? "#" + turn.number + " (" + turn.kind + ": " + turn.input + ")" : "";
-  if (!turn) { for (const id of ["phases", "outcomes", "diff"]) fill(id); $("calls").replaceChildren(); return; }
+  if (!turn) {
+    for (const id of ["phases", "outcomes", "diff"]) fill(id);
+    $("calls").replaceChildren();
+    return;
+  }
   fill("phases", ...(turn.phases || []).map((p) => row(el("b", {}, p.phase), p.detail)));
-  const usage = turn.usage ? "tokens: prompt " + turn.usage.prompt + ", completion " + turn.usage.completion + ", cached " + turn.usage.cached : "tokens: not reported";
-  $("timing").textContent = "llm_calls " + (turn.llmCalls || 0) + " · " + usage + " · turn took " + turn.ms + " ms";
-  fill("outcomes", ...(turn.outcomes.length ? [row("kind", "status", "flow / step", "code", "meaning", "next / until")].concat(turn.outcomes.map((o) =>
-      row(o.kind, o.status, [o.flowId, o.stepId].filter(Boolean).join(" / "), el("span", {class: "code"}, o.code || ""),
-          o.meaning || o.detail || "", o.next || o.until || ""))) : [row("no outcome line")]));
-  fill("diff", ...(turn.diff.length ? turn.diff.map((d) => { const tr = row(d.op, el("code", {}, d.path),
-      d.op === "added" ? "" : el("code", {}, JSON.stringify(d.before)), d.op === "removed" ? "" : el("code", {}, JSON.stringify(d.after))); tr.className = d.op; return tr; })
-    : [row("the session did not change")]));
-  $("before").textContent = text(turn.before); $("after").textContent = text(turn.after);
-  $("calls").replaceChildren(...(turn.modelCalls.length ? turn.modelCalls.map((c, i) => {
-    const u = c.reply && c.reply.usage ? " · tokens " + c.reply.usage.prompt + " in / " + c.reply.usage.completion + " out" : "";
-    return el("details", {class: "call"}, el("summary", {}, "#" + (i + 1) + " " + c.schemaName + " · " + c.ms + " ms" + u + (c.error ? " · failed" : "")),
+  const u = turn.usage;
+  const usage = u ? `tokens: prompt ${u.prompt}, completion ${u.completion}, cached ${u.cached}`
+    : "tokens: not reported";
+  $("timing").textContent = `llm_calls ${turn.llmCalls || 0} · ${usage} · turn took ${turn.ms} ms`;
+  const outcome = (o) => row(o.kind, o.status, [o.flowId, o.stepId].filter(Boolean).join(" / "),
+    el("span", {class: "code"}, o.code || ""), o.meaning || o.detail || "", o.next || o.until || "");
+  fill("outcomes", ...(turn.outcomes.length
+    ? [row("kind", "status", "flow / step", "code", "meaning", "next / until"), ...turn.outcomes.map(outcome)]
+    : [row("no outcome line")]));
+  const change = (d) => {
+    const tr = row(d.op, el("code", {}, d.path), d.op === "added" ? "" : el("code", {}, JSON.stringify(d.before)),
+      d.op === "removed" ? "" : el("code", {}, JSON.stringify(d.after)));
+    tr.className = d.op;
+    return tr;
+  };
+  fill("diff", ...(turn.diff.length ? turn.diff.map(change) : [row("the session did not change")]));
+  $("before").textContent = text(turn.before);
+  $("after").textContent = text(turn.after);
+  const modelCall = (c, i) => {
+    const t = c.reply && c.reply.usage ? ` · tokens ${c.reply.usage.prompt} in / ${c.reply.usage.completion} out` : "";
+    const title = `#${i + 1} ${c.schemaName} · ${c.ms} ms${t}${c.error ? " · failed" : ""}`;
+    return el("details", {class: "call"}, el("summary", {}, title),
       el("div", {}, "system"), el("pre", {}, c.system || ""), el("div", {}, "prompt"), el("pre", {}, c.prompt),
       el("div", {}, "schema"), el("pre", {}, text(c.schema)), el("div", {}, "tools"), el("pre", {}, text(c.tools)),
       el("div", {}, "history (" + (c.history || []).length + ")"), el("pre", {}, text(c.history)),
       el("div", {}, c.error ? "error" : "reply"), el("pre", {class: "reply"}, c.error || text(c.reply)));
-  }) : [el("p", {class: "note"}, "no model call this turn")]));
+  };
+  $("calls").replaceChildren(...(turn.modelCalls.length ? turn.modelCalls.map(modelCall)
+    : [el("p", {class: "note"}, "no model call this turn")]));
 }
 
+// The diagram: one column per flow, its nodes top to bottom; the next step is a straight arrow,
+// a jump is a curve on the right (a second edge between the same two nodes curves on the left).
 const SVG = "http://www.w3.org/2000/svg";
 function svg(tag, attrs, content) {
   const node = document.createElementNS(SVG, tag);
@@ -1342,43 +1402,70 @@ function svg(tag, attrs, content) {
   if (content !== undefined) node.textContent = content;
   return node;
 }
+function edgePath(a, b, again, W, H, GAP) {
+  const bend = 30 + Math.abs(b.y - a.y) / 8, ay = a.y + H / 2, by = b.y + H / 2;
+  if (again && a.x === b.x) {
+    return [`M${a.x},${ay} C${a.x - bend},${ay} ${b.x - bend},${by} ${b.x},${by}`, a.x - bend - 4, (ay + by) / 2];
+  }
+  if (a.x === b.x && b.y === a.y + H + GAP) {
+    return [`M${a.x + W / 2},${a.y + H} L${b.x + W / 2},${b.y}`, a.x + W / 2 + 4, a.y + H + GAP / 2 + 4];
+  }
+  if (a.x === b.x) {
+    const r = a.x + W;
+    return [`M${r},${ay} C${r + bend},${ay} ${r + bend},${by} ${r},${by}`, r + bend * 0.75 + 2, (ay + by) / 2];
+  }
+  return [`M${a.x + W},${ay} L${b.x},${by}`, (a.x + W + b.x) / 2 - 20, (ay + by) / 2 - 4];
+}
 function drawDiagram() {
-  const g = state.graph, W = 230, H = 30, GAP = 24, PAD = 20, COL = W + 110;
+  const g = state.graph, W = 230, H = 30, GAP = 24, PAD = 20, COL = W + 110, LEFT = PAD + 40;
   const where = {}, nodes = Object.fromEntries(g.nodes.map((n) => [n.id, n]));
   const current = new Set(state.runs.map((r) => r.flow + "\u0000" + r.step));
-  let height = 0;
   const clusters = g.clusters.slice();
   const loose = g.nodes.filter((n) => !clusters.some((c) => c.nodes.includes(n.id))).map((n) => n.id);
   if (loose.length) clusters.push({flow: "", name: "other flows", nodes: loose});
-  clusters.forEach((c, col) => c.nodes.forEach((id, i) => { where[id] = {x: PAD + 40 + col * COL, y: PAD + 22 + i * (H + GAP)}; height = Math.max(height, where[id].y + H + PAD); }));
-  const root = svg("svg", {width: PAD * 2 + 40 + clusters.length * COL, height: height, id: "flowsvg"});
-  const defs = svg("defs"); const marker = svg("marker", {id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto"});
-  marker.append(svg("path", {d: "M0,0 L10,5 L0,10 z", fill: "#8b93a5"})); defs.append(marker); root.append(defs);
-  clusters.forEach((c, col) => root.append(svg("text", {x: PAD + 40 + col * COL, y: PAD + 8, "font-weight": "bold"}, c.name + (c.flow ? " (" + c.flow + ")" : ""))));
+  let height = 0;
+  clusters.forEach((c, col) => c.nodes.forEach((id, i) => {
+    where[id] = {x: LEFT + col * COL, y: PAD + 22 + i * (H + GAP)};
+    height = Math.max(height, where[id].y + H + PAD);
+  }));
+  const root = svg("svg", {width: LEFT + PAD + clusters.length * COL, height: height, id: "flowsvg"});
+  const marker = svg("marker", {id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7,
+                                markerHeight: 7, orient: "auto"});
+  marker.append(svg("path", {d: "M0,0 L10,5 L0,10 z", fill: "#8b93a5"}));
+  const defs = svg("defs");
+  defs.append(marker);
+  root.append(defs);
+  clusters.forEach((c, col) => root.append(svg("text", {x: LEFT + col * COL, y: PAD + 8, "font-weight": "bold"},
+    c.name + (c.flow ? " (" + c.flow + ")" : ""))));
   const drawn = new Set();
   for (const e of g.edges) {
-    const a = where[e.source], b = where[e.target]; if (!a || !b) continue;
-    const pair = e.source + ">" + e.target, again = drawn.has(pair); drawn.add(pair);
-    let d, lx, ly;
-    if (again && a.x === b.x) { const bend = 30 + Math.abs(b.y - a.y) / 8; d = `M${a.x},${a.y + H / 2} C${a.x - bend},${a.y + H / 2} ${b.x - bend},${b.y + H / 2} ${b.x},${b.y + H / 2}`; lx = a.x - bend - 4; ly = (a.y + b.y) / 2 + H / 2; }
-    else if (a.x === b.x && b.y === a.y + H + GAP) { d = `M${a.x + W / 2},${a.y + H} L${b.x + W / 2},${b.y}`; lx = a.x + W / 2 + 4; ly = a.y + H + GAP / 2 + 4; }
-    else if (a.x === b.x) { const bend = 30 + Math.abs(b.y - a.y) / 8; d = `M${a.x + W},${a.y + H / 2} C${a.x + W + bend},${a.y + H / 2} ${b.x + W + bend},${b.y + H / 2} ${b.x + W},${b.y + H / 2}`; lx = a.x + W + bend * 0.75 + 2; ly = (a.y + b.y) / 2 + H / 2; }
-    else { d = `M${a.x + W},${a.y + H / 2} L${b.x},${b.y + H / 2}`; lx = (a.x + W + b.x) / 2 - 20; ly = (a.y + b.y) / 2 + H / 2 - 4; }
+    const a = where[e.source], b = where[e.target];
+    if (!a || !b) continue;
+    const pair = e.source + ">" + e.target, again = drawn.has(pair);
+    drawn.add(pair);
+    const [d, lx, ly] = edgePath(a, b, again, W, H, GAP);
     root.append(svg("path", {d: d, class: "edge" + (e.dashed ? " dashed" : "")}));
     if (e.label) root.append(svg("text", {x: lx, y: ly, class: "edge-label"}, e.label));
   }
   for (const [id, p] of Object.entries(where)) {
     const n = nodes[id];
     const isCurrent = n.step != null && current.has(n.flow + "\u0000" + n.step);
-    const group = svg("g", {class: "node " + n.shape + (isCurrent ? " current" : ""), "data-flow": n.flow || "", "data-step": n.step || ""});
+    const group = svg("g", {class: "node " + n.shape + (isCurrent ? " current" : ""),
+                            "data-flow": n.flow || "", "data-step": n.step || ""});
     group.append(svg("rect", {x: p.x, y: p.y, width: W, height: H, rx: 4}));
-    group.append(svg("text", {x: p.x + 8, y: p.y + H / 2 + 4}, n.label.length > 44 ? n.label.slice(0, 43) + "…" : n.label));
+    const label = n.label.length > 40 ? n.label.slice(0, 39) + "…" : n.label;
+    group.append(svg("text", {x: p.x + 8, y: p.y + H / 2 + 4}, label));
     group.append(svg("title", {}, n.label));
     root.append(group);
   }
   $("diagram").replaceChildren(root);
 }
-call("/api/state").then((value) => { if (value) { state = value; selected = value.turns.length ? value.turns.length : null; render(); } });
+call("/api/state").then((value) => {
+  if (!value) return;
+  state = value;
+  selected = value.turns.length ? value.turns.length : null;
+  render();
+});
 </script>
 </body>
 </html>

@@ -8,8 +8,10 @@ element and ``click(selector)`` clicks an element where it is drawn.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
+import pathlib
 import socket
 import struct
 import subprocess
@@ -92,7 +94,7 @@ class WebSocket:
 class Page:
     """One tab, attached with a flat session."""
 
-    def __init__(self, browser: "Browser", session: str):
+    def __init__(self, browser: Browser, session: str):
         self.browser, self.session = browser, session
 
     def send(self, method: str, **params) -> dict:
@@ -126,8 +128,9 @@ class Page:
 
     def click(self, selector: str) -> None:
         """A real mouse click in the middle of the element."""
-        box = self.evaluate(f"(() => {{ const e = document.querySelector({json.dumps(selector)}); e.scrollIntoView();"
-                            " const r = e.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()")
+        box = self.evaluate(f"(() => {{ const e = document.querySelector({json.dumps(selector)}); "
+                            "e.scrollIntoView(); const r = e.getBoundingClientRect(); "
+                            "return [r.x + r.width / 2, r.y + r.height / 2]; })()")
         for kind in ("mousePressed", "mouseReleased"):
             self.send("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1], button="left", clickCount=1)
 
@@ -139,17 +142,17 @@ class Browser:
         self.process, self.ws, self.next_id = process, ws, 0
 
     @classmethod
-    def launch(cls, path: str, profile: str, timeout: float = 30) -> "Browser":
+    def launch(cls, path: str, profile: str, timeout: float = 30) -> Browser:
         process = subprocess.Popen([path, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        port_file = os.path.join(profile, "DevToolsActivePort")
+        port_file = pathlib.Path(profile, "DevToolsActivePort")
         deadline = time.monotonic() + timeout
-        while not (os.path.exists(port_file) and len(open(port_file).read().split()) >= 2):
+        while not (port_file.exists() and len(port_file.read_text().split()) >= 2):
             if process.poll() is not None or time.monotonic() > deadline:
                 process.kill()
                 raise RuntimeError(f"chromium did not start (exit status {process.poll()})")
             time.sleep(0.1)
-        port, path_ = open(port_file).read().split()[:2]
+        port, path_ = port_file.read_text().split()[:2]
         return cls(process, WebSocket(f"ws://127.0.0.1:{port}{path_}"))
 
     def send(self, method: str, params: dict | None = None, session: str | None = None) -> dict:
@@ -171,10 +174,8 @@ class Browser:
         return Page(self, session)
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError, ConnectionError, AssertionError):
             self.send("Browser.close")
-        except (OSError, ConnectionError, AssertionError):
-            pass
         self.ws.close()
         try:
             self.process.wait(timeout=10)

@@ -5,6 +5,7 @@ import http.client
 import io
 import json
 import os
+import pathlib
 import re
 import shlex
 import shutil
@@ -74,7 +75,7 @@ def test_validate_warnings_pass_unless_strict():
 
 
 def test_validate_paths_in_a_list_file_start_with_the_flow_index(tmp_path):
-    bad = json.load(open(SHOP))
+    bad = json.loads(pathlib_root().joinpath(SHOP).read_text("utf-8"))
     bad[1]["steps"][0]["wait"] = "an hour"
     status, out, _ = run("validate", write(tmp_path, "list.json", bad), "--registry", REGISTRY)
     assert status == 1
@@ -83,7 +84,7 @@ def test_validate_paths_in_a_list_file_start_with_the_flow_index(tmp_path):
 
 def test_validate_checks_chains_and_duplicate_ids_across_files(tmp_path):
     chained = {"id": "a", "name": "A", "steps": [{"id": "s", "kind": "say", "say": "oi", "then": {"flow": "nope"}}]}
-    copy = write(tmp_path, "copy.json", json.load(open(SHOP))[0])
+    copy = write(tmp_path, "copy.json", json.loads(pathlib_root().joinpath(SHOP).read_text("utf-8"))[0])
     status, out, _ = run("validate", SHOP, copy, write(tmp_path, "a.json", chained), "--registry", REGISTRY)
     assert status == 1
     assert f'{copy}: error: id: flow "pedido" is declared twice (first in {SHOP})' in out
@@ -103,7 +104,8 @@ def test_validate_unusable_input_exits_2_and_still_checks_the_other_files(tmp_pa
                          os.path.join(FLOWS, "broken_two_kinds.json"), "--registry", REGISTRY)
     assert status == 2
     assert f"{not_json}: the flows file is not valid JSON (" in out
-    assert f"{tmp_path / 'missing.json'}: cannot read the flows file (No such file or directory). Check the path." in out
+    missing = tmp_path / "missing.json"
+    assert f"{missing}: cannot read the flows file (No such file or directory). Check the path." in out
     assert 'mixes "say" and "do"' in out                      # the usable file was still checked
     assert out.splitlines()[-1].endswith("2 file(s) unusable")
     status, out, _ = run("validate", write(tmp_path, "n.json", "42"))
@@ -164,7 +166,8 @@ def test_graph_draws_triggers_steps_and_every_edge_as_mermaid():
 def test_graph_shows_branches_on_end_and_flows_outside_the_file(tmp_path):
     flow = {"id": "q", "name": "Quiz", "onEnd": "reset", "on": [{"silence": "2h"}, {"event": "ping"}], "steps": [
         {"id": "ask", "kind": "prompt", "prompt": "Ask a question.",
-         "branches": [{"when": "the answer is right", "then": "yay"}, {"if": {"known": ["x"]}, "then": {"flow": "other"}}]},
+         "branches": [{"when": "the answer is right", "then": "yay"},
+                      {"if": {"known": ["x"]}, "then": {"flow": "other"}}]},
         {"id": "yay", "kind": "say", "say": "Right!"}]}
     status, out, _ = run("graph", write(tmp_path, "q.json", flow))
     lines = out.splitlines()
@@ -446,5 +449,4 @@ def test_the_guide_shows_what_the_commands_print():
 
 
 def pathlib_root():
-    import pathlib
     return pathlib.Path(ROOT)
