@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import http.server
 import json
+import logging
 import re
 import sys
 import threading
@@ -178,13 +179,19 @@ def standin_tool(definition: dict) -> Tool:
                 parameters=definition.get("parameters") or {"type": "object", "properties": {}})
 
 
+def standin_condition(value: bool) -> Condition:
+    """A named condition that always answers the registry's value."""
+    def check(ctx: Any, argument: Any) -> bool:
+        return value
+    return Condition(check=check)
+
+
 def build_agent(flow_paths: list[str], registry: Registry, provider: Any, clock: Callable) -> Agent:
     """An agent of the flows files and the registry's stand-ins; FalaiError when a flow cannot run."""
     specs = [spec for _, _, spec in load_specs(flow_paths)]
     flows = [falai.from_spec(spec) for spec in specs]
     options = registry.agent
-    conditions = {name: Condition(check=lambda ctx, arg, value=bool(value): value)
-                  for name, value in registry.conditions.items()}
+    conditions = {name: standin_condition(bool(value)) for name, value in registry.conditions.items()}
     events = {name: EventDef(direction=(d or {}).get("direction") if isinstance(d, dict) else None)
               for name, d in registry.events.items()}
     return Agent(name=options.get("name") or "Agent", provider=provider, fields=registry.fields, flows=flows,
@@ -225,7 +232,8 @@ def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
         except UsageError as error:
             unusable.append(str(error))
     flows = [spec for _, _, spec in found]
-    report, seen = [], {}
+    report: list[dict[str, Any]] = []
+    seen: dict[Any, str] = {}
     for path, index, spec in found:
         problems = falai.check_flow(spec, registry.names(flows)) if registry.given else shape_problems(spec)
         flow_id = spec.get("id")
@@ -607,7 +615,7 @@ def flow_scores(prompt: str, message: str, aliases: list[str]) -> dict:
 
 def field_value(prop: dict, message: str, asked: bool) -> Any:
     """A field's value in the message: an enum option it names; a number, yes/no or the text when asked for."""
-    types = prop.get("type") if isinstance(prop.get("type"), list) else [prop.get("type")]
+    types: list = prop["type"] if isinstance(prop.get("type"), list) else [prop.get("type")]
     lowered = message.lower()
     if prop.get("enum"):
         return next((o for o in prop["enum"] if isinstance(o, str) and re.search(rf"\b{re.escape(o.lower())}\b",
@@ -898,6 +906,8 @@ CHAT_HELP = ("Type a message, or: /wake (fire the next due wake), /event NAME [J
 
 def cmd_chat(args: argparse.Namespace, out: TextIO, environ: dict, read: Callable[[str], str]) -> int:
     registry = load_registry(args.registry)
+    # falai's warnings (a retry, a failed call) go to stderr on their own lines, marked as the engine's.
+    logging.basicConfig(format="  (falai: %(message)s)", level=logging.WARNING)
     try:
         playground = Playground(args.flows, registry, make_provider(args, environ), args.now or now_text())
     except FalaiError as error:
@@ -1049,6 +1059,7 @@ def inspect_handler(playground: Playground, page: bytes) -> type:
             except ValueError:
                 self._json(400, {"error": "the request body is not JSON"})
                 return
+            record: dict | None
             with playground.lock:
                 if self.path == "/api/message" and str(body.get("text", "")).strip():
                     record = playground.message(str(body["text"]).strip())

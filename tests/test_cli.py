@@ -257,6 +257,45 @@ def test_chat_script_file_replies_come_first(tmp_path):
     assert status == 0 and "bot: scripted hello" in out
 
 
+def test_chat_with_a_vendor_provider_talks_to_it_over_http(tmp_path):
+    """--provider openai with --base-url and OPENAI_API_KEY: a real request to a local fake server."""
+    from fake_model_server import FakeModelServer, openai_frame
+
+    fake = FakeModelServer()
+    fake.sse(openai_frame(content='{"message": "Olá do modelo"}'), openai_frame(finish="stop"), "[DONE]")
+    flow = {"id": "oi", "name": "Oi", "on": [{"message": []}], "steps": [{"id": "a", "kind": "prompt",
+                                                                           "prompt": "Greet."}]}
+    try:
+        status, out, err = run("chat", write(tmp_path, "f.json", flow), "--provider", "openai", "--model",
+                               "gpt-4.1-mini", "--base-url", fake.url + "/v1", lines=["oi"],
+                               environ={"OPENAI_API_KEY": "test-key"})
+    finally:
+        fake.close()
+    assert status == 0, err
+    assert "bot: Olá do modelo" in out and "  llm_calls: 1" in out
+    [sent] = fake.requests
+    assert sent.json["model"] == "gpt-4.1-mini" and sent.headers["authorization"] == "Bearer test-key"
+
+
+def test_chat_shows_a_failed_model_call_as_its_outcome_line(tmp_path):
+    from fake_model_server import FakeModelServer
+
+    fake = FakeModelServer()
+    fake.error(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}})
+    flow = {"id": "oi", "name": "Oi", "on": [{"message": []}], "steps": [{"id": "a", "kind": "prompt",
+                                                                           "prompt": "Greet."}]}
+    try:
+        status, out, _ = run("chat", write(tmp_path, "f.json", flow), "--provider", "openai", "--model",
+                             "gpt-4.1-mini", "--base-url", fake.url + "/v1", lines=["oi", "/session"],
+                             environ={"OPENAI_API_KEY": "wrong"})
+    finally:
+        fake.close()
+    assert status == 0
+    assert "bot: (no reply this turn)" in out
+    assert "    prompt failed oi/a provider-auth: the provider rejected the credentials" in out.splitlines()
+    assert json.loads(out.split("you: /session\n")[1].split("you: ")[0])["inputs"] == ["m1"]   # recorded
+
+
 def test_chat_with_a_vendor_provider_needs_its_key():
     status, _, err = run(*CHAT, "--provider", "anthropic", "--model", "claude-sonnet-4-5", environ={})
     assert status == 2
