@@ -905,14 +905,9 @@ CHAT_HELP = ("Type a message, or: /wake (fire the next due wake), /event NAME [J
 
 
 def cmd_chat(args: argparse.Namespace, out: TextIO, environ: dict, read: Callable[[str], str]) -> int:
-    registry = load_registry(args.registry)
     # falai's warnings (a retry, a failed call) go to stderr on their own lines, marked as the engine's.
     logging.basicConfig(format="  (falai: %(message)s)", level=logging.WARNING)
-    try:
-        playground = Playground(args.flows, registry, make_provider(args, environ), args.now or now_text())
-    except FalaiError as error:
-        out.write(f"the agent cannot be built: {error}\n")
-        return PROBLEMS
+    playground = make_playground(args, environ)
     out.write(f"falai chat: {playground.agent.name} with {len(playground.specs)} flow(s), provider "
               f"{args.provider}, clock {playground.clock}.\n" + CHAT_HELP)
     while True:
@@ -953,6 +948,12 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, environ: dict, read: Callabl
             out.write(f"  unknown command {text.split()[0]}. " + CHAT_HELP)
         else:
             print_turn(playground.message(text), out)
+
+
+def make_playground(args: argparse.Namespace, environ: dict) -> Playground:
+    """The playground of chat and inspect; a flow the agent cannot run raises FlowConfigurationError (exit 1)."""
+    return Playground(args.flows, load_registry(args.registry), make_provider(args, environ),
+                      args.now or now_text())
 
 
 def now_text() -> str:
@@ -1057,23 +1058,34 @@ def inspect_handler(playground: Playground, page: bytes) -> type:
             try:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
             except ValueError:
-                self._json(400, {"error": "the request body is not JSON"})
+                body = None
+            if not isinstance(body, dict):
+                self._json(400, {"error": "the request body is not a JSON object"})
                 return
             record: dict | None
             with playground.lock:
-                if self.path == "/api/message" and str(body.get("text", "")).strip():
-                    record = playground.message(str(body["text"]).strip())
-                elif self.path == "/api/wake":
-                    record = playground.wake(body.get("key"))
-                    if record is None:
-                        self._json(409, {"error": "no wake is pending"})
-                        return
-                elif self.path == "/api/event" and body.get("name"):
-                    record = playground.event(str(body["name"]), body.get("payload"))
-                else:
-                    self._json(400, {"error": f"{self.path}: unknown action or missing text/name"})
+                try:
+                    record = self._act(body)
+                except Exception as error:  # a dev tool: show what broke on the page, keep serving
+                    self._json(500, {"error": f"{type(error).__name__}: {error}"})
+                    return
+                if record is None:
                     return
                 self._json(200, {"turn": record, "state": state_of(playground)})
+
+        def _act(self, body: dict) -> dict | None:
+            """The turn a POST asks for; None when it already answered with an error."""
+            if self.path == "/api/message" and str(body.get("text", "")).strip():
+                return playground.message(str(body["text"]).strip())
+            if self.path == "/api/wake":
+                record = playground.wake(body.get("key"))
+                if record is None:
+                    self._json(409, {"error": "no wake is pending"})
+                return record
+            if self.path == "/api/event" and body.get("name"):
+                return playground.event(str(body["name"]), body.get("payload"))
+            self._json(400, {"error": f"{self.path}: unknown action or missing text/name"})
+            return None
 
     return Handler
 
@@ -1088,12 +1100,7 @@ def state_of(playground: Playground) -> dict:
 
 
 def cmd_inspect(args: argparse.Namespace, out: TextIO, environ: dict) -> int:
-    registry = load_registry(args.registry)
-    try:
-        playground = Playground(args.flows, registry, make_provider(args, environ), args.now or now_text())
-    except FalaiError as error:
-        out.write(f"the agent cannot be built: {error}\n")
-        return PROBLEMS
+    playground = make_playground(args, environ)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", args.port),
                                              inspect_handler(playground, INSPECT_PAGE.encode("utf-8")))
     out.write(f"falai inspect: http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C to stop)\n")

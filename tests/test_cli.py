@@ -305,7 +305,8 @@ def test_chat_with_a_vendor_provider_needs_its_key():
 def test_chat_with_flows_that_cannot_run_exits_1(tmp_path):
     broken = os.path.join(FLOWS, "broken_two_kinds.json")
     status, out, err = run("chat", broken, lines=[])
-    assert status == 1 and 'mixes "say" and "do"' in out + err
+    assert status == 1 and out == ""
+    assert err.startswith('falai chat: [FlowConfigurationError] flow "aviso", step "a": mixes "say" and "do"')
 
 
 def test_python_m_falai_chat_reads_piped_input():
@@ -426,6 +427,8 @@ def test_inspect_api_turns_record_phases_calls_diff_and_wakes(server):
     status, body = request(server, "GET", "/api/state")
     assert status == 200 and len(json.loads(body)["turns"]) == 3
     assert request(server, "POST", "/api/message", {"text": " "})[0] == 400
+    assert request(server, "POST", "/api/message", ["oi"]) == (
+        400, b'{"error": "the request body is not a JSON object"}')
     assert request(server, "GET", "/nowhere")[0] == 404
 
 
