@@ -2,11 +2,14 @@
 
     falai validate FILE... [--registry REG] [--strict] [--json]
     falai schema [--registry REG]
-    falai graph FILE [--format mermaid|dot]
-    falai chat FLOWS... [--registry REG] [--provider scripted|gemini|openai|anthropic]
-    falai inspect FLOWS... [--registry REG] [--port N]
-    falai replay SESSION.json [--flows FLOWS...]
-    falai migrate OLD.json [--session-id ID]
+    falai graph FILE... [--format mermaid|dot]
+    falai chat FLOWS... [--registry REG] [--provider scripted|gemini|openai|anthropic] [--now ISO]
+    falai inspect FLOWS... [--registry REG] [--port N]     (same options as chat)
+    falai replay SESSION.json [--flows FLOWS...] [--registry REG]
+    falai migrate OLD.json [--session-id ID] [--rename OLD=NEW] [-o FILE]
+
+The exit status is 0 (ok), 1 (a flow has problems) or 2 (unusable input).
+The guide is docs/guide/cli.md.
 
 Standard library only (argparse, http.server, json); the vendor providers come
 from falai_providers, imported only when one is asked for.
@@ -520,9 +523,15 @@ def to_dot(graph: Graph) -> str:
     return "\n".join(lines) + "\n"
 
 
-def cmd_graph(args: argparse.Namespace, out: TextIO) -> int:
-    specs = [spec for _, _, spec in load_specs(args.files)]
-    graph = flow_graph(specs)
+def cmd_graph(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    found = load_specs(args.files)
+    broken = [(path, problem) for path, _, spec in found for problem in shape_problems(spec)
+              if problem.severity == "error"]
+    if broken:                     # only a flow of the right shape can be drawn: say what to fix first
+        for path, problem in broken:
+            err.write(f"{path}: error: {path_text(problem.path)}: {problem.message}\n")
+        return PROBLEMS
+    graph = flow_graph([spec for _, _, spec in found])
     out.write(to_dot(graph) if args.format == "dot" else to_mermaid(graph))
     return OK
 
@@ -1185,7 +1194,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
         if args.command == "schema":
             return cmd_schema(args, out)
         if args.command == "graph":
-            return cmd_graph(args, out)
+            return cmd_graph(args, out, err)
         if args.command == "chat":
             return cmd_chat(args, out, environ, read or (lambda prompt: prompt_line(prompt, out)))
         if args.command == "inspect":

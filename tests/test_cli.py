@@ -188,6 +188,13 @@ def test_graph_as_graphviz_dot():
     assert '  f1s0 -> f1s1 [label="after 1h"];' in lines
 
 
+def test_graph_of_a_flow_of_the_wrong_shape_says_what_to_fix():
+    status, out, err = run("graph", os.path.join(FLOWS, "broken_two_kinds.json"))
+    assert status == 1 and out == ""
+    assert err.endswith('broken_two_kinds.json: error: steps[0]: flow "aviso", step "a": mixes "say" and "do". '
+                        "A step does one thing. Split it into one step per kind.\n")
+
+
 def test_graph_of_an_unreadable_file_exits_2(tmp_path):
     status, _, err = run("graph", str(tmp_path / "none.json"))
     assert status == 2 and "cannot read the flows file" in err
