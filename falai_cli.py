@@ -666,26 +666,34 @@ def standin_understand(request: GenerateRequest) -> dict:
 
 
 def standin_speak(request: GenerateRequest) -> dict:
-    """A plain reply that names what the step wants; a tool offered is called once first."""
+    """A plain reply: ask for the first field still to collect, else call the step's tool once, else the guideline.
+
+    Like a model, it also fills the reply's field properties it can read in the customer's message
+    (a number, a yes/no, an enum option; text fields are left to the understand call).
+    """
+    said = re.search(r"^## Customer's latest message\n\"(.*)\"$", request.prompt, re.M)
+    message = said.group(1) if said else ""
+    properties = {k: v for k, v in ((request.schema or {}).get("properties") or {}).items() if k != "message"}
+    values = {slug: field_value(prop, message, "string" not in str(prop.get("type")))
+              for slug, prop in properties.items()}
     last = request.history[-1] if request.history else {}
-    if last.get("role") == "tool":
-        return {"message": f"(stand-in) {last.get('name')} answered: {short(last.get('content'), 120)}"}
-    if request.tools and not any(item.get("role") == "tool" for item in request.history[-4:]):
-        tool = request.tools[0]
-        props = (tool.get("parameters") or {}).get("properties") or {}
-        known = dict(re.findall(r'^- (\S+): "(.*)"$', request.prompt, re.M))
-        said = re.search(r"## Customer's latest message\n\"(.*)\"", request.prompt)
-        arguments = {name: known.get(name, said.group(1) if said else "") for name in props}
-        return {"message": "", "toolCalls": [{"toolName": tool["name"], "arguments": arguments}]}
     collect = request.prompt.split("## Still to collect", 1)
-    if len(collect) == 2:
-        slug = re.search(r"^- (\S+) \(", collect[1], re.M)
-        if slug:
-            return {"message": f"(stand-in) Could you tell me your {slug.group(1)}?"}
-    guideline = re.search(r"## Guideline for your reply[^\n]*\n([^#\n].*?)(?:\n\n|\Z)", request.prompt, re.S)
-    if guideline:
-        return {"message": f"(stand-in) {short(guideline.group(1), 160)}"}
-    return {"message": "(stand-in) Hello! How can I help?"}
+    found = re.search(r"^- (\S+) \(", collect[1], re.M) if len(collect) == 2 else None
+    missing = found.group(1) if found and values.get(found.group(1)) is None else None
+    if last.get("role") == "tool":
+        reply = f"(stand-in) {last.get('name')} answered: {short(last.get('content'), 120)}"
+    elif missing:
+        reply = f"(stand-in) Could you tell me your {missing}?"
+    elif request.tools and not any(item.get("role") == "tool" for item in request.history[-4:]):
+        tool = request.tools[0]
+        known = dict(re.findall(r'^- (\S+): "(.*)"$', request.prompt, re.M))
+        arguments = {name: known.get(name, message)
+                     for name in ((tool.get("parameters") or {}).get("properties") or {})}
+        return {"message": "", "toolCalls": [{"toolName": tool["name"], "arguments": arguments}]}
+    else:
+        guideline = re.search(r"## Guideline for your reply[^\n]*\n([^#\n].*?)(?:\n\n|\Z)", request.prompt, re.S)
+        reply = f"(stand-in) {short(guideline.group(1), 160)}" if guideline else "(stand-in) Hello! How can I help?"
+    return {"message": reply, **values}
 
 
 def scripted_provider(script_path: str | None) -> ScriptedProvider:

@@ -264,6 +264,26 @@ def test_chat_script_file_replies_come_first(tmp_path):
     assert status == 0 and "bot: scripted hello" in out
 
 
+def test_the_offline_stand_in_asks_extracts_and_calls_tools(tmp_path):
+    """The scripted stand-in: asks for a field, takes a number for it, calls the step's tool once."""
+    registry = {"fields": {"noites": {"type": "integer"}, "vip": {"type": "boolean"}},
+                "tools": [{"id": "preco", "description": "Price for some nights.", "result": {"total": 840},
+                           "parameters": {"type": "object", "properties": {"noites": {"type": "integer"}}}}]}
+    flow = {"id": "reserva", "name": "Booking", "description": "Books hotel nights.",
+            "on": [{"message": ["wants to book hotel nights"]}],
+            "steps": [{"id": "quantas", "kind": "collect", "collect": ["noites", "vip"]},
+                      {"id": "oferta", "kind": "prompt", "prompt": "Give the price.", "tools": ["preco"]}]}
+    status, out, err = run("chat", write(tmp_path, "f.json", flow), "--registry",
+                           write(tmp_path, "r.json", registry), lines=["I want to book a hotel", "3 nights, yes"])
+    assert status == 0, err
+    first, second = out.split("you: 3 nights, yes\n")
+    assert "bot: (stand-in) Could you tell me your noites?" in first
+    assert '  data:     {"noites": 3, "vip": true}' in second
+    assert 'bot: (stand-in) preco answered: {"total":840}' in second          # the tool's stand-in result
+    assert "  runs:     reserva#m1 at oferta (asking) [floor]" in second
+    assert "llm_calls: 3" in second                      # understand, the tool call, the reply
+
+
 def test_chat_with_a_vendor_provider_talks_to_it_over_http(tmp_path):
     """--provider openai with --base-url and OPENAI_API_KEY: a real request to a local fake server."""
     from fake_model_server import FakeModelServer, openai_frame
