@@ -6216,7 +6216,6 @@ class MemoryStore:
             self._rows.clear()
 
 
-
 # `python -m falai`: the command line lives in falai_cli (issue 14); `import falai` never loads it.
 if __name__ == "__main__":
     import sys
