@@ -476,7 +476,8 @@ def test_import_falai_does_not_load_the_cli():
 
 def test_falai_py_copied_alone_says_the_cli_is_missing(tmp_path):
     shutil.copy(os.path.join(ROOT, "falai.py"), tmp_path)
-    done = subprocess.run([sys.executable, "-m", "falai", "validate", "x.json"], cwd=tmp_path,
+    # -S: no site-packages, so an installed falai_cli (pip install -e .) is out of reach, as in a bare copy.
+    done = subprocess.run([sys.executable, "-S", "-m", "falai", "validate", "x.json"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": ""})
     assert done.returncode == 1
     assert done.stderr.startswith("falai: the command line needs falai_cli.py next to falai.py")
