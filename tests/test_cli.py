@@ -459,6 +459,16 @@ def test_inspect_api_turns_record_phases_calls_diff_and_wakes(server):
     assert request(server, "GET", "/nowhere")[0] == 404
 
 
+def test_inspect_api_sends_an_event(server):
+    request(server, "POST", "/api/message", {"text": "I want to pay"})
+    status, body = request(server, "POST", "/api/event", {"name": "paid"})
+    turn = json.loads(body)["turn"]
+    assert status == 200 and turn["kind"] == "event" and turn["messages"][0]["text"] == "Payment received, thank you!"
+    assert turn["outcomes"][0]["code"] == "event-arrived"
+    assert turn["phases"][0] == {"phase": "ingest", "detail": "event"}
+    assert request(server, "POST", "/api/event", {})[0] == 400
+
+
 # packaging -----------------------------------------------------------------------------------------
 
 def test_the_console_script_and_the_module_are_declared():
