@@ -6432,3 +6432,13 @@ class MemoryStore:
         with self._lock:
             self._rows.clear()
 
+
+# `python -m falai`: the command line lives in falai_cli (issue 14); `import falai` never loads it.
+if __name__ == "__main__":
+    import sys
+    try:
+        import falai_cli
+    except ImportError as error:
+        sys.exit(f"falai: the command line needs falai_cli.py next to falai.py ({error}). "
+                 "Install falai (pip install falai) or copy falai_cli.py too.")
+    sys.exit(falai_cli.main())

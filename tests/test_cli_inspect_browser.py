@@ -1,0 +1,82 @@
+"""issue 14: the inspector page in a real headless browser (Debian's chromium, driven over DevTools).
+
+The test starts `python -m falai inspect` on a free port, opens the page,
+types a customer message, reads the reply and the outcome lines, fires a wake
+with the page's button and watches the run move on.
+"""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from cdp_client import Browser
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHROMIUM = next((path for path in (shutil.which("chromium"), shutil.which("chromium-browser"), "/usr/bin/chromium")
+                 if path and os.path.exists(path)), None)
+
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/run installs it with "
+                                                          "apt-get install -y chromium); the browser test needs it")
+
+
+@pytest.fixture
+def inspector():
+    process = subprocess.Popen([sys.executable, "-m", "falai", "inspect", "examples/cli/shop.json",
+                                "--registry", "examples/cli/registry.json", "--port", "0",
+                                "--now", "2026-12-01T10:00:00Z"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    line = process.stdout.readline()
+    assert line.startswith("falai inspect: http://127.0.0.1:"), line
+    yield line.split()[2]
+    process.terminate()
+    process.wait(timeout=10)
+
+
+@pytest.fixture
+def page(inspector, tmp_path):
+    browser = Browser.launch(CHROMIUM, str(tmp_path / "profile"))
+    try:
+        tab = browser.open(inspector)
+        tab.wait_for("document.getElementById('agent') && document.getElementById('agent').textContent === 'Shop'")
+        yield tab
+    finally:
+        browser.close()
+
+
+def texts(selector: str) -> str:
+    return f"[...document.querySelectorAll({selector!r})].map((e) => e.textContent)"
+
+
+CURRENT = "[...document.querySelectorAll('#flowsvg g.node.current')].map((e) => e.dataset.flow + '/' + e.dataset.step)"
+
+
+def test_the_page_talks_to_the_agent_and_fires_a_wake(page):
+    # The flow diagram is drawn before any turn: one node per step, none current yet.
+    steps = page.evaluate(texts("#flowsvg g.node[data-step]"))
+    assert any(label.startswith("numero: collect pedido") for label in steps)
+    assert page.evaluate("document.querySelectorAll('#flowsvg g.node.current').length") == 0
+
+    page.evaluate("document.getElementById('message').focus()")
+    page.type("where is my order?")
+    page.wait_for(f"{texts('#transcript .bot')}.includes('Sure: what is the order number?')")
+    outcomes = page.evaluate(texts("#outcomes tr"))
+    assert any("asked-fixed" in row and "the step's fixed question went out word for word" in row for row in outcomes)
+    assert page.evaluate(CURRENT) == ["pedido/numero"]
+    assert "understand" in page.evaluate("document.getElementById('calls').textContent")
+
+    page.evaluate("document.getElementById('message').focus()")
+    page.type("A100")
+    page.wait_for(f"{texts('#transcript .bot')}.includes('Order A100 is out for delivery.')")
+    assert any(row.startswith("dookpedido / consulta") for row in page.evaluate(texts("#outcomes tr")))
+    pending = page.evaluate(texts("#pending tr"))
+    assert len(pending) == 1 and "2026-12-01T11:00:00.000Z" in pending[0]
+    assert "data.situacao" in page.evaluate("document.getElementById('diff').textContent")
+    assert page.evaluate(CURRENT) == ["satisfacao/espera"]          # the chained flow's wait
+
+    page.click("#wake")
+    page.wait_for(f"{texts('#transcript .bot')}.includes('Did your order question get sorted out?')")
+    outcomes = page.evaluate(texts("#outcomes tr"))
+    assert any("no-reply" in row and "the customer did not reply while the run waited" in row for row in outcomes)
+    assert page.evaluate("document.getElementById('now').textContent") == "2026-12-01T11:00:00.000Z"
+    assert page.evaluate(texts("#pending tr")) == ["no wake pending"]
