@@ -4809,7 +4809,8 @@ class StreamDecoder:
     def push(self, accumulated: str) -> tuple[str, str]:
         """Feed everything received so far; return (text so far, new part since the last push)."""
         accumulated = accumulated if isinstance(accumulated, str) else ""
-        if not accumulated.startswith(self._source):
+        extends = accumulated.startswith(self._source)
+        if not extends:
             self._restart()
         self._source = accumulated
         self._scan()
@@ -4817,7 +4818,8 @@ class StreamDecoder:
             self._decoded += "".join(self._parts)
             self._parts = []
         text = self._source if self._mode == "prose" else self._decoded
-        delta = text[len(self.text):] if text.startswith(self.text) else text
+        # Without a restart the text only grows (prose from "" or from the previous source).
+        delta = text[len(self.text):] if extends or text.startswith(self.text) else text
         self.text = text
         return text, delta
 
