@@ -769,6 +769,7 @@ def value_text(value: Any) -> str:
 
 PLACEHOLDER = re.compile(r"\{\{\s*([^\s}]+)\s*\}\}")
 _PLACEHOLDER_HEAD = re.compile(r"\{\{\s*[^\s}]*")
+_BLANKS = re.compile(r"[ \t]+")
 
 
 def _fill_placeholders(template: str, fill: Callable[[re.Match], str]) -> str:
@@ -826,9 +827,6 @@ def _lookup(path: str, scope: Scope) -> Any:
         else:
             value = getattr(value, key)
     return _MISSING if value is None else value
-
-
-_BLANKS = re.compile(r"[ \t]+")
 
 
 def _tidy(text: str) -> str:
