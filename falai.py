@@ -4175,6 +4175,20 @@ def read_score(value: Any) -> "int | float | None":
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
+def is_finite_json(value: Any) -> bool:
+    """False when a float anywhere inside ``value`` is NaN or infinite (looked at without recursion)."""
+    todo = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return False
+        if isinstance(item, dict):
+            todo.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            todo.extend(item)
+    return True
+
+
 def read_judgement(generation: Generation, aliases: AliasTable) -> Judgement:
     """Read an understand reply section by section, mapping aliases back (model-calls.md §3.5)."""
     judgement = Judgement(llm_calls=1, usage=generation.usage)
@@ -4200,7 +4214,10 @@ def read_judgement(generation: Generation, aliases: AliasTable) -> Judgement:
                 target[aliases.real(name)] = answer
     for key, value in section("extract").items():
         if isinstance(value, dict):
-            judgement.extract[aliases.real(key)] = {name: v for name, v in value.items() if is_known(v)}
+            # NaN and Infinity (Python's json reads both, JSON has neither) would make the session
+            # unsavable: such an entry is dropped like a blank one (inferred).
+            judgement.extract[aliases.real(key)] = {name: v for name, v in value.items()
+                                                    if is_known(v) and is_finite_json(v)}
     for key, value in section("fields").items():
         if is_known(value):
             judgement.fields[aliases.real(key)] = value

@@ -43,7 +43,7 @@ def nested(opening: str, middle: str, closing: str, size: int) -> str:
 
 
 def stream(text: str, chunk: int = 16) -> None:
-    """Feed ``text`` to a StreamDecoder as a provider would: the accumulated text, ``chunk`` characters more each time."""
+    """Feed ``text`` to a StreamDecoder as providers do: the accumulated text, ``chunk`` characters more each time."""
     decoder, accumulated = StreamDecoder(), ""
     for i in range(0, len(text), chunk):
         accumulated += text[i:i + chunk]

@@ -17,7 +17,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, settings, strategies as st
 
-from falai import Action, Condition, EventDef, ProviderError, ScriptedProvider, Tool, falai, fake_clock
+from falai import ProviderError, ScriptedProvider, Tool, falai, fake_clock
 
 LONG = os.environ.get("FALAI_FUZZ") == "long"
 
@@ -295,7 +295,9 @@ def understand_reply(draw, flow_ids: list[str], hostile: frozenset = frozenset()
             reply["mentions"] = draw(st.dictionaries(_aliases(flow_ids), st.one_of(st.booleans(), words), max_size=2))
         if draw(st.booleans()):
             reply["extract"] = draw(st.dictionaries(_aliases(flow_ids), st.fixed_dictionaries(
-                {}, optional={"trecho": st.text(max_size=5), "quanto": scalar}), max_size=2))
+                {}, optional={"trecho": st.text(max_size=5),
+                              "quanto": st.one_of(scalar, st.floats(), st.lists(st.floats(), max_size=2))}),
+                max_size=2))
         if draw(st.booleans()):
             reply["branches"] = draw(st.dictionaries(st.sampled_from(["q1", "q2", "b1"]),
                                                      st.one_of(st.booleans(), words), max_size=2))

@@ -12,19 +12,17 @@ Runs bounded by default; FALAI_FUZZ=long or FALAI_FUZZ_EXAMPLES=N runs longer
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import logging
 import sqlite3
 import traceback
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import pytest
 from hypothesis import example, given, strategies as st
 
-from falai import (GenerationChunk, ProviderError, ScriptedProvider, Session, encode_session_row, iso,
-                   parse_iso)
+from falai import GenerationChunk, ScriptedProvider, Session, encode_session_row, iso
 from falai_stores import SQLiteStore
 from fuzz_scenarios import DEEP_INPUT, RE_ASK, SHARED_MEDIA, Scenario, fuzz_settings, provider_for, scenario
 
@@ -425,8 +423,8 @@ def test_a_template_never_reaches_code_or_private_attributes(path):
         def metodo(self):
             return "SEGREDO-3"
 
-    agent = falai().fields({}).agent(name="Ana", provider=ScriptedProvider(), idle="silent",
-                                     flows=[{"id": "x", "name": "X", "steps": [{"id": "s", "say": "{{" + path + "}}"}]}])
+    flow = {"id": "x", "name": "X", "steps": [{"id": "s", "say": "{{" + path + "}}"}]}
+    agent = falai().fields({}).agent(name="Ana", provider=ScriptedProvider(), idle="silent", flows=[flow])
     result = agent.turn(session_id="s1", start={"flow": "x", "key": "k"}, context=Ctx())
     text = result.messages[0].text
     assert "SEGREDO" not in text and "function" not in text and "<" not in text and "module" not in text

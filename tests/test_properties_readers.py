@@ -210,3 +210,25 @@ def test_the_compaction_fallback_keeps_what_the_item_by_item_rule_keeps(items, m
                           compaction={"maxTokens": max_tokens, "preserveRecentCount": keep})
     trimmed, calls, _ = compact_history(agent, history)
     assert (trimmed, calls) == reference_compaction_fallback(history, max_tokens, keep)
+
+
+def test_an_extracted_nan_or_infinity_is_dropped_so_the_session_still_saves():
+    """model-calls.md §3.5 extract: json reads NaN and Infinity, JSON has neither; such an entry is
+    dropped like a blank one, so a model cannot make a session unsavable."""
+    import sqlite3
+    from falai_stores import SQLiteStore
+    f = falai().fields({})
+    flows = [{"id": "preco", "name": "Preço", "on": [{"mention": ["preço"], "extract": {
+        "quanto": {"type": "number"}, "onde": {"type": "string"}}}], "steps": [{"id": "w", "wait": "1h"}]}]
+    replies = [{"mentions": {"preco": True}, "extract": {"preco": {"quanto": float("nan"), "onde": "Rio"}}},
+               '{"mentions": {"preco": true}, "extract": {"preco": {"quanto": [1, -Infinity], "onde": "Rio"}}}']
+    for reply in replies:
+        agent = f.agent(name="Ana", provider=ScriptedProvider(script={"understand": [reply]}), flows=flows,
+                        idle="silent")
+        result = agent.turn(session_id="s1", message="quanto custa?", id="m1")
+        assert [run.input for run in result.session.runs] == [{"onde": "Rio"}]
+        store = SQLiteStore(sqlite3.connect(":memory:"), table="nan_sessions")
+        store.initialize()
+        store.save(result.session, expected_version=0)
+        assert store.load("s1").runs[0].input == {"onde": "Rio"}
+        store.close()
