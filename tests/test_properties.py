@@ -275,20 +275,28 @@ def test_hostile_result_sessions_round_trip(case):
 
 # Replaying an input on the same session gives identical results ----------------------------------
 
-def _check_replay(host, index, turn, kwargs, given, outcome):
-    provider = provider_for(turn)
+def _run_again(host, index, outcome, provider, what, run):
+    """Run the turn again through ``run()`` with ``provider``; the result, or None when both runs
+    raised the same error (anything else fails)."""
     saved = host.agent.provider
     host.agent.provider = provider
     try:
-        again = host.agent.turn(session_id="s1", session=given, **kwargs)
+        again = run()
     except Exception as error:  # noqa: BLE001
-        assert isinstance(outcome, Exception), f"turn {index}: the replay raised {error!r}, the first run did not"
+        assert isinstance(outcome, Exception), f"turn {index}: {what} raised {error!r}, the first run did not"
         assert (type(error), str(error)) == (type(outcome), str(outcome))
-        return
+        return None
     finally:
         host.agent.provider = saved
-    assert not isinstance(outcome, Exception), f"turn {index}: the first run raised {outcome!r}, the replay did not"
-    same(view(again), view(outcome), f"turn {index}: the replay differs")
+    assert not isinstance(outcome, Exception), f"turn {index}: the first run raised {outcome!r}, {what} did not"
+    return again
+
+
+def _check_replay(host, index, turn, kwargs, given, outcome):
+    again = _run_again(host, index, outcome, provider_for(turn), "the replay",
+                       lambda: host.agent.turn(session_id="s1", session=given, **kwargs))
+    if again is not None:
+        same(view(again), view(outcome), f"turn {index}: the replay differs")
 
 
 @SETTINGS
@@ -301,19 +309,11 @@ def test_replaying_an_input_on_the_same_session_gives_identical_results(case):
 # turn() and turn_stream() agree ------------------------------------------------------------------
 
 def _check_stream(host, index, turn, kwargs, given, outcome):
-    saved = host.agent.provider
-    host.agent.provider = provider_for(turn, Chunky)
-    try:
-        chunks = list(host.agent.turn_stream(session_id="s1", session=given, **kwargs))
-    except Exception as error:  # noqa: BLE001
-        assert isinstance(outcome, Exception), f"turn {index}: turn_stream raised {error!r}, turn() did not"
-        assert (type(error), str(error)) == (type(outcome), str(outcome))
-        return
-    finally:
-        host.agent.provider = saved
-    assert not isinstance(outcome, Exception), f"turn {index}: turn() raised {outcome!r}, turn_stream did not"
-    assert chunks and chunks[-1].done and all(not chunk.done for chunk in chunks[:-1])
-    same(view(chunks[-1].result), view(outcome), f"turn {index}: turn_stream's result differs from turn()'s")
+    chunks = _run_again(host, index, outcome, provider_for(turn, Chunky), "turn_stream",
+                        lambda: list(host.agent.turn_stream(session_id="s1", session=given, **kwargs)))
+    if chunks is not None:
+        assert chunks and chunks[-1].done and all(not chunk.done for chunk in chunks[:-1])
+        same(view(chunks[-1].result), view(outcome), f"turn {index}: turn_stream's result differs from turn()'s")
 
 
 @SETTINGS
