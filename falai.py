@@ -791,6 +791,8 @@ def _fill_placeholders(template: str, fill: Callable[[re.Match], str]) -> str:
         at = template.find("{{", done)
     out.append(template[done:])
     return "".join(out)
+
+
 _MISSING = object()
 _BLANK = object()
 
