@@ -786,7 +786,8 @@ def js_kind(value: Any) -> str:
     return "string" if isinstance(value, str) else "other"
 
 
-JS_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+# One way to match each number (no "[0-9]+[0-9]*" split to backtrack over): linear in the text.
+JS_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 JS_PREFIXED = re.compile(r"0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+")
 
 
@@ -842,6 +843,31 @@ def value_text(value: Any) -> str:
 
 
 PLACEHOLDER = re.compile(r"\{\{\s*([^\s}]+)\s*\}\}")
+_PLACEHOLDER_HEAD = re.compile(r"\{\{\s*[^\s}]*")
+_BLANKS = re.compile(r"[ \t]+")
+
+
+def _fill_placeholders(template: str, fill: Callable[[re.Match], str]) -> str:
+    """``PLACEHOLDER.sub(fill, template)``, in linear time.
+
+    A ``{{`` that opens no placeholder is passed over with the name after it: re.sub would try
+    again from every ``{`` inside that name, which is quadratic on a long run of braces.
+    """
+    out, done, at = [], 0, template.find("{{")
+    while at >= 0:
+        match = PLACEHOLDER.match(template, at)
+        if match is None:
+            # Only a "{{" ending the name can still open a placeholder (the next "{" after it starts one).
+            at = template.find("{{", max(at + 1, _PLACEHOLDER_HEAD.match(template, at).end() - 2))
+            continue
+        out.append(template[done:at])
+        out.append(fill(match))
+        done = match.end()
+        at = template.find("{{", done)
+    out.append(template[done:])
+    return "".join(out)
+
+
 _MISSING = object()
 _BLANK = object()
 
@@ -902,9 +928,12 @@ def _data_attribute(value: Any, key: str) -> Any:
 
 
 def _tidy(text: str) -> str:
-    text = re.sub(r"(?<=\S)[ \t]{2,}", " ", text)
-    text = re.sub(r"[ \t]+(?=[,.;:!?…])", "", text)
-    return re.sub(r"[ \t]+$", "", text, flags=re.M)
+    """Collapse the gaps a blank placeholder leaves: runs of blanks after text become one space, blanks
+    before punctuation and at line ends go. Each run is matched once, whole (linear in the text)."""
+    text = _BLANKS.sub(lambda run: " " if run.start() > 0 and not text[run.start() - 1].isspace()
+                       and run.end() - run.start() >= 2 else run.group(0), text)
+    return _BLANKS.sub(lambda run: "" if run.end() == len(text) or text[run.end()] in ",.;:!?…\n"
+                       else run.group(0), text)
 
 
 def render(template: str, scope: Scope) -> str:
@@ -929,7 +958,7 @@ def render(template: str, scope: Scope) -> str:
             blank = True
         return text
 
-    out = PLACEHOLDER.sub(fill, template)
+    out = _fill_placeholders(template, fill)
     return _tidy(out) if blank else out
 
 
@@ -4436,39 +4465,130 @@ def decode_json_string(raw: str) -> str:
         return raw
 
 
+# JSON's own grammar, as Python's json module reads it with strict=False: whitespace, strings (any
+# escape passes here; json itself rejects a bad one), numbers, and the words json accepts.
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_JSON_WORD = re.compile(r"null|true|false|NaN|Infinity|-Infinity")
+# A "{" that can open an object: "}" or a key and its ":" follow (the lookahead keeps starts overlapping).
+_OBJECT_START = re.compile(r'\{(?=[ \t\n\r]*(?:\}|"[^"\\]*(?:\\.[^"\\]*)*"[ \t\n\r]*:))', re.S)
+
+
+def _json_scalar_end(text: str, i: int) -> int | None:
+    """Where the string, number or word at ``text[i]`` ends, or None when none starts there."""
+    if text[i] == '"':
+        found = _JSON_STRING.match(text, i)
+        return found.end() if found else None
+    found = _JSON_NUMBER.match(text, i)
+    if found is not None:
+        if len(found.group(0)) > 640 and not (found.group(1) or found.group(2)):
+            try:
+                int(found.group(0))  # json refuses an integer beyond int's digit limit, so does this walk
+            except ValueError:
+                return None
+        return found.end()
+    found = _JSON_WORD.match(text, i)
+    return found.end() if found else None
+
+
+def _walk_json_object(text: str, start: int, failed: set, walked: dict) -> None:
+    """Walk the object opening at ``text[start]`` by JSON's grammar, iteratively, in one pass.
+
+    Each object that closes lands in ``walked`` as ``{start: (end, height)}`` (height: how many
+    containers deep it nests); when the walk fails, every object still open is added to ``failed``:
+    a fresh parse from any of them fails at the same place. The walk accepts all JSON accepts (and
+    a few bad escapes besides), so ``failed`` never holds an object json would read.
+    """
+    n = len(text)
+    stack = [[start, "}", 0]]           # open containers: opening position, closer, height so far
+    expect = "key_or_close"
+    i = start + 1
+    while True:
+        i = _JSON_SPACE.match(text, i).end()
+        if i >= n:
+            break
+        c = text[i]
+        if expect == "colon":
+            if c != ":":
+                break
+            expect, i = "value", i + 1
+            continue
+        if expect in ("key", "key_or_close"):
+            if c == '"':
+                end = _json_scalar_end(text, i)
+                if end is None:
+                    break
+                expect, i = "colon", end
+                continue
+            if c != "}" or expect == "key":
+                break
+        elif expect == "comma_or_close":
+            if c == ",":
+                expect, i = ("key" if stack[-1][1] == "}" else "value"), i + 1
+                continue
+            if c != stack[-1][1]:
+                break
+        elif c in "{[":
+            stack.append([i, "}" if c == "{" else "]", 0])
+            expect, i = ("key_or_close" if c == "{" else "value_or_close"), i + 1
+            continue
+        elif c != "]" or expect != "value_or_close":
+            end = _json_scalar_end(text, i)
+            if end is None:
+                break
+            expect, i = "comma_or_close", end
+            continue
+        opened, closer, height = stack.pop()       # c closes the innermost container
+        if closer == "}":
+            walked[opened] = (i + 1, height + 1)
+        if not stack:
+            return
+        stack[-1][2] = max(stack[-1][2], height + 1)
+        expect, i = "comma_or_close", i + 1
+    failed.update(opened for opened, closer, _ in stack if closer == "}")
+
+
 def find_json_object(text: Any) -> dict | None:
-    """The first balanced ``{...}`` slice of a reply that parses to a dict (model-calls.md §2.9)."""
+    """The first balanced ``{...}`` slice of a reply that parses to a dict (model-calls.md §2.9).
+
+    Linear in the reply: a "{" that cannot open an object is never walked, an object walked once
+    is never walked again, and an object that failed inside a walk is never tried again.
+    """
     if not isinstance(text, str):
         return None
-    start = text.find("{")
-    while start >= 0:
-        depth, in_string, escaped, end = 0, False, False, -1
-        for i in range(start, len(text)):
-            c = text[i]
-            if in_string:
-                if escaped:
-                    escaped = False
-                elif c == "\\":
-                    escaped = True
-                elif c == '"':
-                    in_string = False
-            elif c == '"':
-                in_string = True
-            elif c == "{":
-                depth += 1
-            elif c == "}":
-                depth -= 1
-                if depth == 0:
-                    end = i
-                    break
-        if end >= 0:
-            try:
-                value = lenient_loads(text[start:end + 1])
-            except (ValueError, RecursionError):
-                value = None
-            if isinstance(value, dict):
-                return value
-        start = text.find("{", start + 1)
+    failed: set[int] = set()
+    walked: dict[int, tuple[int, int]] = {}
+    depth_budget = None                  # the deepest nesting json.loads manages from here, once known
+    for match in _OBJECT_START.finditer(text):
+        start = match.start()
+        if start in failed:
+            continue
+        if start not in walked:
+            _walk_json_object(text, start, failed, walked)
+            if start not in walked:
+                continue
+        end, height = walked[start]
+        if depth_budget is not None and height > depth_budget:
+            continue
+        try:
+            value = lenient_loads(text[start:end])
+        except RecursionError:
+            # Every json.loads below runs at this same stack depth, so one budget holds for them all.
+            low, high = 0, height - 1
+            while low < high:
+                middle = (low + high + 1) // 2
+                try:
+                    lenient_loads("[" * middle + "]" * middle)
+                    low = middle
+                except RecursionError:
+                    high = middle - 1
+            depth_budget = low
+            continue
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
     return None
 
 
@@ -4757,6 +4877,20 @@ def read_score(value: Any) -> "int | float | None":
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
+def is_finite_json(value: Any) -> bool:
+    """False when a float anywhere inside ``value`` is NaN or infinite (looked at without recursion)."""
+    todo = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return False
+        if isinstance(item, dict):
+            todo.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            todo.extend(item)
+    return True
+
+
 def read_judgement(generation: Generation, aliases: AliasTable) -> Judgement:
     """Read an understand reply section by section, mapping aliases back (model-calls.md §3.5)."""
     judgement = Judgement(llm_calls=1, usage=generation.usage)
@@ -4782,7 +4916,10 @@ def read_judgement(generation: Generation, aliases: AliasTable) -> Judgement:
                 target[aliases.real(name)] = answer
     for key, value in section("extract").items():
         if isinstance(value, dict):
-            judgement.extract[aliases.real(key)] = {name: v for name, v in value.items() if is_known(v)}
+            # NaN and Infinity (Python's json reads both, JSON has neither) would make the session
+            # unsavable: such an entry is dropped like a blank one (inferred).
+            judgement.extract[aliases.real(key)] = {name: v for name, v in value.items()
+                                                    if is_known(v) and is_finite_json(v)}
     for key, value in section("fields").items():
         if is_known(value):
             judgement.fields[aliases.real(key)] = value
@@ -5261,13 +5398,15 @@ def _content_text(item: Any) -> str:
     return "" if content is None else _json_text(content)
 
 
+def _item_chars(item: Any) -> int:
+    """What one history item adds to the estimate: content and name characters, plus 4."""
+    name = item.get("name") if isinstance(item, dict) else None
+    return len(_content_text(item)) + (len(name) if isinstance(name, str) else 0) + 4
+
+
 def estimate_tokens(history: list) -> int:
     """Characters of content and name, plus 4 per item, over 4, rounded up (model-calls.md §9.3)."""
-    total = 0
-    for item in history:
-        name = item.get("name") if isinstance(item, dict) else None
-        total += len(_content_text(item)) + (len(name) if isinstance(name, str) else 0) + 4
-    return -(-total // 4)
+    return -(-sum(map(_item_chars, history)) // 4)
 
 
 def _is_tool_item(item: Any) -> bool:
@@ -5334,11 +5473,13 @@ def _compact(agent: Agent, config: dict, history: list) -> tuple[list, int, Toke
         log.warning("compaction: the summary call failed (%s); dropping the oldest messages instead",
                     error_text(error))
         kept = list(window)
+        total, added = sum(map(_item_chars, kept)), []   # a running sum: each item is measured once
         for item in reversed(older):
-            if estimate_tokens([item] + kept) >= threshold:
+            total += _item_chars(item)
+            if -(-total // 4) >= threshold:
                 break
-            kept.insert(0, item)
-        return kept, 1, None
+            added.append(item)
+        return added[::-1] + kept, 1, None
     return [{"role": "system", "content": SUMMARY_MARKER + summary}] + window, 1, generation.usage
 
 
@@ -5383,24 +5524,31 @@ class StreamDecoder:
     def _restart(self) -> None:
         self._source = ""
         self._pos = 0
-        self._mode = "start"       # start, prose, fence, fenced, json, message, done
+        self._mode = "start"       # start, ticks, prose, fence, fenced, json, message, done
+        self._ticks = 0            # where a leading run of backticks starts
         self._depth = 0
         self._in_string = False
         self._escaped = False
-        self._key: str | None = None    # raw text of a top-level key being read
+        self._key: int | None = None    # where the raw text of a top-level key being read starts
         self._last_key: str | None = None
         self._expect = "key"       # at depth 1: key, colon, value, inside (a value is being skipped)
-        self._parts: list[str] = []
+        self._parts: list[str] = []     # decoded message pieces not yet joined onto _decoded
+        self._decoded = ""
 
     def push(self, accumulated: str) -> tuple[str, str]:
         """Feed everything received so far; return (text so far, new part since the last push)."""
         accumulated = accumulated if isinstance(accumulated, str) else ""
-        if not accumulated.startswith(self._source):
+        extends = accumulated.startswith(self._source)
+        if not extends:
             self._restart()
         self._source = accumulated
         self._scan()
-        text = self._source if self._mode == "prose" else "".join(self._parts)
-        delta = text[len(self.text):] if text.startswith(self.text) else text
+        if self._parts:                 # join only the new pieces: a push costs its new characters
+            self._decoded += "".join(self._parts)
+            self._parts = []
+        text = self._source if self._mode == "prose" else self._decoded
+        # Without a restart the text only grows (prose from "" or from the previous source).
+        delta = text[len(self.text):] if extends or text.startswith(self.text) else text
         self.text = text
         return text, delta
 
@@ -5411,22 +5559,23 @@ class StreamDecoder:
                 i = self._pos
                 while i < n and src[i].isspace():
                     i += 1
+                self._pos = i                       # leading whitespace is read once
                 if i >= n:
                     return
                 if src[i] == "{":
-                    self._pos, self._mode = i, "json"
+                    self._mode = "json"
                 elif src[i] == "`":
-                    j = i
-                    while j < n and src[j] == "`":
-                        j += 1
-                    if j >= n:
-                        return                      # only backticks so far: wait
-                    if j - i >= 3:
-                        self._pos, self._mode = j, "fence"
-                    else:
-                        self._mode = "prose"
+                    self._ticks, self._mode = i, "ticks"
                 else:
                     self._mode = "prose"
+            elif self._mode == "ticks":
+                j = self._pos
+                while j < n and src[j] == "`":
+                    j += 1
+                self._pos = j                       # backticks are read once, counted from _ticks
+                if j >= n:
+                    return                          # only backticks so far: wait
+                self._mode = "fence" if j - self._ticks >= 3 else "prose"
             elif self._mode == "fence":
                 newline = src.find("\n", self._pos)
                 if newline < 0:
@@ -5463,11 +5612,10 @@ class StreamDecoder:
                 elif c == '"':
                     self._in_string = False
                     if self._key is not None:
-                        self._last_key, self._key, self._expect = decode_json_string(self._key), None, "colon"
+                        raw_key = src[self._key:i]
+                        self._last_key, self._key, self._expect = decode_json_string(raw_key), None, "colon"
                     i += 1
                     continue
-                if self._key is not None:
-                    self._key += c
                 i += 1
                 continue
             if c.isspace():
@@ -5481,7 +5629,7 @@ class StreamDecoder:
             if c == '"':
                 self._in_string = True
                 if self._depth == 1 and self._expect == "key":
-                    self._key = ""
+                    self._key = i + 1
             elif c in "{[":
                 self._depth += 1
                 if self._depth == 1:

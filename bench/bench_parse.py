@@ -1,0 +1,137 @@
+"""How the readers of model output grow with the reply: time per size, doubling 1 KB to 128 KB.
+
+    python bench/bench_parse.py            # prints a table
+    python bench/bench_parse.py --max 64   # stop at 64 KB
+
+Each row is one reader fed one shape of reply (hostile ones above all: long runs of
+"{", unclosed strings and objects, deep nesting, long digit runs, many backslashes).
+A reader in linear time doubles its time when the reply doubles: the last column is
+the growth factor per doubling from 16 KB up (geometric mean), the target is x2;
+a quadratic reader shows x4. Figures are the best of a few runs.
+
+The StreamDecoder rows feed the text as providers do, the whole accumulated text
+every 16 characters: the decoder reads only the new characters, but each push
+still compares and returns whole texts (at C speed), which shows above x2 from
+about 64 KB.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import falai  # noqa: E402
+from falai import (Generation, Scope, ScriptedProvider, StreamDecoder, find_json_object,  # noqa: E402
+                   js_number, read_round, render, tool_arguments)
+
+KB = 1024
+
+
+def repeat_to(unit: str, size: int) -> str:
+    """``unit`` repeated to ``size`` characters."""
+    return (unit * (size // len(unit) + 1))[:size]
+
+
+def nested(opening: str, middle: str, closing: str, size: int) -> str:
+    """``opening * k + middle + closing * k`` with k chosen to fill ``size`` characters."""
+    k = max(1, (size - len(middle)) // (len(opening) + len(closing)))
+    return opening * k + middle + closing * k
+
+
+def stream(text: str, chunk: int = 16) -> None:
+    """Feed ``text`` to a StreamDecoder as providers do: the accumulated text, ``chunk`` characters more each time."""
+    decoder, accumulated = StreamDecoder(), ""
+    for i in range(0, len(text), chunk):
+        accumulated += text[i:i + chunk]
+        decoder.push(accumulated)
+
+
+def compaction_fallback(size: int) -> None:
+    """The oldest-first drop after a failed summary call, over a history of ``size // 64`` items."""
+    provider = ScriptedProvider(script={"compaction": [RuntimeError("no summary")]})
+    agent = falai.falai().agent(name="Ana", provider=provider, idle={"prompt": "Atenda."},
+                                compaction={"maxTokens": size // 2})
+    history = [{"role": "user" if i % 2 else "assistant", "content": repeat_to("palavra ", 60)}
+               for i in range(size // 64)]
+    falai.compact_history(agent, history)
+
+
+def envelope(size: int) -> Generation:
+    return Generation(message=repeat_to('{"message":', size))
+
+
+# (reader, shape, function of the size in characters that does the work)
+CASES = [
+    ("find_json_object", "prose, then an object", lambda n: find_json_object(repeat_to("texto ", n) + '{"a":1}')),
+    ("find_json_object", '"{" run', lambda n: find_json_object("{" * n)),
+    ("find_json_object", '"{"a":" unclosed', lambda n: find_json_object(repeat_to('{"a":', n))),
+    ("find_json_object", "deep valid object", lambda n: find_json_object(nested('{"a":', "1", "}", n))),
+    ("find_json_object", "balanced, invalid nest", lambda n: find_json_object(nested('{"a":', "1", ",}", n))),
+    ("find_json_object", "unclosed string", lambda n: find_json_object('{"a":"' + "x" * n)),
+    ("find_json_object", '"{" inside strings', lambda n: find_json_object(repeat_to('{"a":"{"', n))),
+    ("find_json_object", "two tokenizations", lambda n: find_json_object(repeat_to('{"a":"{",":[","', n))),
+    ("find_json_object", "many backslashes", lambda n: find_json_object('{"a":"' + "\\" * n)),
+    ("find_json_object", '"}" run', lambda n: find_json_object("{" + "}" * n)),
+    ("read_round", "envelope-shaped prose", lambda n: read_round(envelope(n), [])),
+    ("js_number", "digits, then junk", lambda n: js_number("1" * n + "x")),
+    ("js_number", "digits, dot, digits, junk", lambda n: js_number("1" * (n // 2) + "." + "1" * (n // 2) + "e")),
+    ("js_number", "long exponent, junk", lambda n: js_number("1e" + "1" * n + "x")),
+    ("tool_arguments", "fenced object", lambda n: tool_arguments("```json\n{\"a\":\"" + "x" * n + "\"}\n```")),
+    ("tool_arguments", "backtick run", lambda n: tool_arguments("`" * n)),
+    ("tool_arguments", "fence, newline-fence run", lambda n: tool_arguments("```" + repeat_to("\n```", n) + "x")),
+    ("tool_arguments", "deep array", lambda n: tool_arguments("[" * n)),
+    ("StreamDecoder", "message, 16-char chunks", lambda n: stream('{"message":"' + repeat_to("olá ", n) + '"}')),
+    ("StreamDecoder", "escapes", lambda n: stream('{"message":"' + repeat_to("\\n\\u00e9\\\\", n))),
+    ("StreamDecoder", "long key", lambda n: stream('{"' + "k" * n)),
+    ("StreamDecoder", "whitespace only", lambda n: stream(" " * n)),
+    ("StreamDecoder", "backticks only", lambda n: stream("`" * n)),
+    ("render", '"{" run in a template', lambda n: render("{" * n, Scope(data={}))),
+    ("render", "blank value, blank runs", lambda n: render("{{data.x}}" + repeat_to(" \t", n) + "x",
+                                                           Scope(data={"x": ""}))),
+    ("render", "blank value, spaced words", lambda n: render("{{data.x}}" + repeat_to("a  ", n),
+                                                             Scope(data={"x": ""}))),
+    ("compaction fallback", "history of n/64 items", compaction_fallback),
+]
+
+
+def best_time(work, size: int) -> float:
+    """Best of up to nine runs (at least three), fewer once a second is spent: the least disturbed run."""
+    best, spent = math.inf, 0.0
+    for run in range(9):
+        start = time.perf_counter()
+        work(size)
+        took = time.perf_counter() - start
+        best, spent = min(best, took), spent + took
+        if run >= 2 and spent > 1.0:
+            break
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--max", type=int, default=128, help="largest reply, in KB (a power of two)")
+    args = parser.parse_args()
+    sizes = [KB << i for i in range(int(math.log2(max(1, args.max))) + 1)]
+    falai.log.disabled = True        # the compaction fallback logs a warning per run
+    header = f"{'reader':<20} {'shape':<27}" + "".join(f"{s // KB:>7}K" for s in sizes) + "   x/doubling"
+    print("time per reply, ms")
+    print(header)
+    print("-" * len(header))
+    worst = 0.0
+    for reader, shape, work in CASES:
+        times = [best_time(work, size) for size in sizes]
+        tail = [t for s, t in zip(sizes, times) if s >= 16 * KB]
+        growth = (tail[-1] / tail[0]) ** (1 / (len(tail) - 1)) if len(tail) > 1 and tail[0] > 0 else float("nan")
+        at_64k = dict(zip(sizes, times)).get(64 * KB)
+        worst = max(worst, at_64k or 0.0)
+        print(f"{reader:<20} {shape:<27}" + "".join(f"{t * 1000:>8.2f}" for t in times) + f"   x{growth:.2f}")
+    print()
+    print(f"slowest 64 KB reply: {worst * 1000:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
