@@ -10,6 +10,8 @@ import falai as F
 from falai import (Generation, ScriptedProvider, Tool, ToolCallRequest, ToolPermissionResult, ToolResult,
                    ToolValidationResult)
 
+pytestmark = pytest.mark.protocols("lean", "v4")     # the same results under both (issue 11)
+
 NOW = datetime(2026, 9, 20, 10, 0, tzinfo=timezone.utc)
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
