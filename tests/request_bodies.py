@@ -66,7 +66,7 @@ TRIAGE_TURNS = [  # (message, understand reply or None, speak reply)
     ("da Acme", {"flows": {"triagem": 90, "suporte": 0}, "fields": {"empresa": "Acme"}},
      {"message": "Quantas pessoas trabalham na Acme?"}),
     ("umas 30", {"flows": {"triagem": 90, "suporte": 0}, "fields": {"porte": "11-50"}}, None),
-    ("quanto custa em Recife?", {"flows": {"triagem": 10, "suporte": 0}},
+    ("quanto custa em Recife?", {"flows": {"suporte": 0}},
      [{"message": "", "toolCalls": [{"toolName": "preco", "arguments": {"cidade": "Recife"}}]},
       {"message": "Em Recife sai R$ 420."}]),
 ]
@@ -74,27 +74,55 @@ TRIAGE_TURNS = [  # (message, understand reply or None, speak reply)
 
 def triage_requests(agent_options: dict | None = None, history_items: int = 0) -> list[GenerateRequest]:
     """Every request of the triage conversation, in call order."""
+    return triage_conversation(agent_options, history_items)[0]
+
+
+def triage_conversation(agent_options: dict | None = None, history_items: int = 0,
+                        script: dict | None = None) -> tuple[list[GenerateRequest], list]:
+    """(requests, turn results) of the triage conversation."""
     understand, speak = [], []
     for _, u, s in TRIAGE_TURNS:
         if u is not None:
             understand.append(u)
         if s is not None:
             speak.extend(s if isinstance(s, list) else [s])
-    provider = ScriptedProvider(script={"understand": understand, "speak": speak})
+    provider = ScriptedProvider(script=script or {"understand": understand, "speak": speak}, strict=True)
     agent = triage_agent(provider, **(agent_options or {}))
+    results = []
     history = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"mensagem antiga número {i}"}
                for i in range(history_items)]
     session = None
     for n, (message, _, _) in enumerate(TRIAGE_TURNS):
         result = agent.turn(session_id="t", session=session, message=message, id=f"m{n}", history=list(history))
+        results.append(result)
         session = result.session
         history.append({"role": "user", "content": message})
         for out in result.messages:
             history.append({"role": "assistant", "content": out.text})
-    return provider.calls
+    return provider.calls, results
 
 
 def rich_requests(agent_options: dict | None = None) -> list[GenerateRequest]:
+    """Every request of the rich conversation, in call order."""
+    return rich_conversation(agent_options)[0]
+
+
+RICH_SCRIPT = {
+    "understand": [
+        {"flows": {"vendas": 92, "f1": 0}, "mentions": {"concorrente": True},
+         "extract": {"concorrente": {"empresa": "Beta", "produtos": None}},
+         "fields": {"nome": "Bia", "idade": 30, "plano": None, "d2": None}},
+        {"flows": {"vendas": 80, "f1": 0},
+         "branches": {"q2": False}, "fields": {"plano": "pro"}},
+        {"flows": {"vendas": 0, "f1": 0}},
+    ],
+    "speak": [{"message": "Oi Bia! Qual plano?", "plano": None},
+              {"message": "Oi, lembra de voltar?", "aceita": None},
+              {"message": "Como posso ajudar?"}],
+}
+
+
+def rich_conversation(agent_options: dict | None = None, script: dict | None = None) -> tuple[list, list]:
     """A templated persona, mentions with extract, a `when` branch, an enum field, ids that need aliases,
     instructions, a wake-time speak and the idle speaker: every section of both prompts."""
     fields = {"nome": {"type": "string", "description": "Nome da pessoa"},
@@ -116,21 +144,7 @@ def rich_requests(agent_options: dict | None = None) -> list[GenerateRequest]:
         {"id": "lembrete", "name": "Lembrete", "on": [{"event": "lembrar"}],
          "steps": [{"id": "w", "prompt": "Lembre a pessoa de voltar.", "collect": ["aceita"]}]},
     ]
-    script = {
-        "understand": [
-            {"flows": {"vendas": 92, "f1": 0}, "mentions": {"concorrente": True},
-             "extract": {"concorrente": {"empresa": "Beta", "produtos": None}},
-             "fields": {"nome": "Bia", "idade": "30", "plano": None, "aceita": None, "d2": None}},
-            {"flows": {"vendas": 80, "f1": 0}, "mentions": {"concorrente": False},
-             "branches": {"q2": False}, "fields": {"plano": "pro"}},
-            {"flows": {"vendas": 0, "f1": 0}},
-        ],
-        "speak": [{"message": "Oi Bia! Qual plano?", "plano": None},
-                  {"message": "Certo.", "plano": "pro"},
-                  {"message": "Oi, lembra de voltar?", "aceita": None},
-                  {"message": "Como posso ajudar?"}],
-    }
-    provider = ScriptedProvider(script=script)
+    provider = ScriptedProvider(script=script or RICH_SCRIPT, strict=True)
     agent = falai().fields(fields).agent(
         name="Lia", provider=provider, flows=flows, persona="Atende {{context.loja}}.", goal="Vender bem.",
         knowledge_base={"loja": {"nome": "Azul", "aberta": True}, "precos": [{"plano": "pro", "mes": 99}]},
@@ -141,13 +155,13 @@ def rich_requests(agent_options: dict | None = None) -> list[GenerateRequest]:
         **(agent_options or {}))
     context = {"loja": "Loja Azul"}
     history = [{"role": "user", "content": "bom dia"}, {"role": "assistant", "content": "Bom dia!"}]
-    s = agent.turn(session_id="r", message="quero comprar, sou a Bia, 30 anos, a Beta é cara", id="m1",
-                   context=context, history=history).session
-    s = agent.turn(session_id="r", session=s, message="quero o plano pro", id="m2", context=context,
-                   history=history).session
-    s = agent.turn(session_id="r2", event="lembrar", key="k1", context=context, history=history).session
-    agent.turn(session_id="r3", message="qual o horário?", id="m3", context=context, history=[])
-    return provider.calls
+    r1 = agent.turn(session_id="r", message="quero comprar, sou a Bia, 30 anos, a Beta é cara", id="m1",
+                    context=context, history=history)
+    r2 = agent.turn(session_id="r", session=r1.session, message="quero o plano pro", id="m2", context=context,
+                    history=history)
+    r3 = agent.turn(session_id="r2", event="lembrar", key="k1", context=context, history=history)
+    r4 = agent.turn(session_id="r3", message="qual o horário?", id="m3", context=context, history=[])
+    return provider.calls, [r1, r2, r3, r4]
 
 
 def request_record(request: GenerateRequest) -> dict:
