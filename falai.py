@@ -4589,21 +4589,18 @@ def _understand_output_section(schema: dict) -> str:
 # it as a cached prefix; the schema is the same on every call of the agent; only the turn's facts
 # follow the history; and the reply lists only what holds.
 
-LEAN_TASK = ("## Task\nYou read the customer's latest message, quoted at the end, in the context of the "
-             "conversation, and report what it shows. Only the customer's own words are evidence: never the "
-             "assistant's questions, suggestions or guesses. Reply with one JSON object whose every key is a list; "
-             "list only what holds, and leave a list empty when nothing does.")
+LEAN_TASK = ("## Task\nJudge the customer's latest message (quoted at the end) in context; only the customer's "
+             "own words count, never the assistant's. Reply with lists of what holds ([] if nothing):")
 LEAN_KEY_RULES = {
-    "flows": '- "flows": {"id", "score"} for each flow to score this turn that the message fits, scored 1-100 by '
-             "the rubric below, the current flow included; leave out a flow that does not fit (it scores 0).",
-    "mentions": '- "mentions": the id of each item to check this turn that the customer clearly and explicitly '
-                "brought up. The phrases of an item are alternatives: one match is enough. An exclusion overrides "
-                "any match.",
-    "extract": '- "extract": for each mention you list that has values, {"id", "name", "value"} for each value '
-               "the message gives (a list value: one entry per element).",
-    "branches": '- "branches": the id of each question of this turn whose answer is yes.',
-    "fields": '- "fields": {"id", "value"} for each detail to report this turn that the customer gave in this '
-              "message. Never guess, and never take a value from the assistant's words.",
+    "flows": '- "flows": {"id","score"} per flow to score (all under "Flows" unless this turn lists them) that the '
+             "message fits, the current one too, 1-100 (90+ explicit keywords and intent, 70+ strong context, "
+             "50+ moderate, 30+ weak); omit the others.",
+    "mentions": '- "mentions": ids of items to check (all under "Things the customer may mention" unless this '
+                "turn lists them) the customer clearly brought up; phrases are alternatives, an exclusion overrides.",
+    "extract": '- "extract": {"id","name","value"} per value a listed mention gives (a list: one per element).',
+    "branches": '- "branches": ids of the questions answered yes.',
+    "fields": '- "fields": {"id","value"} per detail to report (all under "Details" not already known, unless '
+              "this turn lists them) given in this message; never guess.",
 }
 
 
@@ -4695,18 +4692,16 @@ def lean_parts(agent: Agent, routing: bool) -> _LeanParts:
                          for b in st.get("branches") or [])),
         ("fields", bool(agent.fields))) if present]
     sections = [LEAN_TASK + "\n" + "\n".join(LEAN_KEY_RULES[key] for key in keys)]
-    if "flows" in keys:
-        sections.append(SCORE_RUBRIC)
     if catalog:
         sections.append("\n".join(["## Flows"] + [line for f in catalog for line in _lean_flow_entry(f, empty)]))
     if mentions:
         sections.append("\n".join(["## Things the customer may mention"]
                                   + [line for f in mentions for line in _lean_mention_entry(f, empty)]))
-    if slugs:
-        sections.append("\n".join(["## Details"] + [f"- {field_line(slug, agent.fields.get(slug))}"
+    if slugs and agent.max_candidates is None:
+        sections.append("\n".join(["## Details"] + [f"- {lean_field_line(slug, agent.fields.get(slug))}"
                                                    for slug in slugs]))
     parts = _LeanParts(join_sections(*sections), lean_schema(keys), {f["id"] for f in catalog},
-                       {f["id"] for f in mentions}, slugs)
+                       {f["id"] for f in mentions}, slugs if agent.max_candidates is None else [])
     agent._lean_parts[routing] = parts
     return parts
 
@@ -4721,26 +4716,32 @@ def _lean_understand_call(agent: Agent, ask: UnderstandAsk) -> _UnderstandCall:
     floor_id = ask.floor_run.flow_id if ask.floor_run is not None else (ask.floor_flow or {}).get("id")
     routing = bool(candidates) and not (floor_id is not None and {f.get("id") for f in candidates} == {floor_id})
     parts = lean_parts(agent, routing)
-    system, identity = stable_prefix(agent, scope)
+    keys = parts.schema["properties"]
     turn: list[str] = []
     if routing:
-        turn.append("Flows to score: " + _lean_listed([f.get("id") for f in candidates], parts.flows, '"Flows"'))
+        turn += _lean_asked("Flows to score", [f.get("id") for f in candidates], parts.flows)
         turn += [line for f in candidates if f.get("id") not in parts.flows for line in _lean_flow_entry(f, scope)]
-    if ask.mentions:
-        turn.append("Mentions to check: " + _lean_listed([f.get("id") for f in ask.mentions], parts.mentions,
-                                                         '"Things the customer may mention"'))
+    if "mentions" in keys:
+        turn += _lean_asked("Mentions to check", [f.get("id") for f in ask.mentions], parts.mentions)
         turn += [line for f in ask.mentions if f.get("id") not in parts.mentions
                  for line in _lean_mention_entry(f, scope)]
     if v4.branches:
         turn.append("Questions (list the id when the answer is yes):")
         turn += [f"- {alias}: {when}" for alias, when in v4.branches]
-    if ask.fields:
+    if "fields" in keys and (parts.slugs or not ask.fields):
         open_slugs = {slug for slug in parts.slugs if not is_known(ask.scope.data.get(slug))}
-        turn.append("Details to report: " + _lean_listed(ask.fields, open_slugs, '"Details" not already known'))
-    sections = [identity, _lean_current_flow(ask, scope, routing), already_known_section(agent, ask.scope.data),
+        turn += _lean_asked("Details to report", ask.fields, open_slugs)
+    elif "fields" in keys:                # max_candidates: no field catalog, the asked ones are described here
+        turn += ["Details to report:"] + [f"- {lean_field_line(slug, agent.fields.get(slug))}" for slug in ask.fields]
+    known = [f"- {slug}: {_json_text(ask.scope.data.get(slug))}" for slug in agent.fields
+             if is_known(ask.scope.data.get(slug))]
+    sections = [_lean_current_flow(ask, scope, parts.flows), "## Already known\n" + "\n".join(known)
+                if known else None,
                 "## This turn\n" + "\n".join(turn) if turn else None,
                 f'## Customer\'s latest message\n"""\n{ask.message}\n"""']
-    request = GenerateRequest(system=join_sections(system, parts.text), prompt=join_sections(*sections),
+    # The knowledge base stays (it can tell what a message means); the Identity is for the speaker.
+    request = GenerateRequest(system=join_sections(knowledge_section(agent), parts.text),
+                              prompt=join_sections(*sections),
                               history=list(ask.history), context=ask.scope.context,
                               schema=copy.deepcopy(parts.schema), schema_name="understand", cache_history=True,
                               v4_schema=v4.schema)
@@ -4750,33 +4751,28 @@ def _lean_understand_call(agent: Agent, ask: UnderstandAsk) -> _UnderstandCall:
     return _UnderstandCall(request=request, aliases=aliases, lean=reading)
 
 
-def _lean_listed(ids: list, catalog: set, where: str) -> str:
-    """The ids asked this turn, or "all under <where>" when they are exactly the catalog's (a shorter line)."""
-    if catalog and set(ids) == catalog and len(ids) == len(catalog):
-        return f"all under {where}"
-    return ", ".join(str(i) for i in ids)
+def _lean_asked(label: str, ids: list, default: set) -> list[str]:
+    """The line naming what this turn asks, or none when it asks exactly the catalog's default set."""
+    if default and len(ids) == len(default) and set(ids) == default:
+        return []
+    return [f"{label}: {', '.join(str(i) for i in ids) or 'none'}"]
 
 
-def _lean_current_flow(ask: UnderstandAsk, scope: Scope, routing: bool) -> str | None:
-    """``## Current flow`` with the pending fields by slug only (their lines are in the catalog)."""
+def _lean_current_flow(ask: UnderstandAsk, scope: Scope, catalog: set) -> str | None:
+    """``## Current flow``: the flow and step; the description only when the catalog lacks it, the pending
+    fields by id (their lines are in the catalog)."""
     if ask.floor_run is None and ask.floor_flow is None:
         return None
     flow = ask.floor_flow or {"id": ask.floor_run.flow_id}
-    lines = ["## Current flow", f'The conversation is in the flow "{flow_name(flow)}" (id: {flow.get("id")}).']
-    description = _render_text(flow.get("description"), scope)
-    if description:
-        lines.append(f"About this flow: {description}")
+    line = str(flow.get("id"))
+    description = _render_text(flow.get("description"), scope) if flow.get("id") not in catalog else ""
+    lines = ["## Current flow", line + (f": {description}" if description else "")]
     step = ask.floor_step
     if isinstance(step, dict):
-        lines.append(f"Current step: {step.get('id')}")
         prompt = _render_text(step.get("prompt"), scope)
-        if prompt:
-            lines.append(f"What the step is doing: {prompt}")
+        lines.append(f"Step {step.get('id')}" + (f": {prompt}" if prompt else ""))
         if ask.floor_pending:
             lines.append("Still being asked for: " + ", ".join(ask.floor_pending))
-    if routing:
-        lines.append("The customer may continue here or switch to something else; score the current flow like "
-                     "any other.")
     return "\n".join(lines)
 
 
@@ -5033,8 +5029,7 @@ def speak_prompt(agent: Agent, ask: SpeakAsk, wire: list[tuple[str, str]]) -> tu
         instructions_section(ask.instructions, scope), input_section(ask), response_format_section(agent, wire))
 
 
-def _still_to_collect_section(agent: Agent, ask: SpeakAsk, names: dict | None = None) -> str | None:
-    """``## Still to collect``; with ``names`` (protocol "lean") each line also names its reply property."""
+def _still_to_collect_section(agent: Agent, ask: SpeakAsk) -> str | None:
     if not ask.pending:
         return None
     step_ask = ask.step.get("ask") if isinstance(ask.step.get("ask"), dict) else {}
@@ -5043,8 +5038,7 @@ def _still_to_collect_section(agent: Agent, ask: SpeakAsk, names: dict | None = 
              "gives one of them, take it and do not ask for it again."]
     for slug in ask.pending:
         definition = agent.fields.get(slug)
-        name = (names or {}).get(slug, slug)
-        lines.append(f"- {field_line(slug, definition)}" + (f' (property "{name}")' if name != slug else ""))
+        lines.append(f"- {field_line(slug, definition)}")
         wording = step_ask.get(slug)
         if wording is None and isinstance(definition, dict):
             wording = definition.get("ask")
@@ -5055,45 +5049,68 @@ def _still_to_collect_section(agent: Agent, ask: SpeakAsk, names: dict | None = 
 
 
 LEAN_SPEAK_FORMAT = (
-    "## Response format\nAnswer with one JSON object and nothing else: no text around it, no code fences. "
-    '"message" is what you say to the customer, as natural text; it never contains field names, keys or raw '
-    'values. Each other property is a detail under "Still to collect", named as written there: the value the '
-    "customer gave, or null; any other property stays null.\n"
-    "Rules for these properties:\n"
-    "- Fill a property only with what the customer actually said, in this message or earlier; never guess.\n"
-    "- When the customer gives several details at once, take every one of them.\n"
-    "- A property the customer did not answer stays null: never a question or a placeholder.\n"
-    "- Write the property names exactly as shown.")
+    '## Reply\nOne JSON object: "message", your answer as natural text, adapted to the conversation (no field '
+    'names or keys); "fields", {"id","value"} per detail under "Still to collect" the customer gave, never '
+    'guessed. Ask for those in order, at the guideline\'s pace; never ask again for what is "Already known".')
+LEAN_TOOLS_RULE = "Call the offered tools when something must be looked up or done first."
+LEAN_WRAP_UP = "## Wrap up\nAnswer now with the tool results; call no tools."
+LEAN_GUIDELINE_HEADING = "## Guideline"
+LEAN_COLLECT_GUIDELINE = "Collect what is still missing, one or two things per message."
+LEAN_SPEAK_SCHEMA = closed_object({"message": {"type": "string"},
+                                   "fields": {"type": "array", "items": closed_object(
+                                       {"id": {"type": "string"}, "value": {"type": "string"}})}})
 
 
-def lean_speak_call(agent: Agent, ask: SpeakAsk) -> tuple[str | None, str, dict, list[tuple[str, str]]]:
-    """(system, prompt, schema, pending wire names) of a speak call under protocol "lean" (docs/guide/tokens.md).
+def lean_speak_call(agent: Agent, ask: SpeakAsk) -> tuple[str | None, str]:
+    """(system, prompt) of a speak call under protocol "lean" (docs/guide/tokens.md).
 
-    The response-format rules join the stable system part; the schema names every field the step
-    collects, so it is the same on every turn of the step; each pending field is listed once.
+    The response-format rules join the stable system part, the reply schema
+    (``LEAN_SPEAK_SCHEMA``) is the same on every speak call of the agent, and
+    each pending field is listed once.
     """
     scope = ask.scope
     system, identity = stable_prefix(agent, scope)
-    system = join_sections(system, LEAN_SPEAK_FORMAT)
+    system = join_sections(system, LEAN_SPEAK_FORMAT + ("\n" + LEAN_TOOLS_RULE if agent.tools else ""))
     if ask.step is None:
         idle = agent.idle if isinstance(agent.idle, dict) else {}
+        guideline = _render_text(idle.get("prompt"), scope)
         return system, join_sections(
-            identity, f"{GUIDELINE_HEADING}\n{_render_text(idle.get('prompt'), scope)}".strip(),
-            instructions_section(ask.instructions, scope), input_section(ask)), speak_envelope(agent, []), []
-    collect = [slug for slug in ask.step.get("collect") or [] if isinstance(slug, str)]
-    names = dict(wire_names([*collect, *(slug for slug in ask.pending if slug not in collect)]))
-    wire = [(slug, names[slug]) for slug in ask.pending]
+            identity, f"{LEAN_GUIDELINE_HEADING}\n{guideline}" if guideline else None,
+            instructions_section(ask.instructions, scope), input_section(ask))
     flow = ask.flow or {}
     flow_text = flow_name(flow) if flow else ""
     if flow.get("description"):
         flow_text += f": {flow['description']}"
     guideline = _render_text(ask.step.get("prompt"), scope) or (
-        DEFAULT_COLLECT_GUIDELINE if ask.pending else DEFAULT_ANSWER_GUIDELINE)
+        LEAN_COLLECT_GUIDELINE if ask.pending else DEFAULT_ANSWER_GUIDELINE)
+    known = [f"- {slug}: {_json_text(scope.data.get(slug))}" for slug in agent.fields if is_known(scope.data.get(slug))]
     prompt = join_sections(
-        identity, f"## Flow\n{flow_text}" if flow_text else None, f"{GUIDELINE_HEADING}\n{guideline}",
-        _still_to_collect_section(agent, ask, names), already_known_section(agent, scope.data),
+        identity, f"## Flow\n{flow_text}" if flow_text else None, f"{LEAN_GUIDELINE_HEADING}\n{guideline}",
+        _lean_still_to_collect(agent, ask), "## Already known\n" + "\n".join(known) if known else None,
         instructions_section(ask.instructions, scope), input_section(ask))
-    return system, prompt, speak_envelope(agent, list(names.items())), wire
+    return system, prompt
+
+
+def _lean_still_to_collect(agent: Agent, ask: SpeakAsk) -> str | None:
+    """``## Still to collect``, one line per pending field and its wording; the rules are in the system part."""
+    if not ask.pending:
+        return None
+    step_ask = ask.step.get("ask") if isinstance(ask.step.get("ask"), dict) else {}
+    lines = ["## Still to collect"]
+    for slug in dict.fromkeys(ask.pending):
+        definition = agent.fields.get(slug)
+        wording = step_ask.get(slug)
+        if wording is None and isinstance(definition, dict):
+            wording = definition.get("ask")
+        how = _render_text(wording, ask.scope)
+        lines.append(f"- {lean_field_line(slug, definition)}" + (f" — ask: {how}" if how else ""))
+    return "\n".join(lines)
+
+
+def lean_field_line(name: str, definition: Any) -> str:
+    """``<name>[ (<type>)][ [a | b]][: <description>]``: like ``field_line``, the type left out for a string."""
+    line = field_line(name, definition)
+    return line.replace(f"{name} (string)", name, 1) if line.startswith(f"{name} (string)") else line
 
 
 @dataclass
@@ -5117,6 +5134,12 @@ def read_round(generation: Generation, wire: list[tuple[str, str]]) -> _Round:
     if parsed is not None:
         message = parsed["message"] if isinstance(parsed.get("message"), str) else ""
         fields = {slug: parsed[name] for slug, name in wire if is_known(parsed.get(name))}
+        if isinstance(parsed.get("fields"), list):          # the lean form (docs/guide/tokens.md)
+            real = {name: slug for slug, name in wire} | {slug: slug for slug, _ in wire}
+            for item in parsed["fields"]:
+                slug = real.get(item.get("id")) if isinstance(item, dict) else None
+                if slug is not None and is_known(item.get("value")):
+                    fields[slug] = item["value"]
     else:
         message = "" if ENVELOPE_SHAPED.match(raw) else raw
         fields = {}
@@ -5201,12 +5224,14 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
     nothing. It returns ``Spoken`` or ``Deferred`` and never raises for a
     provider failure or a tool.
     """
+    wire = wire_names(ask.pending) if ask.step is not None else []
+    envelope = speak_envelope(agent, wire)
     if agent.protocol == "v4":
-        wire = wire_names(ask.pending) if ask.step is not None else []
         system, base = speak_prompt(agent, ask, wire)
-        schema = speak_envelope(agent, wire)
+        schema, v4_schema = envelope, None
     else:
-        system, base, schema, wire = lean_speak_call(agent, ask)
+        system, base = lean_speak_call(agent, ask)
+        schema, v4_schema = LEAN_SPEAK_SCHEMA, envelope
     declarations = [{"name": t.id, "description": t.description, "parameters": t.parameters} for t in ask.tools]
     tools_by_id: dict[str, Tool] = {}
     for tool in ask.tools:
@@ -5220,11 +5245,12 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
     round_no = 0
     while True:
         offer = bool(ask.tools) and round_no < loops
-        section = TOOLS_SECTION if offer else WRAP_UP_SECTION if round_no > 0 else None
+        section = (TOOLS_SECTION if offer else WRAP_UP_SECTION if round_no > 0 else None) if v4_schema is None \
+            else (LEAN_WRAP_UP if not offer and round_no > 0 else None)       # lean: the tools rule is in system
         request = GenerateRequest(system=system, prompt=join_sections(base, section), history=list(history),
                                   context=ask.scope.context, schema=copy.deepcopy(schema), schema_name="speak",
                                   tools=[dict(d) for d in declarations] if offer else None,
-                                  cache_history=agent.protocol != "v4")
+                                  cache_history=v4_schema is not None, v4_schema=copy.deepcopy(v4_schema))
         calls += 1
         try:
             if streaming:

@@ -536,6 +536,7 @@ def test_a_stream_that_fails_after_deltas_defers_and_keeps_the_deltas(fake):
 
 # More of the stack ###############################################################
 
+@pytest.mark.protocols("v4")      # v4 prompt and envelope text; tests/test_protocol.py covers "lean"
 def test_a_field_the_speak_envelope_reports_is_written_and_the_flow_moves_on(fake):
     """model-calls.md §5.4-§5.6, §4: the collecting step's envelope carries its pending field (enforced beside
     the tools the step offers: model-calls.md §6.1, providers.md §4.5); a value the model reports

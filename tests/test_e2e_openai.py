@@ -138,6 +138,7 @@ def test_the_wrap_up_round_carries_no_tools(fake):
     assert wrap["messages"][-1]["content"].rstrip().split("\n\n")[-1].startswith("## Wrap up")
 
 
+@pytest.mark.protocols("v4")      # v4 prompt and envelope text; tests/test_protocol.py covers "lean"
 def test_json_object_mode_carries_the_envelope_as_the_last_system_message(fake):
     """providers.md §5.4 rule 3 (DeepSeek's preset): json_object plus the schema prompt appended after the
     user prompt, for the understand call and each speak round."""

@@ -115,16 +115,15 @@ def test_lean_keeps_the_agent_constant_text_and_schema_ahead_of_the_history():
     assert "## Flows\n- triagem — Triagem: Quer conhecer o produto." in understand[0].system
     assert "pede orçamento" in understand[0].system and "pede orçamento" not in understand[0].prompt
     speak = request_kinds(calls, "speak")
-    assert len({c.system for c in speak}) == 1 and "## Response format" in speak[0].system
-    assert all("## Response format" not in c.prompt for c in speak)
-    first_step = [c for c in speak if "- empresa (string)" in c.prompt]
-    assert first_step and all(list(c.schema["properties"]) == ["message", "nome", "empresa"] for c in first_step)
+    assert len({c.system for c in speak}) == 1 and "## Reply\nOne JSON object" in speak[0].system
+    assert all("## Reply" not in c.prompt and "## Response format" not in c.prompt for c in speak)
+    assert len({json.dumps(c.schema) for c in speak}) == 1        # steps and the idle speaker alike
 
 
 def test_lean_lists_each_pending_field_once_in_the_speak_prompt():
     calls, _ = triage_conversation({"protocol": "lean"})
     prompt = request_kinds(calls, "speak")[0].prompt
-    assert prompt.count("empresa (string)") == 1 and "How to ask: Pergunte a empresa." in prompt
+    assert prompt.count("- empresa") == 1 and "- empresa — ask: Pergunte a empresa." in prompt
 
 
 def test_lean_understand_schema_has_no_descriptions_and_is_strict_on_every_vendor():
@@ -174,7 +173,8 @@ def test_a_field_only_call_leaves_routing_out():
     call = request_kinds(provider.calls, "understand")[0]
     assert list(call.schema["properties"]) == ["fields"]
     assert "How to score" not in call.system and "## Flows" not in call.system
-    assert "Flows to score" not in call.prompt and 'Details to report: all under "Details"' in call.prompt
+    assert "Flows to score" not in call.prompt and "Details to report" not in call.prompt   # the default: all
+    assert "## Details\n- nome\n- cidade" in call.system
     assert list(call.v4_schema["properties"]) == ["flows", "fields"]     # v4 still scores the lone floor flow
 
 
@@ -257,3 +257,23 @@ def test_lean_understand_reply_that_is_not_usable_judges_nothing_as_v4_does():
                     clock=fake_clock("2026-09-20T10:00:00.000Z"))
     r = agent.turn(session_id="s", message="hm", id="m1")
     assert r.llm_calls == 1 and r.started == [] and r.messages == []
+
+
+def test_lean_tool_rounds_keep_the_tool_rule_in_the_system_part_and_wrap_up_after_the_history():
+    calls, results = triage_conversation({"protocol": "lean", "max_tool_loops": 1}, script={
+        "understand": [{"flows": [{"id": "suporte", "score": 0}]}] * 4,
+        "speak": [{"message": "", "toolCalls": [{"toolName": "preco", "arguments": {"cidade": "Recife"}}]},
+                  {"message": "R$ 420."}, {"message": "Oi"}, {"message": "Oi"}, {"message": "Oi"}]})
+    first, wrap = request_kinds(calls, "speak")[:2]
+    assert "Call the offered tools" in first.system and "## Tools" not in first.prompt and first.tools
+    assert wrap.tools is None and wrap.prompt.endswith("## Wrap up\nAnswer now with the tool results; call no tools.")
+    assert wrap.history[-1]["role"] == "tool" and results[0].messages[0].text == "R$ 420."
+
+
+def test_a_lean_speak_reply_lists_fields_and_a_v4_form_reply_still_reads():
+    for reply in ({"message": "E a empresa?", "fields": [{"id": "nome", "value": "Ana"}]},
+                  {"message": "E a empresa?", "nome": "Ana"}):
+        script = {"understand": [{"flows": [{"id": "triagem", "score": 95}]}] + [{"flows": []}] * 3,
+                  "speak": [reply] + [{"message": "Ok"}] * 4}
+        _, results = triage_conversation({"protocol": "lean"}, script=script)
+        assert results[0].session.data == {"nome": "Ana"}
