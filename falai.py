@@ -4743,7 +4743,8 @@ def _lean_understand_call(agent: Agent, ask: UnderstandAsk) -> _UnderstandCall:
     request = GenerateRequest(system=join_sections(knowledge_section(agent), parts.text),
                               prompt=join_sections(*sections),
                               history=list(ask.history), context=ask.scope.context,
-                              schema=copy.deepcopy(parts.schema), schema_name="understand", cache_history=True,
+                              schema=lean_schema(parts.schema["properties"]), schema_name="understand",
+                              cache_history=True,
                               v4_schema=v4.schema)
     reading = _LeanReading(flows={f.get("id") for f in candidates} if routing else set(),
                            mentions={f.get("id"): _mention_extract(f) for f in ask.mentions},
@@ -5056,16 +5057,19 @@ LEAN_TOOLS_RULE = "Call the offered tools when something must be looked up or do
 LEAN_WRAP_UP = "## Wrap up\nAnswer now with the tool results; call no tools."
 LEAN_GUIDELINE_HEADING = "## Guideline"
 LEAN_COLLECT_GUIDELINE = "Collect what is still missing, one or two things per message."
-LEAN_SPEAK_SCHEMA = closed_object({"message": {"type": "string"},
-                                   "fields": {"type": "array", "items": closed_object(
-                                       {"id": {"type": "string"}, "value": {"type": "string"}})}})
+
+
+def lean_speak_schema() -> dict:
+    """The lean speak reply schema, the same on every speak call: the message and the details given."""
+    return closed_object({"message": {"type": "string"}, "fields": {"type": "array", "items": closed_object(
+        {"id": {"type": "string"}, "value": {"type": "string"}})}})
 
 
 def lean_speak_call(agent: Agent, ask: SpeakAsk) -> tuple[str | None, str]:
     """(system, prompt) of a speak call under protocol "lean" (docs/guide/tokens.md).
 
     The response-format rules join the stable system part, the reply schema
-    (``LEAN_SPEAK_SCHEMA``) is the same on every speak call of the agent, and
+    (``lean_speak_schema``) is the same on every speak call of the agent, and
     each pending field is listed once.
     """
     scope = ask.scope
@@ -5231,7 +5235,7 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
         schema, v4_schema = envelope, None
     else:
         system, base = lean_speak_call(agent, ask)
-        schema, v4_schema = LEAN_SPEAK_SCHEMA, envelope
+        schema, v4_schema = None, envelope       # a fresh lean schema per round, like the v4 copy
     declarations = [{"name": t.id, "description": t.description, "parameters": t.parameters} for t in ask.tools]
     tools_by_id: dict[str, Tool] = {}
     for tool in ask.tools:
@@ -5248,9 +5252,10 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
         section = (TOOLS_SECTION if offer else WRAP_UP_SECTION if round_no > 0 else None) if v4_schema is None \
             else (LEAN_WRAP_UP if not offer and round_no > 0 else None)       # lean: the tools rule is in system
         request = GenerateRequest(system=system, prompt=join_sections(base, section), history=list(history),
-                                  context=ask.scope.context, schema=copy.deepcopy(schema), schema_name="speak",
-                                  tools=[dict(d) for d in declarations] if offer else None,
-                                  cache_history=v4_schema is not None, v4_schema=copy.deepcopy(v4_schema))
+                                  context=ask.scope.context,
+                                  schema=copy.deepcopy(schema) if v4_schema is None else lean_speak_schema(),
+                                  schema_name="speak", tools=[dict(d) for d in declarations] if offer else None,
+                                  cache_history=v4_schema is not None, v4_schema=v4_schema)
         calls += 1
         try:
             if streaming:
