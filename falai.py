@@ -4407,7 +4407,7 @@ SCORE_RUBRIC = ("How to score:\n"
 class _UnderstandCall:
     request: GenerateRequest
     aliases: AliasTable
-    lean: "_LeanReading | None" = None
+    lean: _LeanReading | None = None
 
 
 @dataclass
@@ -4875,7 +4875,7 @@ def read_score(value: Any) -> "int | float | None":
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-def read_judgement(generation: Generation, aliases: AliasTable, lean: "_LeanReading | None" = None) -> Judgement:
+def read_judgement(generation: Generation, aliases: AliasTable, lean: _LeanReading | None = None) -> Judgement:
     """Read an understand reply section by section, mapping aliases back (model-calls.md §3.5).
 
     A section that is a list is the lean reply form (docs/guide/tokens.md), read by

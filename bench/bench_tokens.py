@@ -33,11 +33,11 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
-from falai import ScriptedProvider, falai, fake_clock  # noqa: E402
+from falai import ScriptedProvider, fake_clock, falai  # noqa: E402
 from request_bodies import triage_conversation, wire_bodies  # noqa: E402
 
 try:                                          # optional: real token counts (GPT-4o's tokenizer)
-    import tiktoken                           # type: ignore
+    import tiktoken  # type: ignore
     _ENCODING = tiktoken.get_encoding("o200k_base")
 except Exception:                             # not installed, or no cached encoding: chars/4
     _ENCODING = None
@@ -202,7 +202,7 @@ def pct(x) -> str:
 
 def table(header: tuple, rows: list) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    line = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
+    line = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) + " |"  # noqa: E731
     return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
 
 

@@ -13,7 +13,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from falai import GenerateRequest, ScriptedProvider, Tool, falai, fake_clock  # noqa: E402
+from falai import GenerateRequest, ScriptedProvider, Tool, fake_clock, falai  # noqa: E402
 from falai_providers import AnthropicProvider, GeminiProvider, OpenAICompatibleProvider  # noqa: E402
 
 VENDORS = {

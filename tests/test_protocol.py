@@ -6,12 +6,19 @@ import json
 
 import pytest
 
-from falai import FlowConfigurationError, Generation, ScriptedProvider, ScriptError, falai, fake_clock
-from falai import lean_schema, lexical_top
-from falai_providers import _anthropic_native_ok, is_strict_schema
 from fake_model_server import check_anthropic, check_chat, check_gemini
-from request_bodies import (GOLDEN, RICH_SCRIPT, VENDORS, capture, rich_conversation, triage_conversation,
-                            wire_bodies)
+from falai import (
+    FlowConfigurationError,
+    Generation,
+    ScriptedProvider,
+    ScriptError,
+    fake_clock,
+    falai,
+    lean_schema,
+    lexical_top,
+)
+from falai_providers import _anthropic_native_ok, is_strict_schema
+from request_bodies import GOLDEN, RICH_SCRIPT, VENDORS, capture, rich_conversation, triage_conversation, wire_bodies
 
 
 def comparable(results):
