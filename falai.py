@@ -4523,8 +4523,6 @@ def _understand_prompt_v4(agent: Agent, ask: UnderstandAsk, scope: Scope, envelo
     return join_sections(*sections)
 
 
-
-
 def _named(flow: dict, scope: Scope) -> str:
     """``<name>[: <rendered description>]``."""
     text = _render_text(flow.get("description"), scope)
@@ -5141,7 +5139,7 @@ def read_round(generation: Generation, wire: list[tuple[str, str]]) -> _Round:
         if isinstance(parsed.get("fields"), list):          # the lean form (docs/guide/tokens.md)
             real = {name: slug for slug, name in wire} | {slug: slug for slug, _ in wire}
             for item in parsed["fields"]:
-                slug = real.get(item.get("id")) if isinstance(item, dict) else None
+                slug = real.get(item.get("id")) if isinstance(item, dict) and isinstance(item.get("id"), str) else None
                 if slug is not None and is_known(item.get("value")):
                     fields[slug] = item["value"]
     else:
@@ -5249,8 +5247,10 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
     round_no = 0
     while True:
         offer = bool(ask.tools) and round_no < loops
-        section = (TOOLS_SECTION if offer else WRAP_UP_SECTION if round_no > 0 else None) if v4_schema is None \
-            else (LEAN_WRAP_UP if not offer and round_no > 0 else None)       # lean: the tools rule is in system
+        if v4_schema is None:
+            section = TOOLS_SECTION if offer else WRAP_UP_SECTION if round_no > 0 else None
+        else:                                       # lean: the tools rule is in the system part
+            section = LEAN_WRAP_UP if not offer and round_no > 0 else None
         request = GenerateRequest(system=system, prompt=join_sections(base, section), history=list(history),
                                   context=ask.scope.context,
                                   schema=copy.deepcopy(schema) if v4_schema is None else lean_speak_schema(),
