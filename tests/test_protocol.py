@@ -7,18 +7,11 @@ import json
 import pytest
 
 from fake_model_server import check_anthropic, check_chat, check_gemini
-from falai import (
-    FlowConfigurationError,
-    Generation,
-    ScriptedProvider,
-    ScriptError,
-    fake_clock,
-    falai,
-    lean_schema,
-    lexical_top,
-)
+from falai import FlowConfigurationError, Generation, ScriptedProvider, ScriptError, fake_clock, falai
+from falai import lean_schema, lexical_top
 from falai_providers import _anthropic_native_ok, is_strict_schema
-from request_bodies import GOLDEN, RICH_SCRIPT, VENDORS, capture, rich_conversation, triage_conversation, wire_bodies
+from request_bodies import (GOLDEN, RICH_SCRIPT, VENDORS, capture, rich_conversation, triage_agent,
+                            triage_conversation, wire_bodies)
 
 
 def comparable(results):
@@ -284,3 +277,17 @@ def test_a_lean_speak_reply_lists_fields_and_a_v4_form_reply_still_reads():
                   "speak": [reply] + [{"message": "Ok"}] * 4}
         _, results = triage_conversation({"protocol": "lean"}, script=script)
         assert results[0].session.data == {"nome": "Ana"}
+
+
+def test_a_streamed_lean_speak_reply_streams_only_the_message_and_ends_as_turn_does():
+    reply = '{"fields":[{"id":"nome","value":"Ana"}],"message":"Oi Ana! E a empresa?"}'
+
+    def agent():
+        script = {"understand": [{"flows": [{"id": "triagem", "score": 95}]}], "speak": [reply]}
+        return triage_agent(ScriptedProvider(script=script))
+    plain = agent().turn(session_id="s", message="quero saber como funciona", id="m1")
+    chunks = list(agent().turn_stream(session_id="s", message="quero saber como funciona", id="m1"))
+    assert "".join(c.delta for c in chunks if not c.done) == "Oi Ana! E a empresa?"
+    streamed = chunks[-1].result
+    assert streamed.messages == plain.messages and streamed.session.to_dict() == plain.session.to_dict()
+    assert plain.session.data == {"nome": "Ana"}
