@@ -4587,18 +4587,17 @@ def _understand_output_section(schema: dict) -> str:
 # it as a cached prefix; the schema is the same on every call of the agent; only the turn's facts
 # follow the history; and the reply lists only what holds.
 
-LEAN_TASK = ("## Task\nJudge the customer's latest message (quoted at the end) in context; only the customer's "
-             "own words count, never the assistant's. Reply with lists of what holds ([] if nothing):")
+LEAN_TASK = ("## Task\nJudge the customer's latest message (at the end) in context, on the customer's own words "
+             'only. Reply with lists of what holds ([] if none). Judge all of each list below unless "This turn" '
+             "names which:")
 LEAN_KEY_RULES = {
-    "flows": '- "flows": {"id","score"} per flow to score (all under "Flows" unless this turn lists them) that the '
-             "message fits, the current one too, 1-100 (90+ explicit keywords and intent, 70+ strong context, "
-             "50+ moderate, 30+ weak); omit the others.",
-    "mentions": '- "mentions": ids of items to check (all under "Things the customer may mention" unless this '
-                "turn lists them) the customer clearly brought up; phrases are alternatives, an exclusion overrides.",
+    "flows": '- "flows": {"id","score"} per flow the message fits, the current one too, 1-100: 90+ explicit '
+             "keywords and intent, 70+ strong context, 50+ moderate, 30+ weak. Omit the rest.",
+    "mentions": '- "mentions": ids of the items the customer clearly brought up; phrases are alternatives, an '
+                "exclusion overrides.",
     "extract": '- "extract": {"id","name","value"} per value a listed mention gives (a list: one per element).',
     "branches": '- "branches": ids of the questions answered yes.',
-    "fields": '- "fields": {"id","value"} per detail to report (all under "Details" not already known, unless '
-              "this turn lists them) given in this message; never guess.",
+    "fields": '- "fields": {"id","value"} per detail (not already known) given in this message; never guess.',
 }
 
 
@@ -5048,9 +5047,9 @@ def _still_to_collect_section(agent: Agent, ask: SpeakAsk) -> str | None:
 
 
 LEAN_SPEAK_FORMAT = (
-    '## Reply\nOne JSON object: "message", your answer as natural text, adapted to the conversation (no field '
-    'names or keys); "fields", {"id","value"} per detail under "Still to collect" the customer gave, never '
-    'guessed. Ask for those in order, at the guideline\'s pace; never ask again for what is "Already known".')
+    '## Reply\nOne JSON object: "message", your natural-text answer (no field names or keys); "fields", '
+    '{"id","value"} per "Still to collect" detail the customer gave, never guessed. Ask for those in order, at '
+    'the guideline\'s pace; never ask again for an "Already known" value.')
 LEAN_TOOLS_RULE = "Call the offered tools when something must be looked up or done first."
 LEAN_WRAP_UP = "## Wrap up\nAnswer now with the tool results; call no tools."
 LEAN_GUIDELINE_HEADING = "## Guideline"
