@@ -37,6 +37,7 @@ import logging
 import math
 import re
 import threading
+import unicodedata
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields as dataclass_fields, replace
@@ -117,6 +118,11 @@ class GenerateRequest:
     max_output_tokens: int | None = None
     effort: str | None = None
     cancel: threading.Event | None = None
+    # protocol "lean" (docs/guide/tokens.md): mark the end of the history as a cache breakpoint where the
+    # vendor wants one (Anthropic), and the turn's v4 envelope, which only a ScriptedProvider reads (to check
+    # a reply scripted in the v4 form); the HTTP providers never send it.
+    cache_history: bool = False
+    v4_schema: dict | None = None
 
 
 @dataclass
@@ -1206,6 +1212,9 @@ def falai() -> RootToolkit:
     return RootToolkit()
 
 
+PROTOCOLS = ("lean", "v4")     # docs/guide/tokens.md
+
+
 class Agent:
     """Immutable configuration plus ``turn()``; one instance serves every session.
 
@@ -1220,7 +1229,8 @@ class Agent:
                  goal: str | None = None, persona: str | None = None, idle: Any = None,
                  clock: Callable[[], datetime] | None = None,
                  business_hours: Callable[[datetime, Any], datetime] | None = None,
-                 max_tool_loops: int = 5, compaction: dict | None = None, debug: bool = False):
+                 max_tool_loops: int = 5, compaction: dict | None = None, debug: bool = False,
+                 protocol: str = "lean", max_candidates: int | None = None):
         self.name = name
         self.provider = provider
         self.fields = fields or {}
@@ -1239,6 +1249,16 @@ class Agent:
         self.business_hours = business_hours
         self.max_tool_loops = max_tool_loops
         self.compaction = compaction
+        if protocol not in PROTOCOLS:
+            raise FlowConfigurationError(f'protocol is {show(protocol)}: it must be "lean" or "v4". Leave it out '
+                                         'for "lean", or pass "v4" for the TypeScript original\'s model calls.')
+        if max_candidates is not None and (not is_whole(max_candidates) or isinstance(max_candidates, bool)
+                                           or max_candidates < 1):
+            raise FlowConfigurationError(f"max_candidates is {show(max_candidates)}: it must be a whole number of "
+                                         "at least 1. Leave it out to score every eligible flow.")
+        self.protocol = protocol
+        self.max_candidates = max_candidates
+        self._lean_parts: dict = {}      # the agent-constant parts of lean prompts, built on first use
         if debug:
             log.setLevel(logging.DEBUG)
         self.flow_by_id = {}
@@ -3147,10 +3167,14 @@ def understand_message(turn: Turn) -> tuple[Judgement, Eligibility]:
                             for index, branch in enumerate(step.get("branches") or [])
                             if branch.get("when") is not None]
     scored = [] if found.unscored else found.eligible
+    bound = turn.agent.max_candidates
+    if bound is not None and len(scored) > bound:
+        scored = lexical_top(turn.input.message, scored, bound)      # docs/guide/tokens.md
     ask.candidates = unique_flows(([floor_flow] if floor_flow else []) + scored)
     if floor is None and found.unscored:
         ask.candidates = []
-    ask.fields = unique_slugs(slug for flow in ([floor_flow] if floor_flow else []) + found.eligible
+    asked_flows = found.eligible if found.unscored else scored      # a bound asks only its flows' fields
+    ask.fields = unique_slugs(slug for flow in ([floor_flow] if floor_flow else []) + asked_flows
                               for slug in harvestable(turn, flow))
     if floor is None and found.catch_alls:
         catch_all = found.catch_alls[0]
@@ -3164,6 +3188,29 @@ def understand_message(turn: Turn) -> tuple[Judgement, Eligibility]:
     turn.compact_once()
     ask.history = turn.history
     return understand(turn.agent, ask), found
+
+
+def _words(text: Any) -> set[str]:
+    """Lower-cased words of three or more letters or digits, accents removed (the lexical prefilter)."""
+    if not isinstance(text, str):
+        return set()
+    plain = "".join(c for c in unicodedata.normalize("NFKD", text.lower()) if not unicodedata.combining(c))
+    return set(re.findall(r"[a-z0-9]{3,}", plain))
+
+
+def lexical_top(message: Any, flows: list, k: int) -> list:
+    """The ``k`` flows sharing the most message words with their id, name and message phrases, exclusions
+    left out; ties keep agent order (``max_candidates``, docs/guide/tokens.md)."""
+    said = _words(message)
+
+    def overlap(flow: dict) -> int:
+        phrases = [p for t in triggers_of(flow, "message") for p in t.get("message") or []
+                   if isinstance(p, str) and not p.strip().startswith("!")]
+        words = set().union(*(_words(text) for text in [flow.get("id"), flow.get("name"), *phrases]))
+        return len(said & words)
+
+    ranked = sorted(range(len(flows)), key=lambda i: (-overlap(flows[i]), i))[:k]
+    return [flows[i] for i in sorted(ranked)]
 
 
 def unique_flows(flows: list) -> list:
@@ -4687,11 +4734,33 @@ SCORE_RUBRIC = ("How to score:\n"
 class _UnderstandCall:
     request: GenerateRequest
     aliases: AliasTable
+    lean: _LeanReading | None = None
+
+
+@dataclass
+class _Envelope:
+    """The v4 understand envelope (§3.3) and the aliased items it asks about (§2.8)."""
+    schema: dict
+    aliases: AliasTable
+    cand: list
+    ment: list
+    branches: list
+    fields: list
 
 
 def _understand_call(agent: Agent, ask: UnderstandAsk) -> _UnderstandCall:
     """The understand request: prompt (§3.4), envelope (§3.3) and its alias table (§2.8)."""
     scope = Scope(data=ask.scope.data, context=ask.scope.context)
+    envelope = understand_envelope(agent, ask, scope)
+    system, identity = stable_prefix(agent, scope)
+    request = GenerateRequest(system=system, prompt=_understand_prompt_v4(agent, ask, scope, envelope, identity),
+                              history=list(ask.history), context=ask.scope.context, schema=envelope.schema,
+                              schema_name="understand")
+    return _UnderstandCall(request=request, aliases=envelope.aliases)
+
+
+def understand_envelope(agent: Agent, ask: UnderstandAsk, scope: Scope) -> _Envelope:
+    """The v4 envelope of this call, its aliases minted in the order of §2.8."""
     aliases = AliasTable()
     candidates, seen = [], set()
     for flow in ask.candidates:
@@ -4722,9 +4791,14 @@ def _understand_call(agent: Agent, ask: UnderstandAsk) -> _UnderstandCall:
     if fields:
         properties["fields"] = nullable_envelope({alias: agent.fields.get(slug) or {"type": "string"}
                                                   for alias, slug in fields})
-    schema = closed_object(properties)
+    return _Envelope(closed_object(properties), aliases, cand, ment, branches, fields)
 
-    system, identity = stable_prefix(agent, scope)
+
+def _understand_prompt_v4(agent: Agent, ask: UnderstandAsk, scope: Scope, envelope: _Envelope,
+                          identity: str | None) -> str:
+    """The v4 understand prompt (§3.4)."""
+    schema, cand, ment, branches, fields = (envelope.schema, envelope.cand, envelope.ment, envelope.branches,
+                                            envelope.fields)
     sections = [identity, (
         "## Task\nJudge the customer's latest message, quoted below, against the conversation so far. "
         "Only the customer's own words are evidence: never the assistant's questions, suggestions or guesses. "
@@ -4773,9 +4847,7 @@ def _understand_call(agent: Agent, ask: UnderstandAsk) -> _UnderstandCall:
             + [f"- {field_line(alias, agent.fields.get(slug))}" for alias, slug in fields]))
     sections.append(f'## Customer\'s latest message\n"""\n{ask.message}\n"""')
     sections.append(_understand_output_section(schema))
-    request = GenerateRequest(system=system, prompt=join_sections(*sections), history=list(ask.history),
-                              context=ask.scope.context, schema=schema, schema_name="understand")
-    return _UnderstandCall(request=request, aliases=aliases)
+    return join_sections(*sections)
 
 
 def _named(flow: dict, scope: Scope) -> str:
@@ -4835,6 +4907,256 @@ def _understand_output_section(schema: dict) -> str:
         + ["The exact shape:", compact_json(skeleton)])
 
 
+# The lean understand call (issue 11, docs/guide/tokens.md) ---------------------------------------
+#
+# Same judgement, fewer tokens: the agent-constant text (task, rules, rubric, the flow, mention and
+# field catalogs) is the stable system part ahead of the history, so every session of the agent shares
+# it as a cached prefix; the schema is the same on every call of the agent; only the turn's facts
+# follow the history; and the reply lists only what holds.
+
+LEAN_TASK = ("## Task\nJudge the customer's latest message (at the end) in context, on the customer's own words "
+             'only. Reply with lists of what holds ([] if none). Judge all of each list below unless "This turn" '
+             "names which:")
+LEAN_KEY_RULES = {
+    "flows": '- "flows": {"id","score"} per flow the message fits, the current one too, 1-100: 90+ explicit '
+             "keywords and intent, 70+ strong context, 50+ moderate, 30+ weak. Omit the rest.",
+    "mentions": '- "mentions": ids of the items the customer clearly brought up; phrases are alternatives, an '
+                "exclusion overrides.",
+    "extract": '- "extract": {"id","name","value"} per value a listed mention gives (a list: one per element).',
+    "branches": '- "branches": ids of the questions answered yes.',
+    "fields": '- "fields": {"id","value"} per detail (not already known) given in this message; never guess.',
+}
+
+
+@dataclass
+class _LeanParts:
+    """The agent-constant part of a lean understand call: system text after the stable prefix, schema."""
+    text: str
+    schema: dict
+    flows: set            # flow ids described in the catalog
+    mentions: set         # mention flow ids described in the catalog
+    slugs: list           # the fields described in the catalog (extract "anywhere")
+
+
+@dataclass
+class _LeanReading:
+    """What reading a lean-form reply needs beyond the alias table."""
+    flows: set = field(default_factory=set)         # real ids of this call's candidates
+    mentions: dict = field(default_factory=dict)    # real mention flow id -> its extract definitions
+    fields: list = field(default_factory=list)      # the slugs asked for this call
+
+
+def _templated(*texts: Any) -> bool:
+    return any(isinstance(t, str) and "{{" in t for t in texts)
+
+
+def _flow_texts(flow: dict, kind: str) -> list:
+    triggers = triggers_of(flow, "message") if kind == "message" else [_mention_trigger(flow)]
+    return [flow.get("description"), *(p for t in triggers for p in (t.get(kind) or []))]
+
+
+def _lean_title(flow: dict, scope: Scope) -> str:
+    """``- <id>[ — <name>][: <description>]``: the name only when it is not the id (no text twice)."""
+    named = flow.get("name") and flow["name"] != flow.get("id")
+    text = _render_text(flow.get("description"), scope)
+    return f"- {flow.get('id')}" + (f" — {flow['name']}" if named else "") + (f": {text}" if text else "")
+
+
+def _lean_flow_entry(flow: dict, scope: Scope) -> list[str]:
+    lines = [_lean_title(flow, scope)]
+    plain, excluded = _phrases(triggers_of(flow, "message"), "message", scope)
+    if plain:
+        lines.append(f"  Says: {'; '.join(plain)}")
+    if excluded:
+        lines.append(f"  Score 0 when: {'; '.join(excluded)}")
+    return lines
+
+
+def _lean_mention_entry(flow: dict, scope: Scope) -> list[str]:
+    lines = [_lean_title(flow, scope)]
+    plain, excluded = _phrases([_mention_trigger(flow)], "mention", scope)
+    if plain:
+        lines.append(f"  Counts when: {'; '.join(plain)}")
+    if excluded:
+        lines.append(f"  Does not count when: {'; '.join(excluded)}")
+    extract = _mention_extract(flow)
+    if extract:
+        lines.append("  Values: " + "; ".join(field_line(name, d) for name, d in extract.items()))
+    return lines
+
+
+def lean_schema(keys: Iterable[str]) -> dict:
+    """The lean reply schema: closed lists of small typed items, valid for strict structured output on
+    Gemini, OpenAI and Anthropic (no descriptions: the system text says what each key holds)."""
+    text = {"type": "string"}
+    items = {"flows": closed_object({"id": text, "score": {"type": "integer"}}), "mentions": text,
+             "extract": closed_object({"id": text, "name": text, "value": text}), "branches": text,
+             "fields": closed_object({"id": text, "value": text})}
+    return closed_object({key: {"type": "array", "items": items[key]} for key in keys})
+
+
+def lean_parts(agent: Agent, routing: bool) -> _LeanParts:
+    """The agent-constant part of lean understand calls, with or without routing; built once per agent."""
+    parts = agent._lean_parts.get(routing)
+    if parts is not None:
+        return parts
+    empty = Scope(data={}, context=None)
+    flows = [f for f in agent.flows if isinstance(f, dict) and isinstance(f.get("id"), str)]
+    # With max_candidates the turn's few candidates travel after the history instead of a full catalog.
+    catalog = [f for f in flows if message_trigger(f, True) and not _templated(*_flow_texts(f, "message"))] \
+        if routing and agent.max_candidates is None else []
+    mentions = [f for f in flows if _mention_trigger(f).get("mention") and not _templated(*_flow_texts(f, "mention"))]
+    slugs = [slug for slug, d in agent.fields.items() if extract_mode(d if isinstance(d, dict) else {}) == "anywhere"]
+    keys = [key for key, present in (
+        ("flows", routing and bool(flows)),
+        ("mentions", any(_mention_trigger(f).get("mention") for f in flows)),
+        ("extract", any(_mention_extract(f) for f in flows)),
+        ("branches", any(isinstance(b, dict) and b.get("when") is not None
+                         for f in flows for st in f.get("steps") or [] if isinstance(st, dict)
+                         for b in st.get("branches") or [])),
+        ("fields", bool(agent.fields))) if present]
+    sections = [LEAN_TASK + "\n" + "\n".join(LEAN_KEY_RULES[key] for key in keys)]
+    if catalog:
+        sections.append("\n".join(["## Flows"] + [line for f in catalog for line in _lean_flow_entry(f, empty)]))
+    if mentions:
+        sections.append("\n".join(["## Things the customer may mention"]
+                                  + [line for f in mentions for line in _lean_mention_entry(f, empty)]))
+    if slugs and agent.max_candidates is None:
+        sections.append("\n".join(["## Details"] + [f"- {lean_field_line(slug, agent.fields.get(slug))}"
+                                                   for slug in slugs]))
+    parts = _LeanParts(join_sections(*sections), lean_schema(keys), {f["id"] for f in catalog},
+                       {f["id"] for f in mentions}, slugs if agent.max_candidates is None else [])
+    agent._lean_parts[routing] = parts
+    return parts
+
+
+def _lean_understand_call(agent: Agent, ask: UnderstandAsk) -> _UnderstandCall:
+    """The understand request under protocol "lean": the same questions as ``_understand_call``, laid out
+    for the prefix caches, with the v4 envelope attached for a ScriptedProvider's strict check."""
+    scope = Scope(data=ask.scope.data, context=ask.scope.context)
+    v4 = understand_envelope(agent, ask, scope)
+    aliases = v4.aliases                  # the same aliases, so a v4-form script reads the same
+    candidates = list({f.get("id"): f for f in ask.candidates}.values())
+    floor_id = ask.floor_run.flow_id if ask.floor_run is not None else (ask.floor_flow or {}).get("id")
+    routing = bool(candidates) and not (floor_id is not None and {f.get("id") for f in candidates} == {floor_id})
+    parts = lean_parts(agent, routing)
+    keys = parts.schema["properties"]
+    turn: list[str] = []
+    if routing:
+        turn += _lean_asked("Flows to score", [f.get("id") for f in candidates], parts.flows)
+        turn += [line for f in candidates if f.get("id") not in parts.flows for line in _lean_flow_entry(f, scope)]
+    if "mentions" in keys:
+        turn += _lean_asked("Mentions to check", [f.get("id") for f in ask.mentions], parts.mentions)
+        turn += [line for f in ask.mentions if f.get("id") not in parts.mentions
+                 for line in _lean_mention_entry(f, scope)]
+    if v4.branches:
+        turn.append("Questions (list the id when the answer is yes):")
+        turn += [f"- {alias}: {when}" for alias, when in v4.branches]
+    if "fields" in keys and (parts.slugs or not ask.fields):
+        open_slugs = {slug for slug in parts.slugs if not is_known(ask.scope.data.get(slug))}
+        turn += _lean_asked("Details to report", ask.fields, open_slugs)
+    elif "fields" in keys:                # max_candidates: no field catalog, the asked ones are described here
+        turn += ["Details to report:"] + [f"- {lean_field_line(slug, agent.fields.get(slug))}" for slug in ask.fields]
+    known = [f"- {slug}: {_json_text(ask.scope.data.get(slug))}" for slug in agent.fields
+             if is_known(ask.scope.data.get(slug))]
+    sections = [_lean_current_flow(ask, scope, parts.flows), "## Already known\n" + "\n".join(known)
+                if known else None,
+                "## This turn\n" + "\n".join(turn) if turn else None,
+                f'## Customer\'s latest message\n"""\n{ask.message}\n"""']
+    # The knowledge base stays (it can tell what a message means); the Identity is for the speaker.
+    request = GenerateRequest(system=join_sections(knowledge_section(agent), parts.text),
+                              prompt=join_sections(*sections),
+                              history=list(ask.history), context=ask.scope.context,
+                              schema=lean_schema(parts.schema["properties"]), schema_name="understand",
+                              cache_history=True,
+                              v4_schema=v4.schema)
+    reading = _LeanReading(flows={f.get("id") for f in candidates} if routing else set(),
+                           mentions={f.get("id"): _mention_extract(f) for f in ask.mentions},
+                           fields=list(ask.fields))
+    return _UnderstandCall(request=request, aliases=aliases, lean=reading)
+
+
+def _lean_asked(label: str, ids: list, default: set) -> list[str]:
+    """The line naming what this turn asks, or none when it asks exactly the catalog's default set."""
+    if default and len(ids) == len(default) and set(ids) == default:
+        return []
+    return [f"{label}: {', '.join(str(i) for i in ids) or 'none'}"]
+
+
+def _lean_current_flow(ask: UnderstandAsk, scope: Scope, catalog: set) -> str | None:
+    """``## Current flow``: the flow and step; the description only when the catalog lacks it, the pending
+    fields by id (their lines are in the catalog)."""
+    if ask.floor_run is None and ask.floor_flow is None:
+        return None
+    flow = ask.floor_flow or {"id": ask.floor_run.flow_id}
+    line = str(flow.get("id"))
+    description = _render_text(flow.get("description"), scope) if flow.get("id") not in catalog else ""
+    lines = ["## Current flow", line + (f": {description}" if description else "")]
+    step = ask.floor_step
+    if isinstance(step, dict):
+        prompt = _render_text(step.get("prompt"), scope)
+        lines.append(f"Step {step.get('id')}" + (f": {prompt}" if prompt else ""))
+        if ask.floor_pending:
+            lines.append("Still being asked for: " + ", ".join(ask.floor_pending))
+    return "\n".join(lines)
+
+
+def _lean_extract_value(definition: Any, raw: Any) -> Any:
+    """A lean extract value (always text) as the parameter's declared type; kept as text when it does not read."""
+    definition = definition if isinstance(definition, dict) else {}
+    if definition.get("type") in ("number", "integer", "boolean"):
+        status, value = coerce_field({"type": definition["type"]}, raw)
+        return value if status == "ok" else raw
+    return raw
+
+
+def read_lean_sections(reply: dict, aliases: AliasTable, asked: _LeanReading, judgement: Judgement) -> None:
+    """The list-form sections of a reply (docs/guide/tokens.md): only what holds is listed.
+
+    An id is a real id of this call, else an alias of it. Sparse means: a flow not listed is
+    not scored (it counts as 0), a mention or branch not listed is not true, a detail not listed
+    was not given; a detail not asked for this call is dropped.
+    """
+    def ids(key: str) -> Iterator[tuple[str, dict | str]]:
+        value = reply.get(key)
+        for item in value if isinstance(value, list) else []:
+            name = item.get("id") if isinstance(item, dict) else item
+            if isinstance(name, str):
+                yield name, item
+
+    def real(name: str, known: Iterable) -> str:
+        return name if name in known else aliases.real(name)
+
+    for name, item in ids("flows"):
+        score = read_score(item.get("score")) if isinstance(item, dict) else None
+        if score is not None:
+            judgement.flows[real(name, asked.flows)] = score
+    for name, _ in ids("mentions"):
+        judgement.mentions[real(name, asked.mentions)] = True
+    for name, _ in ids("branches"):
+        judgement.branches[aliases.real(name)] = True
+    for flow_id, definitions in asked.mentions.items():
+        if definitions and judgement.mentions.get(flow_id) is True and flow_id not in judgement.extract:
+            judgement.extract[flow_id] = {}       # a strict v4 reply would have sent every value null
+    for name, item in ids("extract"):
+        flow_id = real(name, asked.mentions)
+        param, raw = (item.get("name"), item.get("value")) if isinstance(item, dict) else (None, None)
+        definitions = asked.mentions.get(flow_id) or {}
+        if not isinstance(param, str) or not is_known(raw) or not is_finite_json(raw):
+            continue                    # NaN and Infinity are dropped as in the v4 form (inferred)
+        values = judgement.extract.setdefault(flow_id, {})
+        definition = definitions.get(param) if isinstance(definitions.get(param), dict) else {}
+        if definition.get("type") == "array":
+            values.setdefault(param, []).append(_lean_extract_value(definition.get("items"), raw))
+        else:
+            values[param] = _lean_extract_value(definition, raw)
+    for name, item in ids("fields"):
+        slug = real(name, asked.fields)
+        value = item.get("value") if isinstance(item, dict) else None
+        if slug in asked.fields and is_known(value):
+            judgement.fields[slug] = value
+
+
 def understand(agent: Agent, ask: UnderstandAsk) -> Judgement:
     """The understand call (model-calls.md §3): one ``generate`` with ``schema_name="understand"``.
 
@@ -4844,10 +5166,10 @@ def understand(agent: Agent, ask: UnderstandAsk) -> Judgement:
     """
     if not needs_understand_call(ask):
         return Judgement()
-    call = _understand_call(agent, ask)
+    call = _understand_call(agent, ask) if agent.protocol == "v4" else _lean_understand_call(agent, ask)
     generation = agent.provider.generate(call.request)
     log_call(call.request, generation)
-    return read_judgement(generation, call.aliases)
+    return read_judgement(generation, call.aliases, call.lean)
 
 
 def _judgement_reply(generation: Generation) -> dict | None:
@@ -4891,8 +5213,13 @@ def is_finite_json(value: Any) -> bool:
     return True
 
 
-def read_judgement(generation: Generation, aliases: AliasTable) -> Judgement:
-    """Read an understand reply section by section, mapping aliases back (model-calls.md §3.5)."""
+def read_judgement(generation: Generation, aliases: AliasTable, lean: _LeanReading | None = None) -> Judgement:
+    """Read an understand reply section by section, mapping aliases back (model-calls.md §3.5).
+
+    A section that is a list is the lean reply form (docs/guide/tokens.md), read by
+    ``read_lean_sections``; a section that is an object is the v4 form, under either
+    protocol, so a script written for v4 reads the same under "lean".
+    """
     judgement = Judgement(llm_calls=1, usage=generation.usage)
     reply = _judgement_reply(generation)
     if reply is None:
@@ -4900,6 +5227,7 @@ def read_judgement(generation: Generation, aliases: AliasTable) -> Judgement:
         log.warning("understand: the reply is not a usable judgement; nothing is judged this turn: %r",
                     text[:200])
         return judgement
+    read_lean_sections(reply, aliases, lean or _LeanReading(), judgement)
 
     def section(key: str) -> dict:
         value = reply.get(key)
@@ -5062,6 +5390,74 @@ def _still_to_collect_section(agent: Agent, ask: SpeakAsk) -> str | None:
     return "\n".join(lines)
 
 
+LEAN_SPEAK_FORMAT = (
+    '## Reply\nOne JSON object: "message", your natural-text answer (no field names or keys); "fields", '
+    '{"id","value"} per "Still to collect" detail the customer gave, never guessed. Ask for those in order, at '
+    'the guideline\'s pace; never ask again for an "Already known" value.')
+LEAN_TOOLS_RULE = "Call the offered tools when something must be looked up or done first."
+LEAN_WRAP_UP = "## Wrap up\nAnswer now with the tool results; call no tools."
+LEAN_GUIDELINE_HEADING = "## Guideline"
+LEAN_COLLECT_GUIDELINE = "Collect what is still missing, one or two things per message."
+
+
+def lean_speak_schema() -> dict:
+    """The lean speak reply schema, the same on every speak call: the message and the details given."""
+    return closed_object({"message": {"type": "string"}, "fields": {"type": "array", "items": closed_object(
+        {"id": {"type": "string"}, "value": {"type": "string"}})}})
+
+
+def lean_speak_call(agent: Agent, ask: SpeakAsk) -> tuple[str | None, str]:
+    """(system, prompt) of a speak call under protocol "lean" (docs/guide/tokens.md).
+
+    The response-format rules join the stable system part, the reply schema
+    (``lean_speak_schema``) is the same on every speak call of the agent, and
+    each pending field is listed once.
+    """
+    scope = ask.scope
+    system, identity = stable_prefix(agent, scope)
+    system = join_sections(system, LEAN_SPEAK_FORMAT + ("\n" + LEAN_TOOLS_RULE if agent.tools else ""))
+    if ask.step is None:
+        idle = agent.idle if isinstance(agent.idle, dict) else {}
+        guideline = _render_text(idle.get("prompt"), scope)
+        return system, join_sections(
+            identity, f"{LEAN_GUIDELINE_HEADING}\n{guideline}" if guideline else None,
+            instructions_section(ask.instructions, scope), input_section(ask))
+    flow = ask.flow or {}
+    flow_text = flow_name(flow) if flow else ""
+    if flow.get("description"):
+        flow_text += f": {flow['description']}"
+    guideline = _render_text(ask.step.get("prompt"), scope) or (
+        LEAN_COLLECT_GUIDELINE if ask.pending else DEFAULT_ANSWER_GUIDELINE)
+    known = [f"- {slug}: {_json_text(scope.data.get(slug))}" for slug in agent.fields if is_known(scope.data.get(slug))]
+    prompt = join_sections(
+        identity, f"## Flow\n{flow_text}" if flow_text else None, f"{LEAN_GUIDELINE_HEADING}\n{guideline}",
+        _lean_still_to_collect(agent, ask), "## Already known\n" + "\n".join(known) if known else None,
+        instructions_section(ask.instructions, scope), input_section(ask))
+    return system, prompt
+
+
+def _lean_still_to_collect(agent: Agent, ask: SpeakAsk) -> str | None:
+    """``## Still to collect``, one line per pending field and its wording; the rules are in the system part."""
+    if not ask.pending:
+        return None
+    step_ask = ask.step.get("ask") if isinstance(ask.step.get("ask"), dict) else {}
+    lines = ["## Still to collect"]
+    for slug in dict.fromkeys(ask.pending):
+        definition = agent.fields.get(slug)
+        wording = step_ask.get(slug)
+        if wording is None and isinstance(definition, dict):
+            wording = definition.get("ask")
+        how = _render_text(wording, ask.scope)
+        lines.append(f"- {lean_field_line(slug, definition)}" + (f" — ask: {how}" if how else ""))
+    return "\n".join(lines)
+
+
+def lean_field_line(name: str, definition: Any) -> str:
+    """``<name>[ (<type>)][ [a | b]][: <description>]``: like ``field_line``, the type left out for a string."""
+    line = field_line(name, definition)
+    return line.replace(f"{name} (string)", name, 1) if line.startswith(f"{name} (string)") else line
+
+
 @dataclass
 class _Round:
     """One speak round's reply as read by model-calls.md §5.5."""
@@ -5083,6 +5479,12 @@ def read_round(generation: Generation, wire: list[tuple[str, str]]) -> _Round:
     if parsed is not None:
         message = parsed["message"] if isinstance(parsed.get("message"), str) else ""
         fields = {slug: parsed[name] for slug, name in wire if is_known(parsed.get(name))}
+        if isinstance(parsed.get("fields"), list):          # the lean form (docs/guide/tokens.md)
+            real = {name: slug for slug, name in wire} | {slug: slug for slug, _ in wire}
+            for item in parsed["fields"]:
+                slug = real.get(item.get("id")) if isinstance(item, dict) and isinstance(item.get("id"), str) else None
+                if slug is not None and is_known(item.get("value")):
+                    fields[slug] = item["value"]
     else:
         message = "" if ENVELOPE_SHAPED.match(raw) else raw
         fields = {}
@@ -5168,8 +5570,13 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
     provider failure or a tool.
     """
     wire = wire_names(ask.pending) if ask.step is not None else []
-    system, base = speak_prompt(agent, ask, wire)
-    schema = speak_envelope(agent, wire)
+    envelope = speak_envelope(agent, wire)
+    if agent.protocol == "v4":
+        system, base = speak_prompt(agent, ask, wire)
+        schema, v4_schema = envelope, None
+    else:
+        system, base = lean_speak_call(agent, ask)
+        schema, v4_schema = None, envelope       # a fresh lean schema per round, like the v4 copy
     declarations = [{"name": t.id, "description": t.description, "parameters": t.parameters} for t in ask.tools]
     tools_by_id: dict[str, Tool] = {}
     for tool in ask.tools:
@@ -5183,10 +5590,15 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
     round_no = 0
     while True:
         offer = bool(ask.tools) and round_no < loops
-        section = TOOLS_SECTION if offer else WRAP_UP_SECTION if round_no > 0 else None
+        if v4_schema is None:
+            section = TOOLS_SECTION if offer else WRAP_UP_SECTION if round_no > 0 else None
+        else:                                       # lean: the tools rule is in the system part
+            section = LEAN_WRAP_UP if not offer and round_no > 0 else None
         request = GenerateRequest(system=system, prompt=join_sections(base, section), history=list(history),
-                                  context=ask.scope.context, schema=copy.deepcopy(schema), schema_name="speak",
-                                  tools=[dict(d) for d in declarations] if offer else None)
+                                  context=ask.scope.context,
+                                  schema=copy.deepcopy(schema) if v4_schema is None else lean_speak_schema(),
+                                  schema_name="speak", tools=[dict(d) for d in declarations] if offer else None,
+                                  cache_history=v4_schema is not None, v4_schema=v4_schema)
         calls += 1
         try:
             if streaming:
@@ -6355,7 +6767,9 @@ class ScriptedProvider:
                 raise RuntimeError(text)
             entry = queue.pop(0)
         if callable(entry) and not isinstance(entry, type):
-            entry = entry(request)
+            # A script function reads what is asked from the schema in the documented (v4) form, under
+            # either protocol; .calls keeps the request as sent (docs/guide/tokens.md).
+            entry = entry(request if request.v4_schema is None else replace(request, schema=request.v4_schema))
         if isinstance(entry, BaseException) or (isinstance(entry, type) and issubclass(entry, BaseException)):
             raise entry
         if self.strict and isinstance(entry, dict):
@@ -6370,8 +6784,11 @@ class ScriptedProvider:
     def _misfit(request: GenerateRequest, entry: dict) -> str | None:
         """What in a dict reply cannot answer this request, or None."""
         reply = {key: value for key, value in entry.items() if key != "toolCalls"}
-        if request.schema is not None:
-            problem = schema_mismatch(request.schema, reply)
+        schema = request.schema
+        if request.v4_schema is not None and not any(isinstance(value, list) for value in reply.values()):
+            schema = request.v4_schema       # a reply in the v4 form, under protocol "lean" (docs/guide/tokens.md)
+        if schema is not None:
+            problem = schema_mismatch(schema, reply)
             if problem:
                 return problem
         calls = entry.get("toolCalls") or []

@@ -2177,6 +2177,8 @@ class AnthropicProvider(_HttpProvider):
                       "messages": self._messages([m for m in plan.messages if m["role"] != "system"],
                                                  replay=turned_on),
                       "stream": True}
+        if plan.request.cache_history and len(plan.request.history or []) > 0:
+            self._mark_history_end(body["messages"], bool(plan.request.prompt))
         system_text = "\n\n".join(m["content"] for m in plan.messages if m["role"] == "system")
         system: list[dict] = []
         if system_text:
@@ -2226,6 +2228,16 @@ class AnthropicProvider(_HttpProvider):
             return {"type": "enabled", "budget_tokens": budget}, None
         self._dropped_effort(options, model)
         return None, None
+
+    @staticmethod
+    def _mark_history_end(messages: list[dict], has_prompt: bool) -> None:
+        """A cache breakpoint on the history's last block, the one before the per-call prompt (issue 11):
+        the system block alone is often below the 1,024-token minimum, the system plus the history is not,
+        and it is the same prefix on the next call of the conversation."""
+        blocks = [block for message in messages for block in message["content"]]
+        at = len(blocks) - (2 if has_prompt else 1)
+        if at >= 0 and blocks[at].get("type") in ("text", "tool_result", "tool_use"):
+            blocks[at]["cache_control"] = {"type": "ephemeral"}
 
     @staticmethod
     def _unsigned_tool_round(messages: list[dict]) -> bool:

@@ -18,6 +18,7 @@ _LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "live: talks to a real vendor API; runs only when its key is set")
+    config.addinivalue_line("markers", "protocols(*names): run the module's tests under each agent protocol")
 
 
 class NonLoopbackConnectionBlocked(RuntimeError):
@@ -68,3 +69,25 @@ def fake():
     server = FakeModelServer()
     yield server
     server.close()
+
+
+# issue 11: a module marked ``pytestmark = pytest.mark.protocols("lean", "v4")`` runs every test under each
+# listed protocol (the agent's default is swapped for the test), so conversation tests check that both
+# protocols reach the same judgements and results; ``protocols("v4")`` pins a module that reads v4 prompts.
+def pytest_generate_tests(metafunc):
+    marker = metafunc.definition.get_closest_marker("protocols")
+    if marker is not None:
+        if "protocol" not in metafunc.fixturenames:
+            metafunc.fixturenames.append("protocol")
+        metafunc.parametrize("protocol", list(marker.args))
+
+
+@_pytest.fixture(autouse=True)
+def _agent_protocol(request, monkeypatch):
+    """Agents built in the test default to its ``protocol`` parameter (the engine's own default otherwise)."""
+    callspec = getattr(request.node, "callspec", None)
+    value = callspec.params.get("protocol") if callspec is not None else None
+    if value is not None:
+        import falai
+        monkeypatch.setitem(falai.Agent.__init__.__kwdefaults__, "protocol", value)
+    yield

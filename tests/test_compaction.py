@@ -6,6 +6,8 @@ import pytest
 import falai as F
 from falai import ProviderError, ScriptedProvider, TokenUsage
 
+pytestmark = pytest.mark.protocols("lean", "v4")     # the same results under both (issue 11)
+
 
 def make_agent(compaction, script=None, provider=None):
     return F.Agent(name="Ana", provider=provider or ScriptedProvider(script=script or {}), compaction=compaction)

@@ -11,6 +11,8 @@ asker, stack and hand-back, another-reply, `understand: True`, staying) is tests
 import pytest
 from falai import Action, ScriptedProvider, falai, fake_clock
 
+pytestmark = pytest.mark.protocols("lean", "v4")     # the same judgements under both (issue 11)
+
 
 T0 = "2026-09-20T10:00:00.000Z"
 
@@ -42,8 +44,9 @@ def understand_calls(provider):
 
 
 def section(call, name):
-    """The property names of one envelope section, in order; None when the section is absent."""
-    props = call.schema["properties"]
+    """The property names of one envelope section, in order; None when the section is absent (under
+    protocol "lean" the request carries the turn's v4 envelope beside the lean schema)."""
+    props = (call.v4_schema or call.schema)["properties"]
     return list(props[name]["properties"]) if name in props else None
 
 
@@ -120,7 +123,8 @@ def test_the_unscored_lone_flow_still_has_its_fields_judged_in_a_call_without_ca
                                      "speak": [{"message": "Seu nome?"}]}, idle="silent")
     r = agent.turn(session_id="s1", message="sou de Recife", id="m1")
     call = understand_calls(provider)[0]
-    assert list(call.schema["properties"]) == ["fields"] and section(call, "fields") == ["nome", "cidade"]
+    assert list((call.v4_schema or call.schema)["properties"]) == ["fields"]
+    assert section(call, "fields") == ["nome", "cidade"]
     assert "## Flows the customer may want" not in call.prompt
     assert [s.run_id for s in r.started] == ["f#m1"] and r.llm_calls == 2
     assert r.session.data == {"cidade": "Recife"} and r.messages[0].key == "f#m1:q:1"
@@ -196,7 +200,7 @@ def test_a_when_branch_alone_is_the_reason_for_the_understand_call():
     t1 = agent.turn(session_id="s1", message="oi", id="m1")
     agent.turn(session_id="s1", session=t1.session, message="hm", id="m2")
     call = understand_calls(provider)[0]
-    assert list(call.schema["properties"]) == ["flows", "branches"]
+    assert list((call.v4_schema or call.schema)["properties"]) == ["flows", "branches"]
     assert section(call, "flows") == ["f"] and section(call, "branches") == ["q1"]
     assert "- q1: a pessoa desiste" in call.prompt
 
@@ -930,7 +934,8 @@ def test_mention_runs_start_before_the_routed_run_and_only_the_first_mention_tri
                                              "speak": [{"message": "CPF?"}]}, actions={"anotar": anotar})
     r = agent.turn(session_id="s1", message="quero comprar, a ACME é mais barata", id="m1")
     assert [s.run_id for s in r.started] == ["m#m1", "vendas#m1"]
-    prompt = understand_calls(provider)[0].prompt
+    call = understand_calls(provider)[0]
+    prompt = (call.system or "") + call.prompt          # "lean" keeps the mention catalog in the system part
     assert "cita um concorrente" in prompt and "fala de preço" not in prompt
 
 

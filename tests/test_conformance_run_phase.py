@@ -6,6 +6,9 @@ flows.md §3.6, §5.3, §6. Helpers are shared with tests/test_conformance_routi
 """
 from test_conformance_routing import (SUPORTE, T0, VENDAS, build, flow, noop, section, status,
                                       understand_calls)
+import pytest
+
+pytestmark = pytest.mark.protocols("lean", "v4")     # the same results under both (issue 11)
 
 
 # §3.5 "The displaced asker": routing never suspends the asker -----------------------------------------------------

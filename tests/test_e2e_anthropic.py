@@ -15,6 +15,8 @@ from e2e_concierge import (CODE, M1, M2, NOW_MS, PRECO_DECL, RESERVAR_DECL, REPL
                            UNDERSTAND2, at_of, concierge, first_turn_history, iso_of, ms_of, pieces,
                            real_now_iso, same_result)
 
+pytestmark = pytest.mark.protocols("lean", "v4")     # the same results under both (issue 11)
+
 IDENTITY = '## Identity\nYou are "Concierge". Always refer to yourself by that name.'
 
 
@@ -56,6 +58,7 @@ def script_turn2(fake):
     fake.sse(*text_events(SPEAK2, 310, 16, cache_read=60))
 
 
+@pytest.mark.protocols("v4")      # the v4 wire, byte for byte; tests/test_protocol.py covers "lean"
 def test_two_turn_concierge_conversation_over_anthropic(fake):
     """The Tool page's Example on AnthropicProvider: the stable prefix as the cached system block, the envelope
     as native structured output (issue 7), the prompt the last user text, tools only on speak rounds

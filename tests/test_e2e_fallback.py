@@ -12,6 +12,8 @@ from falai_providers import FallbackProvider, GeminiProvider, OpenAICompatiblePr
 from fake_model_server import FakeModelServer, gemini_frame, openai_frame
 from e2e_concierge import M1, REPLY1, SPEAK1, UNDERSTAND1, concierge, ms_of, pieces, real_now_iso
 
+pytestmark = pytest.mark.protocols("lean", "v4")     # the same results under both (issue 11)
+
 OVERLOADED = {"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}}
 
 

@@ -6,6 +6,8 @@ import pytest
 
 from falai import events_to_history, history_to_events
 
+pytestmark = pytest.mark.protocols("lean", "v4")     # the same results under both (issue 11)
+
 ISO_TEXT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 

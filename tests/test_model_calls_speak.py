@@ -7,6 +7,8 @@ import pytest
 import falai as F
 from falai import Generation, GenerationChunk, ProviderError, ScriptedProvider, TokenUsage
 
+pytestmark = pytest.mark.protocols("v4")     # the v4 prompts and envelopes (model-calls.md); "lean": test_protocol.py
+
 NOW = datetime(2026, 9, 20, 10, 0, tzinfo=timezone.utc)
 FIELDS = {"nome": {"type": "string", "description": "Nome da pessoa"},
           "empresa": {"type": "string", "description": "Empresa da pessoa",

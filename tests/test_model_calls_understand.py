@@ -7,6 +7,8 @@ import pytest
 import falai as F
 from falai import Generation, ProviderError, ScriptedProvider, TokenUsage
 
+pytestmark = pytest.mark.protocols("v4")     # the v4 prompts and envelopes (model-calls.md); "lean": test_protocol.py
+
 NOME = {"type": "string", "description": "Nome da pessoa"}
 FIELDS = {"nome": NOME, "empresa": {"type": "string", "ask": "Pergunte a empresa."},
           "porte": {"type": "string", "enum": ["1-10", "11-50"], "description": "Porte"}}

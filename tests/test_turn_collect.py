@@ -4,6 +4,8 @@ import pytest
 
 from falai import ScriptedProvider, falai, fake_clock
 
+pytestmark = pytest.mark.protocols("lean", "v4")     # the same results under both (issue 11)
+
 FIELDS = {
     "nome": {"type": "string", "ask": "Pergunte o nome."},
     "empresa": {"type": "string", "ask": "Pergunte a empresa."},
@@ -162,4 +164,7 @@ def test_an_asked_boolean_is_never_harvested_by_the_understand_call():
               "steps": [{"id": "q", "collect": ["nome", "confirmado"]}]}]
     agent, provider = build(flows, {"understand": [{"flows": {"f": 90}}], "speak": [{"message": "Nome?"}]})
     agent.turn(session_id="s1", message="quero ajuda", id="m1")
-    assert "confirmado" not in str(provider.calls[0].schema) and "nome" in str(provider.calls[0].schema)
+    call = provider.calls[0]
+    asked = str(call.v4_schema or call.schema) + call.prompt      # "lean": the turn's list is in the prompt
+    assert "confirmado" not in asked and "nome" in asked
+    assert "confirmado" not in (call.system or "")                 # nor in the lean field catalog

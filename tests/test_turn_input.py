@@ -6,6 +6,8 @@ import pytest
 
 from falai import ScriptedProvider, Session, falai, fake_clock
 
+pytestmark = pytest.mark.protocols("lean", "v4")     # the same results under both (issue 11)
+
 
 @pytest.fixture
 def agent():

@@ -1,6 +1,9 @@
 """Routing, the floor, suspension and hand-back, mentions, branches and the idle speaker
 (flows.md §4.1-§4.3, §6; runtime.md §3.4-§3.6, §4.4-§4.7)."""
 from falai import Action, ScriptedProvider, falai, fake_clock
+import pytest
+
+pytestmark = pytest.mark.protocols("lean", "v4")     # the same results under both (issue 11)
 
 FIELDS = {"nome": {"type": "string", "ask": "Pergunte o nome."},
           "pedido": {"type": "string", "ask": "Pergunte o número do pedido."},

@@ -13,6 +13,8 @@ import pytest
 import falai as F
 from falai import ProviderError, ScriptedProvider, fake_clock, falai
 
+pytestmark = pytest.mark.protocols("lean", "v4")     # the same results under both (issue 11)
+
 T0 = "2026-09-20T10:00:00.000Z"
 NOW0 = datetime(2026, 9, 20, 10, 0, tzinfo=timezone.utc)
 MS0 = 1789898400000
