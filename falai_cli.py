@@ -189,8 +189,12 @@ def standin_condition(value: bool) -> Condition:
     return Condition(check=check)
 
 
-def build_agent(flow_paths: list[str], registry: Registry, provider: Any, clock: Callable) -> Agent:
-    """An agent of the flows files and the registry's stand-ins; FalaiError when a flow cannot run."""
+def build_agent(flow_paths: list[str], registry: Registry, provider: Any, clock: Callable,
+                protocol: str = "lean") -> Agent:
+    """An agent of the flows files and the registry's stand-ins; FalaiError when a flow cannot run.
+
+    The registry's ``agent.protocol`` wins over ``protocol``.
+    """
     specs = [spec for _, _, spec in load_specs(flow_paths)]
     flows = [falai.from_spec(spec) for spec in specs]
     options = registry.agent
@@ -201,7 +205,8 @@ def build_agent(flow_paths: list[str], registry: Registry, provider: Any, clock:
                  actions={name: standin_action(name, d) for name, d in registry.actions.items()},
                  events=events, conditions=conditions, tools=[standin_tool(t) for t in registry.tools],
                  persona=options.get("persona"), goal=options.get("goal"), idle=options.get("idle"),
-                 instructions=options.get("instructions"), clock=clock)
+                 instructions=options.get("instructions"), clock=clock,
+                 protocol=options.get("protocol") or protocol)
 
 
 # 2. validate and schema #######################################################################
@@ -809,7 +814,9 @@ class Playground:
     def __init__(self, flow_paths: list[str], registry: Registry, provider: Any, now: str):
         self.clock = falai.fake_clock(now)
         self.provider = RecordingProvider(provider)
-        self.agent = build_agent(flow_paths, registry, self.provider, self.clock)
+        # The offline stand-in reads the v4 prompts (docs/guide/tokens.md), so it plays under "v4".
+        protocol = "v4" if isinstance(provider, ScriptedProvider) else "lean"
+        self.agent = build_agent(flow_paths, registry, self.provider, self.clock, protocol)
         self.specs = [spec for _, _, spec in load_specs(flow_paths)]
         self.graph = flow_graph(self.specs)
         self.session: Session | None = None
