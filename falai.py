@@ -37,12 +37,12 @@ import logging
 import math
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields as dataclass_fields, replace
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
-from typing import Any, Callable, Generator, Iterable, Iterator, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 __version__ = "0.1.0"
 
@@ -191,7 +191,7 @@ class ToolCtx:
     context: Any
     data: dict
     history: list
-    run: "Run | None"
+    run: Run | None
     now: datetime
 
 
@@ -199,15 +199,15 @@ class ToolCtx:
 class Tool:
     """A function the model may call while phrasing a reply (the Tool seed page)."""
     id: str
-    handler: Callable[[dict, ToolCtx], "ToolResult | dict | None"]
+    handler: Callable[[dict, ToolCtx], ToolResult | dict | None]
     description: str | None = None
     parameters: dict | None = None
     is_concurrency_safe: Callable[[dict], bool] | None = None
     is_read_only: Callable[[dict], bool] | None = None
     is_destructive: Callable[[dict], bool] | None = None
     max_result_size_chars: int | None = None
-    validate_input: Callable[[dict, ToolCtx], "ToolValidationResult | dict"] | None = None
-    check_permissions: Callable[[dict, ToolCtx], "ToolPermissionResult | dict"] | None = None
+    validate_input: Callable[[dict, ToolCtx], ToolValidationResult | dict] | None = None
+    check_permissions: Callable[[dict, ToolCtx], ToolPermissionResult | dict] | None = None
 
 
 @dataclass
@@ -216,7 +216,7 @@ class PredCtx:
     context: Any
     data: dict
     input: Any
-    run: "Run | None"
+    run: Run | None
     silenced: str | None
     now: datetime
 
@@ -238,7 +238,7 @@ class ActionCtx:
     context: Any
     data: dict
     input: Any
-    run: "Run"
+    run: Run
     key: str
     dedupe_key: str
     silenced: str | None
@@ -253,7 +253,7 @@ class ActionCtx:
 class Action:
     """A host action a ``do`` step names (flows.md §9)."""
     parameters: dict
-    run: Callable[[dict, ActionCtx], "ActionResult | dict | None"]
+    run: Callable[[dict, ActionCtx], ActionResult | dict | None]
     description: str | None = None
 
 
@@ -330,7 +330,7 @@ class StepOutcome:
                 if getattr(self, attr) is not None}
 
     @classmethod
-    def from_dict(cls, line: dict) -> "StepOutcome":
+    def from_dict(cls, line: dict) -> StepOutcome:
         return cls(**{attr: line.get(camel) for attr, camel in OUTCOME_KEYS.items()})
 
 
@@ -345,7 +345,7 @@ class TurnStreamChunk:
     """A piece of ``turn_stream()``: text deltas, then one ``done=True`` chunk with the result."""
     delta: str = ""
     done: bool = False
-    result: "TurnResult | None" = None
+    result: TurnResult | None = None
 
 
 @dataclass
@@ -490,7 +490,7 @@ class ProviderError(FalaiError):
         return self.kind in ("overload", "rate")
 
     @classmethod
-    def from_exception(cls, provider: str, exc: BaseException) -> "ProviderError":
+    def from_exception(cls, provider: str, exc: BaseException) -> ProviderError:
         """Wrap any exception into a classified ProviderError; a ProviderError passes through."""
         if isinstance(exc, ProviderError):
             return exc
@@ -734,7 +734,7 @@ class FakeClock:
     def now(self) -> datetime:
         return self._now
 
-    def advance(self, by: "str | int | float") -> datetime:
+    def advance(self, by: str | int | float) -> datetime:
         """Move forward by a Duration ("2d") or a number of seconds; returns the new instant."""
         if isinstance(by, str):
             self._now = self._now + timedelta(milliseconds=duration_ms(by))
@@ -791,7 +791,7 @@ JS_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]
 JS_PREFIXED = re.compile(r"0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+")
 
 
-def js_number(text: str) -> "int | float | None":
+def js_number(text: str) -> int | float | None:
     """JavaScript's Number(string) with the first "," read as "."; None when it does not parse."""
     text = text.strip().replace(",", ".", 1)
     if JS_PREFIXED.fullmatch(text):
@@ -801,7 +801,7 @@ def js_number(text: str) -> "int | float | None":
     return None
 
 
-def js_number_text(x: "int | float") -> str:
+def js_number_text(x: int | float) -> str:
     """JavaScript's Number.prototype.toString() (model-calls.md §4): 3.0 -> "3", 1e-7 -> "1e-7"."""
     if isinstance(x, int) and abs(x) < 10 ** 21:
         return str(x)
@@ -1176,7 +1176,7 @@ class _Kit:
         """A named code predicate JSON flows may use (flows.md §7.3)."""
         return Condition(check=check)
 
-    def agent(self, **options: Any) -> "Agent":
+    def agent(self, **options: Any) -> Agent:
         """Build an Agent with this toolkit's fields."""
         if "fields" in options:
             raise TypeError("f.agent() takes its fields from the toolkit; pass them to falai().fields(...)")
@@ -1248,13 +1248,13 @@ class Agent:
         for warning in check_agent(self):
             log.warning("[Agent] %s", warning)
 
-    def turn(self, *, session_id: str, session: "Session | dict | None" = None,
+    def turn(self, *, session_id: str, session: Session | dict | None = None,
              message: str | None = None, id: str | None = None, at: str | None = None,
              wake: str | None = None,
              event: str | None = None, key: str | None = None, payload: Any = None, hop: int | None = None,
              start: dict | None = None,
-             context: Any = None, history: list | None = None, silenced: "str | dict | None" = None,
-             anchors: dict | None = None, claims: dict | None = None) -> "TurnResult":
+             context: Any = None, history: list | None = None, silenced: str | dict | None = None,
+             anchors: dict | None = None, claims: dict | None = None) -> TurnResult:
         """Run one turn (runtime.md §3); all arguments are keywords.
 
         Exactly one of ``message`` (with ``id``, ``at``), ``wake``, ``event``
@@ -1269,12 +1269,12 @@ class Agent:
             except StopIteration as done:
                 return done.value
 
-    def turn_stream(self, *, session_id: str, session: "Session | dict | None" = None,
+    def turn_stream(self, *, session_id: str, session: Session | dict | None = None,
                     message: str | None = None, id: str | None = None, at: str | None = None,
                     wake: str | None = None,
                     event: str | None = None, key: str | None = None, payload: Any = None, hop: int | None = None,
                     start: dict | None = None,
-                    context: Any = None, history: list | None = None, silenced: "str | dict | None" = None,
+                    context: Any = None, history: list | None = None, silenced: str | dict | None = None,
                     anchors: dict | None = None, claims: dict | None = None) -> Iterator[TurnStreamChunk]:
         """Run one turn, yielding text deltas while the reply is phrased, then the result (runtime.md §16).
 
@@ -1289,7 +1289,7 @@ class Agent:
                 return
             yield TurnStreamChunk(delta=delta)
 
-    def pending_wakes(self, *, session: "Session | dict", context: Any = None, anchors: dict | None = None,
+    def pending_wakes(self, *, session: Session | dict, context: Any = None, anchors: dict | None = None,
                       claims: dict | None = None) -> list[ScheduleEntry]:
         """The wakes a saved session is waiting on (runtime.md §14); changes nothing."""
         return pending_wakes(self, session, context, anchors, claims)
@@ -1756,7 +1756,7 @@ class _FlowNames:
     flow_ids: list | None     # None: targets naming a flow are not checked
 
     @classmethod
-    def of(cls, registries: dict | None) -> "_FlowNames":
+    def of(cls, registries: dict | None) -> _FlowNames:
         registries = registries or {}
         tools = registries.get("tools") or []
         tool_ids = [tool if isinstance(tool, str) else tool.get("id") if isinstance(tool, dict)
@@ -2522,7 +2522,7 @@ class Session:
         return session_to_dict(self)
 
     @classmethod
-    def from_dict(cls, blob: Any, session_id: str | None = None) -> "Session":
+    def from_dict(cls, blob: Any, session_id: str | None = None) -> Session:
         """Read a v4 blob; anything else raises InvalidSessionError (persistence.md §2.5)."""
         return session_from_dict(blob, session_id)
 
@@ -2787,7 +2787,8 @@ def read_turn_input(kwargs: dict) -> TurnInput:
                 raise TypeError(f"turn() got {keyword}= with a {kind} input; {keyword} belongs to {other}")
     value = kwargs[kind]
     if kind == "start":
-        if not isinstance(value, dict) or not isinstance(value.get("flow"), str) or not isinstance(value.get("key"), str):
+        if (not isinstance(value, dict) or not isinstance(value.get("flow"), str)
+                or not isinstance(value.get("key"), str)):
             raise TypeError('turn(start=...) needs a dict with "flow" and "key" strings, '
                             f'such as {{"flow": "lembrete", "key": "k1"}}; got {value!r}')
         hop = value.get("hop", 0)
@@ -3307,7 +3308,7 @@ def judge_resumed_branches(turn: Turn, run: Run) -> None:
         fire_branch(turn, run, step, None)
 
 
-def choose_speaker(turn: Turn) -> "Run | str | None":
+def choose_speaker(turn: Turn) -> Run | str | None:
     """The talk step's run, "idle", or None (runtime.md §3.6.6); sends a due fixed question."""
     if turn.silenced is not None:
         return None
@@ -3327,7 +3328,7 @@ def choose_speaker(turn: Turn) -> "Run | str | None":
 
 # Phase 6: speak (runtime.md §3.7; the call itself is section 10) ------------------------------
 
-def speak_ask(turn: Turn, speaker: "Run | str") -> SpeakAsk:
+def speak_ask(turn: Turn, speaker: Run | str) -> SpeakAsk:
     """The speak request for a talk step or the idle speaker (runtime.md §3.7, model-calls.md §5.1)."""
     agent = turn.agent
     text = turn.input.message if turn.is_message else None
@@ -3363,7 +3364,7 @@ def offered_tools(agent: Agent, listed: list | None) -> list:
 
 # Phase 7: settle (runtime.md §3.8) ------------------------------------------------------------
 
-def settle(turn: Turn, speaker: "Run | str | None", spoken: "Spoken | Deferred | None") -> None:
+def settle(turn: Turn, speaker: Run | str | None, spoken: Spoken | Deferred | None) -> None:
     """Apply the speak result, drain what it moved, stamp the time, resume, arm silence wakes."""
     turn.speaking_done = True
     if isinstance(spoken, Deferred):
@@ -4860,7 +4861,7 @@ def _judgement_reply(generation: Generation) -> dict | None:
     return None
 
 
-def read_score(value: Any) -> "int | float | None":
+def read_score(value: Any) -> int | float | None:
     """A flow score: a number (not a bool) or a numeric string, finite, clamped to 0..100 (§3.5)."""
     if isinstance(value, bool):
         return None
@@ -5158,7 +5159,7 @@ def _overlay(data: dict, patch: dict) -> dict:
     return view
 
 
-def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, "Spoken | Deferred"]:
+def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, Spoken | Deferred]:
     """The speak call and its tool rounds (model-calls.md §5-§6, the Tool seed page).
 
     A generator: ``result = yield from speak(agent, ask, streaming)``. While
@@ -6329,7 +6330,7 @@ class ScriptedProvider:
 
     name = "scripted"
 
-    def __init__(self, script: dict | None = None, usage: "bool | TokenUsage" = False, strict: bool = False):
+    def __init__(self, script: dict | None = None, usage: bool | TokenUsage = False, strict: bool = False):
         self.script = {name: list(entries) for name, entries in (script or {}).items()}
         self.usage = usage
         self.strict = strict

@@ -41,7 +41,8 @@ import re
 import threading
 import time
 import urllib.parse
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import requests
 

@@ -146,7 +146,7 @@ class SQLiteStore(_SqlStore):
     _CREATE = ("CREATE TABLE IF NOT EXISTS {table} (id TEXT PRIMARY KEY, version INTEGER NOT NULL, "
                "blob TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL)")
 
-    def __init__(self, db: "sqlite3.Connection | str | os.PathLike", *, table: str = DEFAULT_TABLE,
+    def __init__(self, db: sqlite3.Connection | str | os.PathLike, *, table: str = DEFAULT_TABLE,
                  timeout: float = 5.0):
         self.table = check_table_name(table)
         if isinstance(db, sqlite3.Connection):
