@@ -42,7 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields as dataclass_fields, replace
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NoReturn, Protocol, runtime_checkable
 
 __version__ = "0.1.0"
 
@@ -331,7 +331,8 @@ class StepOutcome:
 
     @classmethod
     def from_dict(cls, line: dict) -> StepOutcome:
-        return cls(**{attr: line.get(camel) for attr, camel in OUTCOME_KEYS.items()})
+        values: dict[str, Any] = {attr: line.get(camel) for attr, camel in OUTCOME_KEYS.items()}
+        return cls(**values)
 
 
 OUTCOME_KEYS = {"run_id": "runId", "flow_id": "flowId", "step_id": "stepId", "key": "key",
@@ -708,7 +709,7 @@ def to_ms(at: datetime) -> int:
     return (at - EPOCH) // timedelta(milliseconds=1)
 
 
-def from_ms(ms: int) -> datetime:
+def from_ms(ms: int | float) -> datetime:
     return EPOCH + timedelta(milliseconds=ms)
 
 
@@ -813,6 +814,7 @@ def js_number_text(x: int | float) -> str:
     if x == 0:
         return "0"
     raw = Decimal(repr(abs(x))).as_tuple()
+    assert isinstance(raw.exponent, int)        # x is finite: no "n", "N" or "F" exponent
     full = "".join(map(str, raw.digits))
     digits = full.rstrip("0")
     k = len(digits)
@@ -858,7 +860,9 @@ def _fill_placeholders(template: str, fill: Callable[[re.Match], str]) -> str:
         match = PLACEHOLDER.match(template, at)
         if match is None:
             # Only a "{{" ending the name can still open a placeholder (the next "{" after it starts one).
-            at = template.find("{{", max(at + 1, _PLACEHOLDER_HEAD.match(template, at).end() - 2))
+            head = _PLACEHOLDER_HEAD.match(template, at)
+            assert head is not None                 # at is a "{{": the head always matches
+            at = template.find("{{", max(at + 1, head.end() - 2))
             continue
         out.append(template[done:at])
         out.append(fill(match))
@@ -1082,7 +1086,7 @@ def coerce_field(definition: dict, raw: Any) -> tuple[str, Any]:
     Returns ("ok", value) or ("bad-value" | "not-in-enum", None).
     """
     kind = definition.get("type")
-    value = None
+    value: Any = None
     try:
         if kind == "string":
             if isinstance(raw, str):
@@ -1234,14 +1238,14 @@ class Agent:
         self.knowledge_base = knowledge_base
         self.goal = goal
         self.persona = persona
-        self.idle = {"prompt": ""} if idle is None else idle
+        self.idle: dict | str = {"prompt": ""} if idle is None else idle
         self.clock = clock or system_clock
         self.business_hours = business_hours
         self.max_tool_loops = max_tool_loops
         self.compaction = compaction
         if debug:
             log.setLevel(logging.DEBUG)
-        self.flow_by_id = {}
+        self.flow_by_id: dict[str, dict] = {}
         for flow in self.flows:
             if isinstance(flow, dict) and isinstance(flow.get("id"), str):
                 self.flow_by_id.setdefault(flow["id"], flow)
@@ -1325,7 +1329,7 @@ class _Absent:
 ABSENT = _Absent()
 
 
-def _flow_error(where: str, what: str, fix: str) -> None:
+def _flow_error(where: str, what: str, fix: str) -> NoReturn:
     raise FlowConfigurationError(f"{where}: {what}. {fix}")
 
 
@@ -2625,7 +2629,7 @@ def session_from_dict(blob: Any, session_id: str | None) -> Session:
         own = blob.get("id") if isinstance(blob, dict) else None
         session_id = own if isinstance(own, str) else ""
 
-    def fail(why: str):
+    def fail(why: str) -> NoReturn:
         raise InvalidSessionError(session_id, why)
 
     if not isinstance(blob, dict):
@@ -2709,9 +2713,11 @@ def _run_problem(run: Any, at: str) -> str | None:
 def _read_run(run: dict) -> Run:
     """A checked run as a Run; keeps `suspendedAt` only as text and `staying` only when true (§2.5)."""
     suspended_at = run.get("suspendedAt")
+    hop = blob_whole_number(run["hop"])
+    assert hop is not None              # checked: a run whose hop is no whole number is refused
     return Run(id=run["id"], flow_id=run["flowId"], anchor=run["anchor"], dedupe_key=run["dedupeKey"],
                step_id=run["stepId"], status=run["status"], trigger=run["trigger"],
-               hop=blob_whole_number(run["hop"]), started_at=run["startedAt"], asked=run["asked"],
+               hop=hop, started_at=run["startedAt"], asked=run["asked"],
                visits=run["visits"], outcomes=run["outcomes"], input=run.get("input"),
                suspended_at=suspended_at if isinstance(suspended_at, str) else None,
                staying=run.get("staying") is True, waiting=run.get("waiting"))
@@ -2841,6 +2847,7 @@ class Turn:
         try:
             self.session = copy.deepcopy(given.session) if given.session else Session(id=given.session_id)
         except RecursionError:   # a Session built by hand far past BLOB_NESTING; no store would save it
+            assert given.session is not None    # a fresh Session never nests that deep
             raise InvalidSessionError(given.session.id, f"it nests deeper than {BLOB_NESTING} levels "
                                       f"(a value may nest {MAX_NESTING}; docs/guide/limits.md)") from None
         self.context = given.context
@@ -2878,10 +2885,14 @@ class Turn:
         given = self.input
         if given.kind == "message":
             return given.id or given.at or self.now_text
+        # read_turn_input sets the field each kind names
         if given.kind == "wake":
+            assert given.wake is not None
             return given.wake
         if given.kind == "event":
+            assert given.key is not None
             return given.key
+        assert given.start is not None
         return given.start["key"]
 
     @property
@@ -2954,6 +2965,7 @@ def ingest(turn: Turn) -> tuple[str, str] | None:
     """Apply the input to the session copy; returns (code, key) when the input is ignored."""
     given = turn.input
     if given.kind == "wake" and given.session is None:
+        assert given.wake is not None           # read_turn_input sets the field each kind names
         return "no-session", given.wake
     if given.kind == "message":
         if given.id and given.id in turn.session.inputs:
@@ -2963,12 +2975,14 @@ def ingest(turn: Turn) -> tuple[str, str] | None:
         turn.session.last_user_at = iso(parse_iso(given.at)) if given.at else turn.now_text
         resolve_reply_waits(turn)
     elif given.kind == "wake":
+        assert given.wake is not None
         if given.wake.startswith("silence:"):
             return ingest_silence_wake(turn, given.wake)
         return ingest_run_wake(turn, given.wake)
     elif given.kind == "event":
         ingest_event(turn, given)
     else:
+        assert given.start is not None
         flow = turn.agent.flow_by_id.get(given.start["flow"])
         if flow is None:
             skip(turn, given.start["flow"], turn.session_id, given.start["key"], "flow-gone")
@@ -3048,6 +3062,7 @@ def ingest_silence_wake(turn: Turn, key: str) -> tuple[str, str] | None:
 
 def ingest_event(turn: Turn, given: TurnInput) -> None:
     """An event: stamp its direction, release event waits, start event triggers (runtime.md §3.2)."""
+    assert given.key is not None                # read_turn_input sets the field each kind names
     definition = turn.agent.events.get(given.event)
     direction = getattr(definition, "direction", None)
     if direction == "inbound":
@@ -3135,6 +3150,7 @@ def understand_message(turn: Turn) -> tuple[Judgement, Eligibility]:
     found = eligibility(turn, floor)
     if turn.silenced is not None and not turn.understand_when_silenced:
         return Judgement(), found
+    assert turn.input.message is not None      # understand runs for a message only
     ask = UnderstandAsk(message=turn.input.message, scope=turn.scope(), history=turn.history,
                         mentions=list(found.mentions))
     floor_flow = flow_of(turn, floor) if floor is not None else None
@@ -3315,6 +3331,7 @@ def choose_speaker(turn: Turn) -> Run | str | None:
     run = turn.talk_request
     if run is not None:
         step = current_step(turn, run)
+        assert step is not None             # the talk request is a live run on its talk step
         if turn.is_message and any(other != run.id for other in turn.spoke_runs):
             write_line(turn, run, talk_kind(step), "skipped", code="another-reply", key=step_key(run))
             return None
@@ -3334,12 +3351,15 @@ def speak_ask(turn: Turn, speaker: Run | str) -> SpeakAsk:
     text = turn.input.message if turn.is_message else None
     if speaker == "idle":
         idle = agent.idle
+        assert isinstance(idle, dict)       # an idle "silent" never speaks (choose_speaker)
         instructions = kept_instructions(turn, [*agent.instructions, *(idle.get("instructions") or [])], None)
         return SpeakAsk(input_kind=turn.input.kind, text=text, scope=turn.scope(), history=turn.history,
                         now=turn.now, instructions=instructions, tools=offered_tools(agent, idle.get("tools")))
     run = speaker
+    assert isinstance(run, Run)
     flow = flow_of(turn, run)
     step = current_step(turn, run)
+    assert flow is not None and step is not None    # the speaker is a live run on its talk step
     listed = step.get("tools") if step.get("tools") is not None else flow.get("tools")
     instructions = kept_instructions(
         turn, [*agent.instructions, *(flow.get("instructions") or []), *(step.get("instructions") or [])], run)
@@ -3372,6 +3392,7 @@ def settle(turn: Turn, speaker: Run | str | None, spoken: Spoken | Deferred | No
         if speaker == "idle":
             write_line(turn, None, "idle", "deferred", code=spoken.code, llm_calls=spoken.llm_calls)
         else:
+            assert isinstance(speaker, Run)
             defer_talk(turn, speaker, spoken)
     elif isinstance(spoken, Spoken):
         turn.count(spoken.llm_calls, spoken.usage)
@@ -3381,6 +3402,7 @@ def settle(turn: Turn, speaker: Run | str | None, spoken: Spoken | Deferred | No
             merge_patch(turn.session.data, spoken.data)
             write_line(turn, None, "idle", "ok", key=key, llm_calls=spoken.llm_calls)
         else:
+            assert isinstance(speaker, Run)
             settle_talk(turn, speaker, spoken)
     drain(turn)
     if turn.spoke:
@@ -3392,6 +3414,7 @@ def settle(turn: Turn, speaker: Run | str | None, spoken: Spoken | Deferred | No
 def settle_talk(turn: Turn, run: Run, spoken: Spoken) -> None:
     """The talk step spoke: send, write the fields, then stay, ask again or move on (runtime.md §3.8 item 3)."""
     step = current_step(turn, run)
+    assert step is not None                 # the speaker is a live run on its talk step
     key = step_key(run)
     emit(turn, spoken.message, "ai", message_key(turn, run, key), run=run)
     for slug, raw in spoken.fields.items():
@@ -3416,12 +3439,14 @@ def settle_talk(turn: Turn, run: Run, spoken: Spoken) -> None:
         run.status = "running"
         follow(turn, run, step.get("then"))
         if turn.live(run) and run.status == "running":
+            assert turn.queue is not None       # run_phase set it before anything speaks
             turn.queue.append(run)
 
 
 def defer_talk(turn: Turn, run: Run, failure: Deferred) -> None:
     """A speak call failed: a retry wake on the ladder, or the run fails (runtime.md §10.2)."""
     step = current_step(turn, run)
+    assert step is not None                 # the speaker is a live run on its talk step
     kind = talk_kind(step)
     key = step_key(run)
     attempt = 0
@@ -3543,7 +3568,7 @@ def current_step(turn: Turn, run: Run) -> dict | None:
     return find_step(flow_of(turn, run), run.step_id)
 
 
-def triggers_of(flow: dict, kind: str) -> list[dict]:
+def triggers_of(flow: dict, kind: str | None) -> list[dict]:
     """The flow's triggers of a kind, in order."""
     return [trigger for trigger in flow.get("on") or [] if trigger.get(kind) is not None]
 
@@ -3870,6 +3895,7 @@ def park(turn: Turn, run: Run, key: str, at: datetime, kind: str = "timer", even
 def follow(turn: Turn, run: Run, target: Any) -> None:
     """Apply a then, else, onFail or branch target (runtime.md §3.6.4)."""
     flow = flow_of(turn, run)
+    assert flow is not None                 # a run moves only while its flow is the agent's
     if target is None:
         steps = flow.get("steps") or []
         index = next((i for i, step in enumerate(steps) if step.get("id") == run.step_id), len(steps))
@@ -4410,7 +4436,7 @@ def field_line(name: str, definition: dict | None) -> str:
     if not isinstance(definition, dict):
         return name
     if definition.get("type") == "array":
-        items = definition.get("items") if isinstance(definition.get("items"), dict) else {}
+        items = definition["items"] if isinstance(definition.get("items"), dict) else {}
         line = f"{name} (list of {items.get('type', 'string')})"
     else:
         line = f"{name} ({definition.get('type', 'string')})"
@@ -4502,11 +4528,13 @@ def _walk_json_object(text: str, start: int, failed: set, walked: dict) -> None:
     a few bad escapes besides), so ``failed`` never holds an object json would read.
     """
     n = len(text)
-    stack = [[start, "}", 0]]           # open containers: opening position, closer, height so far
+    stack: list[list[Any]] = [[start, "}", 0]]           # open containers: opening position, closer, height so far
     expect = "key_or_close"
     i = start + 1
     while True:
-        i = _JSON_SPACE.match(text, i).end()
+        space = _JSON_SPACE.match(text, i)
+        assert space is not None            # the pattern matches the empty string
+        i = space.end()
         if i >= n:
             break
         c = text[i]
@@ -4789,7 +4817,10 @@ def _current_flow_section(agent: Agent, ask: UnderstandAsk, scope: Scope) -> str
     """``## Current flow`` (model-calls.md §3.4 item 3), only with a floor run."""
     if ask.floor_run is None and ask.floor_flow is None:
         return None
-    flow = ask.floor_flow or {"id": ask.floor_run.flow_id}
+    flow = ask.floor_flow
+    if not flow:
+        assert ask.floor_run is not None    # no floor flow: the floor run names it
+        flow = {"id": ask.floor_run.flow_id}
     lines = ["## Current flow", f'The conversation is in the flow "{flow_name(flow)}" (id: {flow.get("id")}).']
     description = _render_text(flow.get("description"), scope)
     if description:
@@ -5047,7 +5078,8 @@ def speak_prompt(agent: Agent, ask: SpeakAsk, wire: list[tuple[str, str]]) -> tu
 def _still_to_collect_section(agent: Agent, ask: SpeakAsk) -> str | None:
     if not ask.pending:
         return None
-    step_ask = ask.step.get("ask") if isinstance(ask.step.get("ask"), dict) else {}
+    assert ask.step is not None             # fields are pending only on a talk step
+    step_ask = ask.step["ask"] if isinstance(ask.step.get("ask"), dict) else {}
     lines = ["## Still to collect",
              "Ask for these in this order, at the pace the guideline sets. If the customer's message already "
              "gives one of them, take it and do not ask for it again."]
@@ -5658,6 +5690,7 @@ class StreamDecoder:
                 return
             if c != "\\":
                 run = _PLAIN_RUN.match(src, i)
+                assert run is not None      # src[i] is neither '"' nor a backslash
                 self._parts.append(run.group(0))
                 i = run.end()
                 continue
@@ -5892,10 +5925,10 @@ def flow_spec_schema(registries: dict | None = None) -> dict:
     actions = registries.get("actions") or {}
     events = list(registries.get("events") or {})
     conditions = [name for name in registries.get("conditions") or {} if name not in RESERVED_CONDITIONS]
-    slugs = list_of(enum_of(list(fields))) if fields else None
+    slugs = list_of(enum_of(list(fields))) if fields else None     # "slugs is not None" below: "if fields"
 
     condition_props: list = []
-    if fields:
+    if slugs is not None:
         equals = {"type": "object",
                   "properties": {slug: _field_property(_as_definition(d)) for slug, d in fields.items()},
                   "required": list(fields), "additionalProperties": False,
@@ -5909,7 +5942,7 @@ def flow_spec_schema(registries: dict | None = None) -> dict:
     condition = closed(*condition_props)
 
     step_target = [("step", STRING)]
-    if fields:
+    if slugs is not None:
         step_target.append(("clear", or_null(described(slugs, "Fields to forget before jumping"))))
     next_variants = [text('A step id, or "end"'), closed(*step_target),
                      closed(("flow", text("Another flow to start; this run ends")))]
@@ -5938,7 +5971,7 @@ def flow_spec_schema(registries: dict | None = None) -> dict:
         return closed(*base, ("kind", enum_of([kind])), *properties)
 
     steps = [step("prompt", ("prompt", text("Guideline for the AI's next message")), ("branches", branches))]
-    if fields:
+    if slugs is not None:
         steps.append(step(
             "collect", ("collect", described(slugs, "Fields the AI asks for until they are known")),
             ("prompt", or_null(STRING)),
@@ -5974,7 +6007,7 @@ def flow_spec_schema(registries: dict | None = None) -> dict:
             ("on", or_null(list_of(union(*triggers), "What starts a run; null = started by hand"))),
             ("anchor", or_null(text("'session' (default) or a host anchor such as 'lead'"))),
             ("while", or_null(described(condition, "The run ends when this stops holding")))]
-    if fields:
+    if slugs is not None:
         data = "The data this flow needs; its steps ask for it in order, and any of it the lead gives is noted"
         flow += [("collect", or_null(described(slugs, data))),
                  ("clearOnStart", or_null(described(slugs, "Fields to forget when a run starts")))]
@@ -6017,7 +6050,7 @@ def migrate_session(blob: Any, *, session_id: str, flow_id_of: Callable | None =
         raise TypeError(f"now must be a datetime, not {type(now).__name__}")
     now_text = iso(now)
 
-    def fail(why: str):
+    def fail(why: str) -> NoReturn:
         raise InvalidSessionError(session_id, why)
 
     if not isinstance(blob, dict):
@@ -6077,7 +6110,7 @@ def migrate_session(blob: Any, *, session_id: str, flow_id_of: Callable | None =
                    metadata=_dates_as_text(blob.get("metadata", {})), history=blob.get("history"))
 
 
-def _legacy_reference(value: Any, key: str, fail: Callable) -> tuple[str, Any] | None:
+def _legacy_reference(value: Any, key: str, fail: Callable[[str], NoReturn]) -> tuple[str, Any] | None:
     """A 3.x `currentFlow` / `currentStep` as (id, enteredAt), or None (persistence.md §4.2 step 6)."""
     if value is None or value == "":
         return None
