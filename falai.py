@@ -3895,8 +3895,8 @@ def park(turn: Turn, run: Run, key: str, at: datetime, kind: str = "timer", even
 def follow(turn: Turn, run: Run, target: Any) -> None:
     """Apply a then, else, onFail or branch target (runtime.md §3.6.4)."""
     flow = flow_of(turn, run)
-    assert flow is not None                 # a run moves only while its flow is the agent's
     if target is None:
+        assert flow is not None             # a run moves on only while its flow is the agent's
         steps = flow.get("steps") or []
         index = next((i for i, step in enumerate(steps) if step.get("id") == run.step_id), len(steps))
         if index + 1 < len(steps):
@@ -3905,6 +3905,7 @@ def follow(turn: Turn, run: Run, target: Any) -> None:
             finish_flow(turn, run, flow)
         return
     if target == "end":
+        assert flow is not None
         finish_flow(turn, run, flow)
         return
     if isinstance(target, dict) and target.get("flow") is not None:
@@ -4528,7 +4529,7 @@ def _walk_json_object(text: str, start: int, failed: set, walked: dict) -> None:
     a few bad escapes besides), so ``failed`` never holds an object json would read.
     """
     n = len(text)
-    stack: list[list[Any]] = [[start, "}", 0]]           # open containers: opening position, closer, height so far
+    stack: list[list[Any]] = [[start, "}", 0]]     # open containers: opening position, closer, height so far
     expect = "key_or_close"
     i = start + 1
     while True:
@@ -5925,7 +5926,7 @@ def flow_spec_schema(registries: dict | None = None) -> dict:
     actions = registries.get("actions") or {}
     events = list(registries.get("events") or {})
     conditions = [name for name in registries.get("conditions") or {} if name not in RESERVED_CONDITIONS]
-    slugs = list_of(enum_of(list(fields))) if fields else None     # "slugs is not None" below: "if fields"
+    slugs = list_of(enum_of(list(fields))) if fields else None      # None exactly when there are no fields
 
     condition_props: list = []
     if slugs is not None:
