@@ -38,12 +38,12 @@ import math
 import re
 import threading
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields as dataclass_fields, replace
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
-from typing import Any, Callable, Generator, Iterable, Iterator, Protocol, runtime_checkable
+from typing import Any, NoReturn, Protocol, runtime_checkable
 
 __version__ = "0.1.0"
 
@@ -197,7 +197,7 @@ class ToolCtx:
     context: Any
     data: dict
     history: list
-    run: "Run | None"
+    run: Run | None
     now: datetime
 
 
@@ -205,15 +205,15 @@ class ToolCtx:
 class Tool:
     """A function the model may call while phrasing a reply (the Tool seed page)."""
     id: str
-    handler: Callable[[dict, ToolCtx], "ToolResult | dict | None"]
+    handler: Callable[[dict, ToolCtx], ToolResult | dict | None]
     description: str | None = None
     parameters: dict | None = None
     is_concurrency_safe: Callable[[dict], bool] | None = None
     is_read_only: Callable[[dict], bool] | None = None
     is_destructive: Callable[[dict], bool] | None = None
     max_result_size_chars: int | None = None
-    validate_input: Callable[[dict, ToolCtx], "ToolValidationResult | dict"] | None = None
-    check_permissions: Callable[[dict, ToolCtx], "ToolPermissionResult | dict"] | None = None
+    validate_input: Callable[[dict, ToolCtx], ToolValidationResult | dict] | None = None
+    check_permissions: Callable[[dict, ToolCtx], ToolPermissionResult | dict] | None = None
 
 
 @dataclass
@@ -222,7 +222,7 @@ class PredCtx:
     context: Any
     data: dict
     input: Any
-    run: "Run | None"
+    run: Run | None
     silenced: str | None
     now: datetime
 
@@ -244,7 +244,7 @@ class ActionCtx:
     context: Any
     data: dict
     input: Any
-    run: "Run"
+    run: Run
     key: str
     dedupe_key: str
     silenced: str | None
@@ -259,7 +259,7 @@ class ActionCtx:
 class Action:
     """A host action a ``do`` step names (flows.md §9)."""
     parameters: dict
-    run: Callable[[dict, ActionCtx], "ActionResult | dict | None"]
+    run: Callable[[dict, ActionCtx], ActionResult | dict | None]
     description: str | None = None
 
 
@@ -336,8 +336,9 @@ class StepOutcome:
                 if getattr(self, attr) is not None}
 
     @classmethod
-    def from_dict(cls, line: dict) -> "StepOutcome":
-        return cls(**{attr: line.get(camel) for attr, camel in OUTCOME_KEYS.items()})
+    def from_dict(cls, line: dict) -> StepOutcome:
+        values: dict[str, Any] = {attr: line.get(camel) for attr, camel in OUTCOME_KEYS.items()}
+        return cls(**values)
 
 
 OUTCOME_KEYS = {"run_id": "runId", "flow_id": "flowId", "step_id": "stepId", "key": "key",
@@ -351,7 +352,7 @@ class TurnStreamChunk:
     """A piece of ``turn_stream()``: text deltas, then one ``done=True`` chunk with the result."""
     delta: str = ""
     done: bool = False
-    result: "TurnResult | None" = None
+    result: TurnResult | None = None
 
 
 @dataclass
@@ -496,7 +497,7 @@ class ProviderError(FalaiError):
         return self.kind in ("overload", "rate")
 
     @classmethod
-    def from_exception(cls, provider: str, exc: BaseException) -> "ProviderError":
+    def from_exception(cls, provider: str, exc: BaseException) -> ProviderError:
         """Wrap any exception into a classified ProviderError; a ProviderError passes through."""
         if isinstance(exc, ProviderError):
             return exc
@@ -714,7 +715,7 @@ def to_ms(at: datetime) -> int:
     return (at - EPOCH) // timedelta(milliseconds=1)
 
 
-def from_ms(ms: int) -> datetime:
+def from_ms(ms: int | float) -> datetime:
     return EPOCH + timedelta(milliseconds=ms)
 
 
@@ -740,7 +741,7 @@ class FakeClock:
     def now(self) -> datetime:
         return self._now
 
-    def advance(self, by: "str | int | float") -> datetime:
+    def advance(self, by: str | int | float) -> datetime:
         """Move forward by a Duration ("2d") or a number of seconds; returns the new instant."""
         if isinstance(by, str):
             self._now = self._now + timedelta(milliseconds=duration_ms(by))
@@ -797,7 +798,7 @@ JS_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]
 JS_PREFIXED = re.compile(r"0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+")
 
 
-def js_number(text: str) -> "int | float | None":
+def js_number(text: str) -> int | float | None:
     """JavaScript's Number(string) with the first "," read as "."; None when it does not parse."""
     text = text.strip().replace(",", ".", 1)
     if JS_PREFIXED.fullmatch(text):
@@ -807,7 +808,7 @@ def js_number(text: str) -> "int | float | None":
     return None
 
 
-def js_number_text(x: "int | float") -> str:
+def js_number_text(x: int | float) -> str:
     """JavaScript's Number.prototype.toString() (model-calls.md §4): 3.0 -> "3", 1e-7 -> "1e-7"."""
     if isinstance(x, int) and abs(x) < 10 ** 21:
         return str(x)
@@ -819,6 +820,7 @@ def js_number_text(x: "int | float") -> str:
     if x == 0:
         return "0"
     raw = Decimal(repr(abs(x))).as_tuple()
+    assert isinstance(raw.exponent, int)        # x is finite: no "n", "N" or "F" exponent
     full = "".join(map(str, raw.digits))
     digits = full.rstrip("0")
     k = len(digits)
@@ -864,7 +866,9 @@ def _fill_placeholders(template: str, fill: Callable[[re.Match], str]) -> str:
         match = PLACEHOLDER.match(template, at)
         if match is None:
             # Only a "{{" ending the name can still open a placeholder (the next "{" after it starts one).
-            at = template.find("{{", max(at + 1, _PLACEHOLDER_HEAD.match(template, at).end() - 2))
+            head = _PLACEHOLDER_HEAD.match(template, at)
+            assert head is not None                 # at is a "{{": the head always matches
+            at = template.find("{{", max(at + 1, head.end() - 2))
             continue
         out.append(template[done:at])
         out.append(fill(match))
@@ -1088,7 +1092,7 @@ def coerce_field(definition: dict, raw: Any) -> tuple[str, Any]:
     Returns ("ok", value) or ("bad-value" | "not-in-enum", None).
     """
     kind = definition.get("type")
-    value = None
+    value: Any = None
     try:
         if kind == "string":
             if isinstance(raw, str):
@@ -1182,7 +1186,7 @@ class _Kit:
         """A named code predicate JSON flows may use (flows.md §7.3)."""
         return Condition(check=check)
 
-    def agent(self, **options: Any) -> "Agent":
+    def agent(self, **options: Any) -> Agent:
         """Build an Agent with this toolkit's fields."""
         if "fields" in options:
             raise TypeError("f.agent() takes its fields from the toolkit; pass them to falai().fields(...)")
@@ -1244,7 +1248,7 @@ class Agent:
         self.knowledge_base = knowledge_base
         self.goal = goal
         self.persona = persona
-        self.idle = {"prompt": ""} if idle is None else idle
+        self.idle: dict | str = {"prompt": ""} if idle is None else idle
         self.clock = clock or system_clock
         self.business_hours = business_hours
         self.max_tool_loops = max_tool_loops
@@ -1261,20 +1265,20 @@ class Agent:
         self._lean_parts: dict = {}      # the agent-constant parts of lean prompts, built on first use
         if debug:
             log.setLevel(logging.DEBUG)
-        self.flow_by_id = {}
+        self.flow_by_id: dict[str, dict] = {}
         for flow in self.flows:
             if isinstance(flow, dict) and isinstance(flow.get("id"), str):
                 self.flow_by_id.setdefault(flow["id"], flow)
         for warning in check_agent(self):
             log.warning("[Agent] %s", warning)
 
-    def turn(self, *, session_id: str, session: "Session | dict | None" = None,
+    def turn(self, *, session_id: str, session: Session | dict | None = None,
              message: str | None = None, id: str | None = None, at: str | None = None,
              wake: str | None = None,
              event: str | None = None, key: str | None = None, payload: Any = None, hop: int | None = None,
              start: dict | None = None,
-             context: Any = None, history: list | None = None, silenced: "str | dict | None" = None,
-             anchors: dict | None = None, claims: dict | None = None) -> "TurnResult":
+             context: Any = None, history: list | None = None, silenced: str | dict | None = None,
+             anchors: dict | None = None, claims: dict | None = None) -> TurnResult:
         """Run one turn (runtime.md §3); all arguments are keywords.
 
         Exactly one of ``message`` (with ``id``, ``at``), ``wake``, ``event``
@@ -1289,12 +1293,12 @@ class Agent:
             except StopIteration as done:
                 return done.value
 
-    def turn_stream(self, *, session_id: str, session: "Session | dict | None" = None,
+    def turn_stream(self, *, session_id: str, session: Session | dict | None = None,
                     message: str | None = None, id: str | None = None, at: str | None = None,
                     wake: str | None = None,
                     event: str | None = None, key: str | None = None, payload: Any = None, hop: int | None = None,
                     start: dict | None = None,
-                    context: Any = None, history: list | None = None, silenced: "str | dict | None" = None,
+                    context: Any = None, history: list | None = None, silenced: str | dict | None = None,
                     anchors: dict | None = None, claims: dict | None = None) -> Iterator[TurnStreamChunk]:
         """Run one turn, yielding text deltas while the reply is phrased, then the result (runtime.md §16).
 
@@ -1309,7 +1313,7 @@ class Agent:
                 return
             yield TurnStreamChunk(delta=delta)
 
-    def pending_wakes(self, *, session: "Session | dict", context: Any = None, anchors: dict | None = None,
+    def pending_wakes(self, *, session: Session | dict, context: Any = None, anchors: dict | None = None,
                       claims: dict | None = None) -> list[ScheduleEntry]:
         """The wakes a saved session is waiting on (runtime.md §14); changes nothing."""
         return pending_wakes(self, session, context, anchors, claims)
@@ -1345,7 +1349,7 @@ class _Absent:
 ABSENT = _Absent()
 
 
-def _flow_error(where: str, what: str, fix: str) -> None:
+def _flow_error(where: str, what: str, fix: str) -> NoReturn:
     raise FlowConfigurationError(f"{where}: {what}. {fix}")
 
 
@@ -1776,7 +1780,7 @@ class _FlowNames:
     flow_ids: list | None     # None: targets naming a flow are not checked
 
     @classmethod
-    def of(cls, registries: dict | None) -> "_FlowNames":
+    def of(cls, registries: dict | None) -> _FlowNames:
         registries = registries or {}
         tools = registries.get("tools") or []
         tool_ids = [tool if isinstance(tool, str) else tool.get("id") if isinstance(tool, dict)
@@ -2542,7 +2546,7 @@ class Session:
         return session_to_dict(self)
 
     @classmethod
-    def from_dict(cls, blob: Any, session_id: str | None = None) -> "Session":
+    def from_dict(cls, blob: Any, session_id: str | None = None) -> Session:
         """Read a v4 blob; anything else raises InvalidSessionError (persistence.md §2.5)."""
         return session_from_dict(blob, session_id)
 
@@ -2645,7 +2649,7 @@ def session_from_dict(blob: Any, session_id: str | None) -> Session:
         own = blob.get("id") if isinstance(blob, dict) else None
         session_id = own if isinstance(own, str) else ""
 
-    def fail(why: str):
+    def fail(why: str) -> NoReturn:
         raise InvalidSessionError(session_id, why)
 
     if not isinstance(blob, dict):
@@ -2729,9 +2733,11 @@ def _run_problem(run: Any, at: str) -> str | None:
 def _read_run(run: dict) -> Run:
     """A checked run as a Run; keeps `suspendedAt` only as text and `staying` only when true (§2.5)."""
     suspended_at = run.get("suspendedAt")
+    hop = blob_whole_number(run["hop"])
+    assert hop is not None              # checked: a run whose hop is no whole number is refused
     return Run(id=run["id"], flow_id=run["flowId"], anchor=run["anchor"], dedupe_key=run["dedupeKey"],
                step_id=run["stepId"], status=run["status"], trigger=run["trigger"],
-               hop=blob_whole_number(run["hop"]), started_at=run["startedAt"], asked=run["asked"],
+               hop=hop, started_at=run["startedAt"], asked=run["asked"],
                visits=run["visits"], outcomes=run["outcomes"], input=run.get("input"),
                suspended_at=suspended_at if isinstance(suspended_at, str) else None,
                staying=run.get("staying") is True, waiting=run.get("waiting"))
@@ -2807,7 +2813,8 @@ def read_turn_input(kwargs: dict) -> TurnInput:
                 raise TypeError(f"turn() got {keyword}= with a {kind} input; {keyword} belongs to {other}")
     value = kwargs[kind]
     if kind == "start":
-        if not isinstance(value, dict) or not isinstance(value.get("flow"), str) or not isinstance(value.get("key"), str):
+        if (not isinstance(value, dict) or not isinstance(value.get("flow"), str)
+                or not isinstance(value.get("key"), str)):
             raise TypeError('turn(start=...) needs a dict with "flow" and "key" strings, '
                             f'such as {{"flow": "lembrete", "key": "k1"}}; got {value!r}')
         hop = value.get("hop", 0)
@@ -2860,6 +2867,7 @@ class Turn:
         try:
             self.session = copy.deepcopy(given.session) if given.session else Session(id=given.session_id)
         except RecursionError:   # a Session built by hand far past BLOB_NESTING; no store would save it
+            assert given.session is not None    # a fresh Session never nests that deep
             raise InvalidSessionError(given.session.id, f"it nests deeper than {BLOB_NESTING} levels "
                                       f"(a value may nest {MAX_NESTING}; docs/guide/limits.md)") from None
         self.context = given.context
@@ -2897,10 +2905,14 @@ class Turn:
         given = self.input
         if given.kind == "message":
             return given.id or given.at or self.now_text
+        # read_turn_input sets the field each kind names
         if given.kind == "wake":
+            assert given.wake is not None
             return given.wake
         if given.kind == "event":
+            assert given.key is not None
             return given.key
+        assert given.start is not None
         return given.start["key"]
 
     @property
@@ -2973,6 +2985,7 @@ def ingest(turn: Turn) -> tuple[str, str] | None:
     """Apply the input to the session copy; returns (code, key) when the input is ignored."""
     given = turn.input
     if given.kind == "wake" and given.session is None:
+        assert given.wake is not None           # read_turn_input sets the field each kind names
         return "no-session", given.wake
     if given.kind == "message":
         if given.id and given.id in turn.session.inputs:
@@ -2982,12 +2995,14 @@ def ingest(turn: Turn) -> tuple[str, str] | None:
         turn.session.last_user_at = iso(parse_iso(given.at)) if given.at else turn.now_text
         resolve_reply_waits(turn)
     elif given.kind == "wake":
+        assert given.wake is not None
         if given.wake.startswith("silence:"):
             return ingest_silence_wake(turn, given.wake)
         return ingest_run_wake(turn, given.wake)
     elif given.kind == "event":
         ingest_event(turn, given)
     else:
+        assert given.start is not None
         flow = turn.agent.flow_by_id.get(given.start["flow"])
         if flow is None:
             skip(turn, given.start["flow"], turn.session_id, given.start["key"], "flow-gone")
@@ -3067,6 +3082,7 @@ def ingest_silence_wake(turn: Turn, key: str) -> tuple[str, str] | None:
 
 def ingest_event(turn: Turn, given: TurnInput) -> None:
     """An event: stamp its direction, release event waits, start event triggers (runtime.md §3.2)."""
+    assert given.key is not None                # read_turn_input sets the field each kind names
     definition = turn.agent.events.get(given.event)
     direction = getattr(definition, "direction", None)
     if direction == "inbound":
@@ -3154,6 +3170,7 @@ def understand_message(turn: Turn) -> tuple[Judgement, Eligibility]:
     found = eligibility(turn, floor)
     if turn.silenced is not None and not turn.understand_when_silenced:
         return Judgement(), found
+    assert turn.input.message is not None      # understand runs for a message only
     ask = UnderstandAsk(message=turn.input.message, scope=turn.scope(), history=turn.history,
                         mentions=list(found.mentions))
     floor_flow = flow_of(turn, floor) if floor is not None else None
@@ -3354,13 +3371,14 @@ def judge_resumed_branches(turn: Turn, run: Run) -> None:
         fire_branch(turn, run, step, None)
 
 
-def choose_speaker(turn: Turn) -> "Run | str | None":
+def choose_speaker(turn: Turn) -> Run | str | None:
     """The talk step's run, "idle", or None (runtime.md §3.6.6); sends a due fixed question."""
     if turn.silenced is not None:
         return None
     run = turn.talk_request
     if run is not None:
         step = current_step(turn, run)
+        assert step is not None             # the talk request is a live run on its talk step
         if turn.is_message and any(other != run.id for other in turn.spoke_runs):
             write_line(turn, run, talk_kind(step), "skipped", code="another-reply", key=step_key(run))
             return None
@@ -3374,18 +3392,21 @@ def choose_speaker(turn: Turn) -> "Run | str | None":
 
 # Phase 6: speak (runtime.md §3.7; the call itself is section 10) ------------------------------
 
-def speak_ask(turn: Turn, speaker: "Run | str") -> SpeakAsk:
+def speak_ask(turn: Turn, speaker: Run | str) -> SpeakAsk:
     """The speak request for a talk step or the idle speaker (runtime.md §3.7, model-calls.md §5.1)."""
     agent = turn.agent
     text = turn.input.message if turn.is_message else None
     if speaker == "idle":
         idle = agent.idle
+        assert isinstance(idle, dict)       # an idle "silent" never speaks (choose_speaker)
         instructions = kept_instructions(turn, [*agent.instructions, *(idle.get("instructions") or [])], None)
         return SpeakAsk(input_kind=turn.input.kind, text=text, scope=turn.scope(), history=turn.history,
                         now=turn.now, instructions=instructions, tools=offered_tools(agent, idle.get("tools")))
     run = speaker
+    assert isinstance(run, Run)
     flow = flow_of(turn, run)
     step = current_step(turn, run)
+    assert flow is not None and step is not None    # the speaker is a live run on its talk step
     listed = step.get("tools") if step.get("tools") is not None else flow.get("tools")
     instructions = kept_instructions(
         turn, [*agent.instructions, *(flow.get("instructions") or []), *(step.get("instructions") or [])], run)
@@ -3410,7 +3431,7 @@ def offered_tools(agent: Agent, listed: list | None) -> list:
 
 # Phase 7: settle (runtime.md §3.8) ------------------------------------------------------------
 
-def settle(turn: Turn, speaker: "Run | str | None", spoken: "Spoken | Deferred | None") -> None:
+def settle(turn: Turn, speaker: Run | str | None, spoken: Spoken | Deferred | None) -> None:
     """Apply the speak result, drain what it moved, stamp the time, resume, arm silence wakes."""
     turn.speaking_done = True
     if isinstance(spoken, Deferred):
@@ -3418,6 +3439,7 @@ def settle(turn: Turn, speaker: "Run | str | None", spoken: "Spoken | Deferred |
         if speaker == "idle":
             write_line(turn, None, "idle", "deferred", code=spoken.code, llm_calls=spoken.llm_calls)
         else:
+            assert isinstance(speaker, Run)
             defer_talk(turn, speaker, spoken)
     elif isinstance(spoken, Spoken):
         turn.count(spoken.llm_calls, spoken.usage)
@@ -3427,6 +3449,7 @@ def settle(turn: Turn, speaker: "Run | str | None", spoken: "Spoken | Deferred |
             merge_patch(turn.session.data, spoken.data)
             write_line(turn, None, "idle", "ok", key=key, llm_calls=spoken.llm_calls)
         else:
+            assert isinstance(speaker, Run)
             settle_talk(turn, speaker, spoken)
     drain(turn)
     if turn.spoke:
@@ -3438,6 +3461,7 @@ def settle(turn: Turn, speaker: "Run | str | None", spoken: "Spoken | Deferred |
 def settle_talk(turn: Turn, run: Run, spoken: Spoken) -> None:
     """The talk step spoke: send, write the fields, then stay, ask again or move on (runtime.md §3.8 item 3)."""
     step = current_step(turn, run)
+    assert step is not None                 # the speaker is a live run on its talk step
     key = step_key(run)
     emit(turn, spoken.message, "ai", message_key(turn, run, key), run=run)
     for slug, raw in spoken.fields.items():
@@ -3462,12 +3486,14 @@ def settle_talk(turn: Turn, run: Run, spoken: Spoken) -> None:
         run.status = "running"
         follow(turn, run, step.get("then"))
         if turn.live(run) and run.status == "running":
+            assert turn.queue is not None       # run_phase set it before anything speaks
             turn.queue.append(run)
 
 
 def defer_talk(turn: Turn, run: Run, failure: Deferred) -> None:
     """A speak call failed: a retry wake on the ladder, or the run fails (runtime.md §10.2)."""
     step = current_step(turn, run)
+    assert step is not None                 # the speaker is a live run on its talk step
     kind = talk_kind(step)
     key = step_key(run)
     attempt = 0
@@ -3589,7 +3615,7 @@ def current_step(turn: Turn, run: Run) -> dict | None:
     return find_step(flow_of(turn, run), run.step_id)
 
 
-def triggers_of(flow: dict, kind: str) -> list[dict]:
+def triggers_of(flow: dict, kind: str | None) -> list[dict]:
     """The flow's triggers of a kind, in order."""
     return [trigger for trigger in flow.get("on") or [] if trigger.get(kind) is not None]
 
@@ -3917,6 +3943,7 @@ def follow(turn: Turn, run: Run, target: Any) -> None:
     """Apply a then, else, onFail or branch target (runtime.md §3.6.4)."""
     flow = flow_of(turn, run)
     if target is None:
+        assert flow is not None             # a run moves on only while its flow is the agent's
         steps = flow.get("steps") or []
         index = next((i for i, step in enumerate(steps) if step.get("id") == run.step_id), len(steps))
         if index + 1 < len(steps):
@@ -3925,6 +3952,7 @@ def follow(turn: Turn, run: Run, target: Any) -> None:
             finish_flow(turn, run, flow)
         return
     if target == "end":
+        assert flow is not None
         finish_flow(turn, run, flow)
         return
     if isinstance(target, dict) and target.get("flow") is not None:
@@ -4456,7 +4484,7 @@ def field_line(name: str, definition: dict | None) -> str:
     if not isinstance(definition, dict):
         return name
     if definition.get("type") == "array":
-        items = definition.get("items") if isinstance(definition.get("items"), dict) else {}
+        items = definition["items"] if isinstance(definition.get("items"), dict) else {}
         line = f"{name} (list of {items.get('type', 'string')})"
     else:
         line = f"{name} ({definition.get('type', 'string')})"
@@ -4548,11 +4576,13 @@ def _walk_json_object(text: str, start: int, failed: set, walked: dict) -> None:
     a few bad escapes besides), so ``failed`` never holds an object json would read.
     """
     n = len(text)
-    stack = [[start, "}", 0]]           # open containers: opening position, closer, height so far
+    stack: list[list[Any]] = [[start, "}", 0]]     # open containers: opening position, closer, height so far
     expect = "key_or_close"
     i = start + 1
     while True:
-        i = _JSON_SPACE.match(text, i).end()
+        space = _JSON_SPACE.match(text, i)
+        assert space is not None            # the pattern matches the empty string
+        i = space.end()
         if i >= n:
             break
         c = text[i]
@@ -4860,7 +4890,10 @@ def _current_flow_section(agent: Agent, ask: UnderstandAsk, scope: Scope) -> str
     """``## Current flow`` (model-calls.md §3.4 item 3), only with a floor run."""
     if ask.floor_run is None and ask.floor_flow is None:
         return None
-    flow = ask.floor_flow or {"id": ask.floor_run.flow_id}
+    flow = ask.floor_flow
+    if not flow:
+        assert ask.floor_run is not None    # no floor flow: the floor run names it
+        flow = {"id": ask.floor_run.flow_id}
     lines = ["## Current flow", f'The conversation is in the flow "{flow_name(flow)}" (id: {flow.get("id")}).']
     description = _render_text(flow.get("description"), scope)
     if description:
@@ -5182,7 +5215,7 @@ def _judgement_reply(generation: Generation) -> dict | None:
     return None
 
 
-def read_score(value: Any) -> "int | float | None":
+def read_score(value: Any) -> int | float | None:
     """A flow score: a number (not a bool) or a numeric string, finite, clamped to 0..100 (§3.5)."""
     if isinstance(value, bool):
         return None
@@ -5374,7 +5407,8 @@ def speak_prompt(agent: Agent, ask: SpeakAsk, wire: list[tuple[str, str]]) -> tu
 def _still_to_collect_section(agent: Agent, ask: SpeakAsk) -> str | None:
     if not ask.pending:
         return None
-    step_ask = ask.step.get("ask") if isinstance(ask.step.get("ask"), dict) else {}
+    assert ask.step is not None             # fields are pending only on a talk step
+    step_ask = ask.step["ask"] if isinstance(ask.step.get("ask"), dict) else {}
     lines = ["## Still to collect",
              "Ask for these in this order, at the pace the guideline sets. If the customer's message already "
              "gives one of them, take it and do not ask for it again."]
@@ -5560,7 +5594,7 @@ def _overlay(data: dict, patch: dict) -> dict:
     return view
 
 
-def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, "Spoken | Deferred"]:
+def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, Spoken | Deferred]:
     """The speak call and its tool rounds (model-calls.md §5-§6, the Tool seed page).
 
     A generator: ``result = yield from speak(agent, ask, streaming)``. While
@@ -6069,6 +6103,7 @@ class StreamDecoder:
                 return
             if c != "\\":
                 run = _PLAIN_RUN.match(src, i)
+                assert run is not None      # src[i] is neither '"' nor a backslash
                 self._parts.append(run.group(0))
                 i = run.end()
                 continue
@@ -6303,10 +6338,10 @@ def flow_spec_schema(registries: dict | None = None) -> dict:
     actions = registries.get("actions") or {}
     events = list(registries.get("events") or {})
     conditions = [name for name in registries.get("conditions") or {} if name not in RESERVED_CONDITIONS]
-    slugs = list_of(enum_of(list(fields))) if fields else None
+    slugs = list_of(enum_of(list(fields))) if fields else None      # None exactly when there are no fields
 
     condition_props: list = []
-    if fields:
+    if slugs is not None:
         equals = {"type": "object",
                   "properties": {slug: _field_property(_as_definition(d)) for slug, d in fields.items()},
                   "required": list(fields), "additionalProperties": False,
@@ -6320,7 +6355,7 @@ def flow_spec_schema(registries: dict | None = None) -> dict:
     condition = closed(*condition_props)
 
     step_target = [("step", STRING)]
-    if fields:
+    if slugs is not None:
         step_target.append(("clear", or_null(described(slugs, "Fields to forget before jumping"))))
     next_variants = [text('A step id, or "end"'), closed(*step_target),
                      closed(("flow", text("Another flow to start; this run ends")))]
@@ -6349,7 +6384,7 @@ def flow_spec_schema(registries: dict | None = None) -> dict:
         return closed(*base, ("kind", enum_of([kind])), *properties)
 
     steps = [step("prompt", ("prompt", text("Guideline for the AI's next message")), ("branches", branches))]
-    if fields:
+    if slugs is not None:
         steps.append(step(
             "collect", ("collect", described(slugs, "Fields the AI asks for until they are known")),
             ("prompt", or_null(STRING)),
@@ -6385,7 +6420,7 @@ def flow_spec_schema(registries: dict | None = None) -> dict:
             ("on", or_null(list_of(union(*triggers), "What starts a run; null = started by hand"))),
             ("anchor", or_null(text("'session' (default) or a host anchor such as 'lead'"))),
             ("while", or_null(described(condition, "The run ends when this stops holding")))]
-    if fields:
+    if slugs is not None:
         data = "The data this flow needs; its steps ask for it in order, and any of it the lead gives is noted"
         flow += [("collect", or_null(described(slugs, data))),
                  ("clearOnStart", or_null(described(slugs, "Fields to forget when a run starts")))]
@@ -6428,7 +6463,7 @@ def migrate_session(blob: Any, *, session_id: str, flow_id_of: Callable | None =
         raise TypeError(f"now must be a datetime, not {type(now).__name__}")
     now_text = iso(now)
 
-    def fail(why: str):
+    def fail(why: str) -> NoReturn:
         raise InvalidSessionError(session_id, why)
 
     if not isinstance(blob, dict):
@@ -6488,7 +6523,7 @@ def migrate_session(blob: Any, *, session_id: str, flow_id_of: Callable | None =
                    metadata=_dates_as_text(blob.get("metadata", {})), history=blob.get("history"))
 
 
-def _legacy_reference(value: Any, key: str, fail: Callable) -> tuple[str, Any] | None:
+def _legacy_reference(value: Any, key: str, fail: Callable[[str], NoReturn]) -> tuple[str, Any] | None:
     """A 3.x `currentFlow` / `currentStep` as (id, enteredAt), or None (persistence.md §4.2 step 6)."""
     if value is None or value == "":
         return None
@@ -6741,7 +6776,7 @@ class ScriptedProvider:
 
     name = "scripted"
 
-    def __init__(self, script: dict | None = None, usage: "bool | TokenUsage" = False, strict: bool = False):
+    def __init__(self, script: dict | None = None, usage: bool | TokenUsage = False, strict: bool = False):
         self.script = {name: list(entries) for name, entries in (script or {}).items()}
         self.usage = usage
         self.strict = strict

@@ -41,7 +41,8 @@ import re
 import threading
 import time
 import urllib.parse
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
+from typing import Any
 
 import requests
 
@@ -105,7 +106,7 @@ def _strict(schema: Any) -> bool:
             return False
     if "items" in schema and not _strict(schema["items"]):
         return False
-    kinds = schema.get("type") if isinstance(schema.get("type"), list) else [schema.get("type")]
+    kinds = schema["type"] if isinstance(schema.get("type"), list) else [schema.get("type")]
     if "object" not in kinds and "properties" not in schema:
         return True
     # Every object closed, even one without properties: strict mode refuses a bare {"type": "object"}
@@ -308,7 +309,7 @@ def to_gemini_openapi_schema(schema: Any) -> dict:
         if isinstance(branches, list) and branches:
             members = [b for b in branches if not (isinstance(b, dict) and b.get("type") == "null")]
             if not members:
-                out = {"type": "STRING", "nullable": True}
+                out: dict = {"type": "STRING", "nullable": True}
             else:
                 out = to_gemini_openapi_schema(members[0])
                 if len(members) == 1 and len(branches) == 2:
@@ -329,7 +330,7 @@ def to_gemini_openapi_schema(schema: Any) -> dict:
     if kind is None:
         log.warning("[falai_providers] schema type %r has no OpenAPI equivalent; sent as STRING", name)
         kind = "STRING"
-    out: dict = {"type": kind}
+    out = {"type": kind}
     if nullable:
         out["nullable"] = True
     for key in _OPENAPI_KEPT:
@@ -414,8 +415,8 @@ or OpenRouter, which drops what a model does not support: what is configured is 
 
 _GEMINI_3_LEVELS = ("MINIMAL", "LOW", "MEDIUM", "HIGH")
 _LOW_UP = ("LOW", "MEDIUM", "HIGH")
-_GEMINI_3 = dict(thinking="level", thinks_by_default=True, sampling="any", json_with_tools=True)
-_GEMINI_2 = dict(thinking="budget", sampling="any")
+_GEMINI_3: dict[str, Any] = dict(thinking="level", thinks_by_default=True, sampling="any", json_with_tools=True)
+_GEMINI_2: dict[str, Any] = dict(thinking="budget", sampling="any")
 
 MODEL_TABLE: dict[str, tuple[tuple[str, ModelCaps], ...]] = {
     "gemini": (
@@ -608,7 +609,7 @@ def _normalize_messages(request: GenerateRequest) -> list[dict]:
         elif role == "user":
             messages.append({"role": "user", "content": _as_text(item.get("content"))})
         elif role == "assistant":
-            message = {"role": "assistant", "content": _as_text(item.get("content")), "toolCalls": []}
+            message: dict[str, Any] = {"role": "assistant", "content": _as_text(item.get("content")), "toolCalls": []}
             for i, call in enumerate(item.get("tool_calls") or []):
                 arguments = call.get("arguments")
                 normalized = {"id": str(call.get("id") or f"call_{i}"), "name": call.get("name") or "",
@@ -760,7 +761,7 @@ def _too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
     while stack:
         item, depth = stack.pop()
         if isinstance(item, dict):
-            children = item.values()
+            children: Iterable[Any] = item.values()
         elif isinstance(item, list):
             children = item
         else:
@@ -1303,7 +1304,7 @@ class _HttpProvider:
 
     # -- one attempt (§3.7) -----------------------------------------------------
 
-    def _attempt(self, model: str, plan: _Plan, state: dict) -> Iterator[dict]:
+    def _attempt(self, model: str, plan: _Plan, state: dict) -> Generator[dict, None, None]:
         request = plan.request
         try:
             url, headers, body = self._wire(model, plan)
@@ -2057,7 +2058,7 @@ class OpenAICompatibleProvider(_HttpProvider):
                     break
             # OpenRouter's moderation block: 403 with metadata.reasons / flagged_input
             # (openrouter.ai/docs/api/errors). A flagged input is content, not a bad key.
-            metadata = error.get("metadata") if isinstance(error.get("metadata"), dict) else {}
+            metadata = error["metadata"] if isinstance(error.get("metadata"), dict) else {}
             if status == 403 and ("flagged_input" in metadata or "reasons" in metadata
                                   or _FLAGGED.search(str(error.get("message") or ""))):
                 return "content", code or "moderation", None
@@ -2106,7 +2107,7 @@ def _anthropic_native_ok(schema: Any) -> bool:
             continue
         if any(key in node for key in _NATIVE_SCHEMA_REFUSED):
             return False
-        kinds = node.get("type") if isinstance(node.get("type"), list) else [node.get("type")]
+        kinds = node["type"] if isinstance(node.get("type"), list) else [node.get("type")]
         # An object must be closed and name its properties: an open or property-less object is refused
         # ("arbitrary JSON objects" are not supported, ax-llm/ax#459).
         if ("object" in kinds or "properties" in node) and (node.get("additionalProperties") is not False
@@ -2349,7 +2350,7 @@ class AnthropicProvider(_HttpProvider):
     def _refusal(self, state: dict, accumulator: _Accumulator) -> ProviderError | None:
         if state.get("stop") != "refusal":
             return None
-        details = state.get("stop_details") if isinstance(state.get("stop_details"), dict) else {}
+        details = state["stop_details"] if isinstance(state.get("stop_details"), dict) else {}
         why = details.get("explanation") or details.get("category") or "no reason given"
         return ProviderError(f"anthropic: the model refused ({why})", provider=self.name, kind="content",
                              code="refusal")
@@ -2453,7 +2454,7 @@ class FallbackProvider:
             if not all(hasattr(member, a) for a in ("name", "capabilities", "generate", "generate_stream")):
                 raise ValueError(f"[{owner}] {member!r} is not an AiProvider: it needs name, capabilities, "
                                  "generate and generate_stream.")
-        table = dict(DEFAULT_COOLDOWN_MS)
+        table: dict[str, int | float | None] = dict(DEFAULT_COOLDOWN_MS)
         for kind, value in (cooldown_ms or {}).items():
             if kind not in DEFAULT_COOLDOWN_MS:
                 raise ValueError(f'[{owner}] cooldown_ms has an unknown kind "{kind}": use one of the ProviderError '
@@ -2473,7 +2474,7 @@ class FallbackProvider:
         self.on_cooldown = on_cooldown
         self._now = now or _now_ms
         self._lock = threading.Lock()
-        self._state = [{"retry_at_ms": None, "probing": False, "kind": None} for _ in members]
+        self._state: list[dict[str, Any]] = [{"retry_at_ms": None, "probing": False, "kind": None} for _ in members]
         self.name = "fallback(" + "->".join(p.name for p in members) + ")"
 
     @property
@@ -2564,11 +2565,14 @@ class FallbackProvider:
     def _cool(self, index: int, member: Any, exc: BaseException, kind: str) -> None:
         now = self._now()
         hints = []
-        if getattr(exc, "reset_at_ms", None) is not None:
-            hints.append(exc.reset_at_ms)
-        if getattr(exc, "retry_after_ms", None) is not None:
-            hints.append(now + exc.retry_after_ms)
-        target = max(hints) if hints else now + self.cooldown_ms[kind]   # a server deadline wins
+        reset_at_ms, retry_after_ms = getattr(exc, "reset_at_ms", None), getattr(exc, "retry_after_ms", None)
+        if reset_at_ms is not None:
+            hints.append(reset_at_ms)
+        if retry_after_ms is not None:
+            hints.append(now + retry_after_ms)
+        cooldown = self.cooldown_ms[kind]
+        assert cooldown is not None         # the caller cools only a kind that has a cooldown
+        target = max(hints) if hints else now + cooldown   # a server deadline wins
         with self._lock:
             state = self._state[index]
             retry_at = int(max(now, target, state["retry_at_ms"] or 0))

@@ -24,6 +24,7 @@ import contextlib
 import os
 import sqlite3
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from falai import (ABSENT, BLOB_NESTING, InvalidSessionError, Session, SessionConflictError, check_expected_version,
@@ -67,9 +68,17 @@ class _SqlStore:
     """
 
     table: str
+    connection: Any               # the driver's connection: sqlite3's or psycopg's
+    _lock: threading.Lock
     _PARAM = "?"
     _CREATE = ""                  # the CREATE TABLE IF NOT EXISTS statement; "" means "never create"
     _table_ready = True
+
+    def _run(self, work: Callable[[Any], Any]) -> Any:
+        raise NotImplementedError       # each subclass runs work(cursor) under its own rules
+
+    def _write(self, cursor: Any, session_id: str, expected_version: int, text: str) -> bool:
+        raise NotImplementedError       # each subclass writes in its own SQL dialect
 
     def _ensure_table(self, cursor: Any) -> None:
         """Create the table on the store's first call (SQLite); a no-op once a call has succeeded."""
@@ -146,7 +155,7 @@ class SQLiteStore(_SqlStore):
     _CREATE = ("CREATE TABLE IF NOT EXISTS {table} (id TEXT PRIMARY KEY, version INTEGER NOT NULL, "
                "blob TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL)")
 
-    def __init__(self, db: "sqlite3.Connection | str | os.PathLike", *, table: str = DEFAULT_TABLE,
+    def __init__(self, db: sqlite3.Connection | str | os.PathLike, *, table: str = DEFAULT_TABLE,
                  timeout: float = 5.0):
         self.table = check_table_name(table)
         if isinstance(db, sqlite3.Connection):
