@@ -5121,7 +5121,7 @@ def _lean_current_flow(ask: UnderstandAsk, scope: Scope, catalog: set) -> str | 
     fields by id (their lines are in the catalog)."""
     if ask.floor_run is None and ask.floor_flow is None:
         return None
-    flow = ask.floor_flow or {"id": ask.floor_run.flow_id}
+    flow = ask.floor_flow or {"id": ask.floor_run.flow_id if ask.floor_run else None}
     line = str(flow.get("id"))
     description = _render_text(flow.get("description"), scope) if flow.get("id") not in catalog else ""
     lines = ["## Current flow", line + (f": {description}" if description else "")]
@@ -5178,7 +5178,7 @@ def read_lean_sections(reply: dict, aliases: AliasTable, asked: _LeanReading, ju
         if not isinstance(param, str) or not is_known(raw) or not is_finite_json(raw):
             continue                    # NaN and Infinity are dropped as in the v4 form (inferred)
         values = judgement.extract.setdefault(flow_id, {})
-        definition = definitions.get(param) if isinstance(definitions.get(param), dict) else {}
+        definition = definitions[param] if isinstance(definitions.get(param), dict) else {}
         if definition.get("type") == "array":
             values.setdefault(param, []).append(_lean_extract_value(definition.get("items"), raw))
         else:
@@ -5474,7 +5474,8 @@ def _lean_still_to_collect(agent: Agent, ask: SpeakAsk) -> str | None:
     """``## Still to collect``, one line per pending field and its wording; the rules are in the system part."""
     if not ask.pending:
         return None
-    step_ask = ask.step.get("ask") if isinstance(ask.step.get("ask"), dict) else {}
+    step = ask.step or {}
+    step_ask = step["ask"] if isinstance(step.get("ask"), dict) else {}
     lines = ["## Still to collect"]
     for slug in dict.fromkeys(ask.pending):
         definition = agent.fields.get(slug)
@@ -5516,7 +5517,7 @@ def read_round(generation: Generation, wire: list[tuple[str, str]]) -> _Round:
         if isinstance(parsed.get("fields"), list):          # the lean form (docs/guide/tokens.md)
             real = {name: slug for slug, name in wire} | {slug: slug for slug, _ in wire}
             for item in parsed["fields"]:
-                slug = real.get(item.get("id")) if isinstance(item, dict) and isinstance(item.get("id"), str) else None
+                slug = real.get(item["id"]) if isinstance(item, dict) and isinstance(item.get("id"), str) else None
                 if slug is not None and is_known(item.get("value")):
                     fields[slug] = item["value"]
     else:
