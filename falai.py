@@ -4717,6 +4717,11 @@ class AliasTable:
         """The real id behind an alias; an unknown name passes through unchanged."""
         return self._real_of.get(name, name)
 
+    def aliases_of(self, reals: Iterable[str]) -> list[str]:
+        """The aliases minted for any of ``reals``."""
+        wanted = set(reals)
+        return [alias for alias, real in self._real_of.items() if real in wanted and alias != real]
+
 
 # The understand call (model-calls.md §3) ------------------------------------------------------
 
@@ -4947,17 +4952,16 @@ def _understand_output_section(schema: dict) -> str:
 # it as a cached prefix; the schema is the same on every call of the agent; only the turn's facts
 # follow the history; and the reply lists only what holds.
 
-LEAN_TASK = ("## Task\nJudge the customer's latest message (at the end) in context, on the customer's own words "
-             'only. Reply with lists of what holds ([] if none). Judge all of each list below unless "This turn" '
-             "names which:")
-LEAN_KEY_RULES = {
-    "flows": '- "flows": {"id","score"} per flow the message fits, the current one too, 1-100: 90+ explicit '
-             "keywords and intent, 70+ strong context, 50+ moderate, 30+ weak. Omit the rest.",
-    "mentions": '- "mentions": ids of the items the customer clearly brought up; phrases are alternatives, an '
-                "exclusion overrides.",
-    "extract": '- "extract": {"id","name","value"} per value a listed mention gives (a list: one per element).',
-    "branches": '- "branches": ids of the questions answered yes.',
-    "fields": '- "fields": {"id","value"} per detail (not already known) given in this message; never guess.',
+LEAN_TASK = ("## Task\nJudge the customer's latest message in context, by their own words only. List only what "
+             'holds; judge every item below unless "This turn" names which:')
+LEAN_KEY_RULES = {     # the schema gives each item's keys: the rules say what belongs in each list
+    "flows": "- flows: each flow the message fits, the current one too, scored 1-100: 90+ explicit keywords and "
+             "intent, 70+ strong context, 50+ moderate, 30+ weak.",
+    "mentions": "- mentions: the ids the customer clearly brought up; phrases are alternatives, an exclusion "
+                "overrides.",
+    "extract": "- extract: each value a listed mention gives (a list: one per element).",
+    "branches": "- branches: the ids of the questions answered yes.",
+    "fields": '- fields: "<id>: <value>" per detail this message gives, not already known; never guess.',
 }
 
 
@@ -5022,10 +5026,17 @@ def lean_schema(keys: Iterable[str]) -> dict:
     """The lean reply schema: closed lists of small typed items, valid for strict structured output on
     Gemini, OpenAI and Anthropic (no descriptions: the system text says what each key holds)."""
     text = {"type": "string"}
+    # A field is one "<id>: <value>" string (read by lean_field_item): a third of the schema tokens of an
+    # {"id","value"} object, and the value travels as text either way.
     items = {"flows": closed_object({"id": text, "score": {"type": "integer"}}), "mentions": text,
              "extract": closed_object({"id": text, "name": text, "value": text}), "branches": text,
-             "fields": closed_object({"id": text, "value": text})}
+             "fields": text}
     return closed_object({key: {"type": "array", "items": items[key]} for key in keys})
+
+
+def _collect_list(part: dict) -> list:
+    collect = part.get("collect")
+    return collect if isinstance(collect, list) else []
 
 
 def lean_parts(agent: Agent, routing: bool) -> _LeanParts:
@@ -5039,7 +5050,11 @@ def lean_parts(agent: Agent, routing: bool) -> _LeanParts:
     catalog = [f for f in flows if message_trigger(f, True) and not _templated(*_flow_texts(f, "message"))] \
         if routing and agent.max_candidates is None else []
     mentions = [f for f in flows if _mention_trigger(f).get("mention") and not _templated(*_flow_texts(f, "mention"))]
-    slugs = [slug for slug, d in agent.fields.items() if extract_mode(d if isinstance(d, dict) else {}) == "anywhere"]
+    # Only fields some flow collects can ever be asked (harvestable, the asker's pending): the rest is dead text.
+    collected = {slug for f in flows for part in [f, *(st for st in f.get("steps") or [] if isinstance(st, dict))]
+                 for slug in _collect_list(part)}
+    slugs = [slug for slug, d in agent.fields.items()
+             if slug in collected and extract_mode(d if isinstance(d, dict) else {}) == "anywhere"]
     keys = [key for key, present in (
         ("flows", routing and bool(flows)),
         ("mentions", any(_mention_trigger(f).get("mention") for f in flows)),
@@ -5183,11 +5198,27 @@ def read_lean_sections(reply: dict, aliases: AliasTable, asked: _LeanReading, ju
             values.setdefault(param, []).append(_lean_extract_value(definition.get("items"), raw))
         else:
             values[param] = _lean_extract_value(definition, raw)
-    for name, item in ids("fields"):
-        slug = real(name, asked.fields)
-        value = item.get("value") if isinstance(item, dict) else None
-        if slug in asked.fields and is_known(value):
-            judgement.fields[slug] = value
+    names = list(asked.fields) + aliases.aliases_of(asked.fields)
+    items = reply.get("fields")
+    for item in items if isinstance(items, list) else []:
+        pair = lean_field_item(item, names)
+        slug = real(pair[0], asked.fields) if pair is not None else None
+        if pair is not None and slug in asked.fields and is_known(pair[1]):
+            judgement.fields[slug] = pair[1]
+
+
+def lean_field_item(item: Any, names: Iterable[str]) -> tuple[str, Any] | None:
+    """(id, value) of a lean ``fields`` item: a ``"<id>: <value>"`` string whose id is the longest of
+    ``names`` it starts with (a value may hold a colon), or an ``{"id","value"}`` object; None otherwise."""
+    if isinstance(item, dict):
+        return (item["id"], item.get("value")) if isinstance(item.get("id"), str) else None
+    if not isinstance(item, str):
+        return None
+    for name in sorted(names, key=len, reverse=True):
+        rest = item[len(name):].lstrip() if item.startswith(name) else ""
+        if rest.startswith(":"):
+            return name, rest[1:].strip() or None
+    return None
 
 
 def understand(agent: Agent, ask: UnderstandAsk) -> Judgement:
@@ -5425,9 +5456,9 @@ def _still_to_collect_section(agent: Agent, ask: SpeakAsk) -> str | None:
 
 
 LEAN_SPEAK_FORMAT = (
-    '## Reply\nOne JSON object: "message", your natural-text answer (no field names or keys); "fields", '
-    '{"id","value"} per "Still to collect" detail the customer gave, never guessed. Ask for those in order, at '
-    'the guideline\'s pace; never ask again for an "Already known" value.')
+    '## Reply\n"message": your answer in natural text (no field names or keys). "fields": "<id>: <value>" per '
+    '"Still to collect" detail the customer gave, never guessed. Ask for them in order at the guideline\'s pace; '
+    'never ask again for an "Already known" value.')
 LEAN_TOOLS_RULE = "Call the offered tools when something must be looked up or done first."
 LEAN_WRAP_UP = "## Wrap up\nAnswer now with the tool results; call no tools."
 LEAN_GUIDELINE_HEADING = "## Guideline"
@@ -5436,8 +5467,7 @@ LEAN_COLLECT_GUIDELINE = "Collect what is still missing, one or two things per m
 
 def lean_speak_schema() -> dict:
     """The lean speak reply schema, the same on every speak call: the message and the details given."""
-    return closed_object({"message": {"type": "string"}, "fields": {"type": "array", "items": closed_object(
-        {"id": {"type": "string"}, "value": {"type": "string"}})}})
+    return closed_object({"message": {"type": "string"}, "fields": {"type": "array", "items": {"type": "string"}}})
 
 
 def lean_speak_call(agent: Agent, ask: SpeakAsk) -> tuple[str | None, str]:
@@ -5517,9 +5547,9 @@ def read_round(generation: Generation, wire: list[tuple[str, str]]) -> _Round:
         if isinstance(parsed.get("fields"), list):          # the lean form (docs/guide/tokens.md)
             real = {name: slug for slug, name in wire} | {slug: slug for slug, _ in wire}
             for item in parsed["fields"]:
-                slug = real.get(item["id"]) if isinstance(item, dict) and isinstance(item.get("id"), str) else None
-                if slug is not None and is_known(item.get("value")):
-                    fields[slug] = item["value"]
+                pair = lean_field_item(item, real)
+                if pair is not None and pair[0] in real and is_known(pair[1]):
+                    fields[real[pair[0]]] = pair[1]
     else:
         message = "" if ENVELOPE_SHAPED.match(raw) else raw
         fields = {}

@@ -8,7 +8,7 @@ import pytest
 
 from fake_model_server import check_anthropic, check_chat, check_gemini
 from falai import FlowConfigurationError, Generation, ScriptedProvider, ScriptError, fake_clock, falai
-from falai import lean_schema, lexical_top
+from falai import lean_field_item, lean_schema, lean_speak_schema, lexical_top
 from falai_providers import _anthropic_native_ok, is_strict_schema
 from request_bodies import (GOLDEN, RICH_SCRIPT, VENDORS, capture, rich_conversation, triage_agent,
                             triage_conversation, wire_bodies)
@@ -48,7 +48,7 @@ def to_lean(reply: dict) -> dict:
     if "branches" in reply:
         out["branches"] = [k for k, v in reply["branches"].items() if v]
     if "fields" in reply:
-        out["fields"] = [{"id": k, "value": str(v)} for k, v in reply["fields"].items() if v is not None]
+        out["fields"] = [f"{k}: {v}" for k, v in reply["fields"].items() if v is not None]
     return out
 
 
@@ -95,10 +95,46 @@ def test_lean_ids_that_are_aliases_or_unasked_are_mapped_or_dropped():
     """An id may be the real id or its v4 alias; a detail the call did not ask for is dropped."""
     calls, results = triage_conversation({"protocol": "lean"}, script={
         "understand": [{"flows": [{"id": "triagem", "score": 95}],
-                        "fields": [{"id": "nome", "value": "Ana"}, {"id": "cidade", "value": "Recife"}]},
+                        "fields": ["nome: Ana", "cidade: Recife"]},
                        {"flows": []}, {"flows": []}, {"flows": []}],
         "speak": [{"message": "E a empresa?"}, {"message": "Ok"}, {"message": "Ok"}, {"message": "Ok"}]})
     assert results[0].session.data == {"nome": "Ana"}      # cidade is in no flow: not asked, not applied
+    assert "- cidade" not in calls[0].system and "- porte [1-10 | 11-50 | 51+]" in calls[0].system  # nor described
+
+
+def test_a_lean_field_item_is_an_id_colon_value_string_read_by_the_longest_id():
+    names = ["cidade", "cidade natal", "hora"]
+    assert lean_field_item("cidade natal: Recife", names) == ("cidade natal", "Recife")
+    assert lean_field_item("cidade : Olinda", names) == ("cidade", "Olinda")
+    assert lean_field_item("hora: 9:30", names) == ("hora", "9:30")          # a colon in the value stays
+    assert lean_field_item("hora:", names) == ("hora", None)                 # no value: not given
+    assert lean_field_item("horario: 9h", names) is None                     # no asked id: dropped
+    assert lean_field_item("Recife", names) is None and lean_field_item(3, names) is None
+    assert lean_field_item({"id": "hora", "value": "9h"}, names) == ("hora", "9h")   # the object form still reads
+
+
+def test_lean_field_strings_name_ids_that_are_not_wire_names_and_coerce_like_v4_values():
+    """ "cidade natal" travels as an alias in v4 and as itself in a lean string; "30" reads through an integer."""
+    f = falai().fields({"cidade natal": {"type": "string"}, "idade": {"type": "integer"}})
+    flows = [{"id": "f", "on": [{"message": []}], "steps": [{"id": "q", "collect": ["cidade natal", "idade"],
+                                                              "prompt": "Pergunte."}]}]
+
+    def v4_reply(request):
+        alias = next(name for name in request.schema["properties"]["fields"]["properties"] if name != "idade")
+        return {"fields": {alias: "Recife", "idade": 30}}
+    for protocol, reply in (("v4", v4_reply), ("lean", {"fields": ["cidade natal: Recife", "idade: 30"]})):
+        provider = ScriptedProvider(script={"understand": [reply], "speak": [{"message": "Oi"}] * 2}, strict=True)
+        agent = f.agent(name="Ana", provider=provider, flows=flows, protocol=protocol,
+                        clock=fake_clock("2026-09-20T10:00:00.000Z"))
+        r = agent.turn(session_id="s", message="oi", id="m1")
+        r = agent.turn(session_id="s", session=r.session, message="de Recife, 30 anos", id="m2")
+        assert r.session.data == {"cidade natal": "Recife", "idade": 30}, protocol
+
+
+def test_the_lean_speak_schema_takes_field_strings_and_stays_strict():
+    schema = lean_speak_schema()
+    assert schema["properties"]["fields"] == {"type": "array", "items": {"type": "string"}}
+    assert is_strict_schema(schema) and _anthropic_native_ok(schema)
 
 
 def request_kinds(calls, kind):
@@ -115,7 +151,7 @@ def test_lean_keeps_the_agent_constant_text_and_schema_ahead_of_the_history():
     assert "## Flows\n- triagem — Triagem: Quer conhecer o produto." in understand[0].system
     assert "pede orçamento" in understand[0].system and "pede orçamento" not in understand[0].prompt
     speak = request_kinds(calls, "speak")
-    assert len({c.system for c in speak}) == 1 and "## Reply\nOne JSON object" in speak[0].system
+    assert len({c.system for c in speak}) == 1 and "## Reply\n\"message\": your answer" in speak[0].system
     assert all("## Reply" not in c.prompt and "## Response format" not in c.prompt for c in speak)
     assert len({json.dumps(c.schema) for c in speak}) == 1        # steps and the idle speaker alike
 
@@ -164,7 +200,7 @@ def test_a_field_only_call_leaves_routing_out():
     f = falai().fields({"nome": {"type": "string"}, "cidade": {"type": "string"}})
     flows = [{"id": "f", "on": [{"message": []}], "steps": [{"id": "q", "collect": ["nome", "cidade"],
                                                               "prompt": "Pergunte."}]}]
-    provider = ScriptedProvider(script={"understand": [{"fields": [{"id": "nome", "value": "Ana"}]}],
+    provider = ScriptedProvider(script={"understand": [{"fields": ["nome: Ana"]}],
                                         "speak": [{"message": "Nome?"}, {"message": "Cidade?"}]}, strict=True)
     agent = f.agent(name="Ana", provider=provider, flows=flows, clock=fake_clock("2026-09-20T10:00:00.000Z"))
     r = agent.turn(session_id="s", message="oi", id="m1")
@@ -271,7 +307,7 @@ def test_lean_tool_rounds_keep_the_tool_rule_in_the_system_part_and_wrap_up_afte
 
 
 def test_a_lean_speak_reply_lists_fields_and_a_v4_form_reply_still_reads():
-    for reply in ({"message": "E a empresa?", "fields": [{"id": "nome", "value": "Ana"}]},
+    for reply in ({"message": "E a empresa?", "fields": ["nome: Ana"]},
                   {"message": "E a empresa?", "nome": "Ana"}):
         script = {"understand": [{"flows": [{"id": "triagem", "score": 95}]}] + [{"flows": []}] * 3,
                   "speak": [reply] + [{"message": "Ok"}] * 4}
@@ -280,7 +316,7 @@ def test_a_lean_speak_reply_lists_fields_and_a_v4_form_reply_still_reads():
 
 
 def test_a_streamed_lean_speak_reply_streams_only_the_message_and_ends_as_turn_does():
-    reply = '{"fields":[{"id":"nome","value":"Ana"}],"message":"Oi Ana! E a empresa?"}'
+    reply = '{"fields":["nome: Ana"],"message":"Oi Ana! E a empresa?"}'
 
     def agent():
         script = {"understand": [{"flows": [{"id": "triagem", "score": 95}]}], "speak": [reply]}
