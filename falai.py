@@ -5595,11 +5595,20 @@ def _stream_round(provider: Any, request: GenerateRequest) -> Generator[str, Non
     result as ``turn()`` for the same provider output, broken envelopes included.
     """
     decoder = StreamDecoder()
-    raw, structured, tool_calls, usage = "", None, [], None
+    raw: list[str] = []                         # the raw text, in pieces: joined once, at the end
+    structured, tool_calls, usage = None, [], None
     reasoning, details, metadata = None, None, {}
     for chunk in provider.generate_stream(request):
-        raw = chunk.accumulated if isinstance(chunk.accumulated, str) else raw + (chunk.delta or "")
-        _, delta = decoder.push(raw)
+        if isinstance(chunk.accumulated, str):
+            raw[:] = [chunk.accumulated]
+        else:
+            raw.append(chunk.delta or "")
+        if isinstance(chunk.delta, str) and chunk.delta:
+            delta = decoder.feed(chunk.delta)   # providers.md §1.6 rule 2: accumulated is all deltas so far
+        elif isinstance(chunk.accumulated, str):
+            _, delta = decoder.push(chunk.accumulated)  # no delta (the final chunk, a custom provider)
+        else:
+            delta = ""
         if delta:
             yield delta
         if chunk.structured is not None:
@@ -5614,7 +5623,7 @@ def _stream_round(provider: Any, request: GenerateRequest) -> Generator[str, Non
             details = chunk.reasoning_details
         if chunk.metadata:
             metadata = chunk.metadata
-    return Generation(message=raw, structured=structured, tool_calls=tool_calls, usage=usage,
+    return Generation(message="".join(raw), structured=structured, tool_calls=tool_calls, usage=usage,
                       reasoning=reasoning, reasoning_details=details, metadata=metadata)
 
 
@@ -5974,9 +5983,16 @@ _PLAIN_RUN = re.compile(r'[^"\\]+')
 class StreamDecoder:
     """Turn a streamed speak envelope into the customer's text as it grows (model-calls.md §8).
 
-    ``push(accumulated) -> (text, delta)``: feed the provider's ``accumulated``
-    text (everything so far); get back the reply text so far and the part that
-    is new since the previous push ("" when nothing is). One decoder per round.
+    ``feed(delta) -> str``: feed the provider's next ``delta``; get back the
+    customer-facing text that is new ("" when nothing is). A feed costs the
+    length of its delta: the decoder scans only the new characters, carries
+    over only an incomplete escape and the raw pieces of a key being read, and
+    copies no whole text (it keeps the fed deltas as a list, uncopied, for a
+    later ``push`` to compare). One decoder per round; ``text`` is the
+    customer text so far, joined when read.
+
+    ``push(accumulated) -> (text, delta)``: the same decoding, fed the whole
+    text received so far (see ``push``).
 
     - A JSON object: the decoded value of its top-level ``"message"`` string.
       Keys before it are skipped with their values; a nested ``"message"`` is
@@ -5987,98 +6003,133 @@ class StreamDecoder:
       line; while only backticks have arrived nothing is emitted; one or two
       backticks are prose. Behind a fence, text that is not an object gives "".
     - Anything else is prose and passes through verbatim.
-    - When ``accumulated`` does not extend the previous push the decoder starts
-      over; when the new text does not extend the previous text, the whole new
-      text is the delta.
-
-    Work is incremental: each push scans only the new characters.
     """
 
-    def __init__(self):
-        self.text = ""
+    def __init__(self) -> None:
         self._restart()
 
     def _restart(self) -> None:
-        self._source = ""
-        self._pos = 0
-        self._mode = "start"       # start, ticks, prose, fence, fenced, json, message, done
-        self._ticks = 0            # where a leading run of backticks starts
+        self._source: list[str] = []    # what was fed since the start, for push's extension check
+        self._text: list[str] = []      # the customer text so far, in pieces
+        self._mode = "start"            # start, ticks, prose, fence, fenced, json, message, done
+        self._lead: list[str] = []      # leading whitespace and backticks: prose keeps them verbatim
+        self._ticks = 0                 # backticks in the leading run
         self._depth = 0
         self._in_string = False
         self._escaped = False
-        self._key: int | None = None    # where the raw text of a top-level key being read starts
+        self._key: list[str] | None = None    # raw pieces of a top-level key being read
         self._last_key: str | None = None
-        self._expect = "key"       # at depth 1: key, colon, value, inside (a value is being skipped)
-        self._parts: list[str] = []     # decoded message pieces not yet joined onto _decoded
-        self._decoded = ""
+        self._expect = "key"            # at depth 1: key, colon, value, inside (a value is being skipped)
+        self._tail = ""                 # the end of the message string held back: an incomplete escape
+
+    @staticmethod
+    def _joined(pieces: list[str]) -> str:
+        """The pieces as one string, kept as the only piece so the next join copies only what is new."""
+        if len(pieces) > 1:
+            pieces[:] = ["".join(pieces)]
+        return pieces[0] if pieces else ""
+
+    @property
+    def text(self) -> str:
+        """The customer-facing text decoded so far."""
+        return self._joined(self._text)
+
+    def feed(self, delta: str) -> str:
+        """Feed the text received since the last call; return the customer-facing text that is new."""
+        if not isinstance(delta, str) or not delta:
+            return ""
+        self._source.append(delta)
+        src = self._tail + delta if self._tail else delta
+        self._tail = ""
+        out: list[str] = []
+        self._scan(src, out)
+        new = "".join(out)
+        if new:
+            self._text.append(new)
+        return new
 
     def push(self, accumulated: str) -> tuple[str, str]:
-        """Feed everything received so far; return (text so far, new part since the last push)."""
-        accumulated = accumulated if isinstance(accumulated, str) else ""
-        extends = accumulated.startswith(self._source)
-        if not extends:
-            self._restart()
-        self._source = accumulated
-        self._scan()
-        if self._parts:                 # join only the new pieces: a push costs its new characters
-            self._decoded += "".join(self._parts)
-            self._parts = []
-        text = self._source if self._mode == "prose" else self._decoded
-        # Without a restart the text only grows (prose from "" or from the previous source).
-        delta = text[len(self.text):] if extends or text.startswith(self.text) else text
-        self.text = text
-        return text, delta
+        """Feed everything received so far; return (text so far, new part since the last call).
 
-    def _scan(self) -> None:
-        src, n = self._source, len(self._source)
-        while self._pos < n:
-            if self._mode == "start":
-                i = self._pos
-                while i < n and src[i].isspace():
-                    i += 1
-                self._pos = i                       # leading whitespace is read once
+        When ``accumulated`` does not extend what was fed before, the decoder
+        starts over; when the new text does not extend the previous text, the
+        whole new text is the delta. A push compares and returns whole texts,
+        so it costs the length of ``accumulated``: a stream pushed chunk by
+        chunk is quadratic, where ``feed`` is linear (the engine feeds deltas).
+        """
+        accumulated = accumulated if isinstance(accumulated, str) else ""
+        source = self._joined(self._source)
+        if accumulated.startswith(source):
+            delta = self.feed(accumulated[len(source):])
+            self._source[:] = [accumulated] if accumulated else []     # the caller's string, not a copy
+            return self.text, delta
+        previous = self.text
+        self._restart()
+        self.feed(accumulated)
+        text = self.text
+        return text, (text[len(previous):] if text.startswith(previous) else text)
+
+    def _scan(self, src: str, out: list[str]) -> None:
+        """Read ``src`` (the new characters, after any held-back tail), appending new text to ``out``."""
+        i, n = 0, len(src)
+        while i < n:
+            if self._mode in ("start", "fenced"):
+                j = i
+                while j < n and src[j].isspace():
+                    j += 1
+                if self._mode == "start" and j > i:
+                    self._lead.append(src[i:j])
+                i = j
                 if i >= n:
                     return
                 if src[i] == "{":
-                    self._mode = "json"
+                    self._mode, self._lead = "json", []
+                elif self._mode == "fenced":
+                    self._mode = "done"
                 elif src[i] == "`":
-                    self._ticks, self._mode = i, "ticks"
+                    self._mode = "ticks"
                 else:
-                    self._mode = "prose"
+                    self._prose(src, i, out)
+                    return
             elif self._mode == "ticks":
-                j = self._pos
+                j = i
                 while j < n and src[j] == "`":
                     j += 1
-                self._pos = j                       # backticks are read once, counted from _ticks
-                if j >= n:
-                    return                          # only backticks so far: wait
-                self._mode = "fence" if j - self._ticks >= 3 else "prose"
-            elif self._mode == "fence":
-                newline = src.find("\n", self._pos)
-                if newline < 0:
-                    self._pos = n
-                    return
-                self._pos, self._mode = newline + 1, "fenced"
-            elif self._mode == "fenced":
-                i = self._pos
-                while i < n and src[i].isspace():
-                    i += 1
+                self._ticks += j - i                # counted, not indexed: the run may span feeds
+                self._lead.append(src[i:j])
+                i = j
                 if i >= n:
-                    self._pos = n
+                    return                          # only backticks so far: wait
+                if self._ticks < 3:
+                    self._prose(src, i, out)
                     return
-                self._pos, self._mode = i, ("json" if src[i] == "{" else "done")
+                self._mode, self._lead = "fence", []
+            elif self._mode == "fence":
+                newline = src.find("\n", i)
+                if newline < 0:
+                    return
+                i, self._mode = newline + 1, "fenced"
             elif self._mode == "json":
-                self._scan_json()
+                i = self._scan_json(src, i)
             elif self._mode == "message":
-                self._scan_message()
+                self._scan_message(src, i, out)
                 return
-            else:                                   # prose is read whole; done reads nothing more
+            elif self._mode == "prose":
+                out.append(src[i:])
+                return
+            else:                                   # done reads nothing more
                 return
 
-    def _scan_json(self) -> None:
-        """Walk the object's structure until the top-level "message" string starts."""
-        src, n = self._source, len(self._source)
-        i = self._pos
+    def _prose(self, src: str, i: int, out: list[str]) -> None:
+        """Not an envelope: everything read so far and everything after passes through verbatim."""
+        out.extend(self._lead)
+        out.append(src[i:])
+        self._mode, self._lead = "prose", []
+
+    def _scan_json(self, src: str, i: int) -> int:
+        """Walk the object's structure until the top-level "message" string starts; return where it stopped."""
+        n = len(src)
+        key_from = 0                                # where this feed's part of the key being read starts
         while i < n:
             c = src[i]
             if self._in_string:
@@ -6089,10 +6140,8 @@ class StreamDecoder:
                 elif c == '"':
                     self._in_string = False
                     if self._key is not None:
-                        raw_key = src[self._key:i]
+                        raw_key = "".join(self._key) + src[key_from:i]
                         self._last_key, self._key, self._expect = decode_json_string(raw_key), None, "colon"
-                    i += 1
-                    continue
                 i += 1
                 continue
             if c.isspace():
@@ -6101,12 +6150,15 @@ class StreamDecoder:
             if self._depth == 1 and self._expect == "value":
                 self._expect = "inside"
                 if self._last_key == "message":
-                    self._pos, self._mode = (i + 1, "message") if c == '"' else (i, "done")
-                    return
+                    if c == '"':
+                        self._mode = "message"
+                        return i + 1
+                    self._mode = "done"
+                    return i
             if c == '"':
                 self._in_string = True
                 if self._depth == 1 and self._expect == "key":
-                    self._key = i + 1
+                    self._key, key_from = [], i + 1
             elif c in "{[":
                 self._depth += 1
                 if self._depth == 1:
@@ -6114,42 +6166,43 @@ class StreamDecoder:
             elif c in "}]":
                 self._depth -= 1
                 if self._depth <= 0:
-                    self._pos, self._mode = i + 1, "done"
-                    return
+                    self._mode = "done"
+                    return i + 1
             elif c == ":" and self._depth == 1:
                 self._expect = "value"
             elif c == "," and self._depth == 1:
                 self._expect = "key"
             i += 1
-        self._pos = n
+        if self._key is not None:                   # the key goes on in the next feed
+            self._key.append(src[key_from:])
+        return n
 
-    def _scan_message(self) -> None:
-        """Decode the message string's characters, holding back an incomplete escape."""
-        src, n = self._source, len(self._source)
-        i = self._pos
+    def _scan_message(self, src: str, i: int, out: list[str]) -> None:
+        """Decode the message string's characters into ``out``, holding back an incomplete escape."""
+        n = len(src)
         while i < n:
             c = src[i]
             if c == '"':
-                self._pos, self._mode = i + 1, "done"
+                self._mode = "done"
                 return
             if c != "\\":
                 run = _PLAIN_RUN.match(src, i)
                 assert run is not None      # src[i] is neither '"' nor a backslash
-                self._parts.append(run.group(0))
+                out.append(run.group(0))
                 i = run.end()
                 continue
             if i + 1 >= n:
                 break
             e = src[i + 1]
             if e != "u":
-                self._parts.append(_ESCAPES.get(e, e))
+                out.append(_ESCAPES.get(e, e))
                 i += 2
                 continue
             digits = src[i + 2:i + 6]
             if len(digits) < 4 and _HEX4.match(digits.ljust(4, "0")):
                 break                                # a partial \uXXXX: wait for the rest
             if not _HEX4.fullmatch(digits):
-                self._parts.append("u")              # not an escape after all: keep the text
+                out.append("u")                      # not an escape after all: keep the text
                 i += 2
                 continue
             code = int(digits, 16)
@@ -6159,12 +6212,12 @@ class StreamDecoder:
                     break                            # a high surrogate may be followed by its pair
                 if _LOW_SURROGATE.fullmatch(rest):
                     low = int(rest[2:], 16)
-                    self._parts.append(chr(0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)))
+                    out.append(chr(0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)))
                     i += 12
                     continue
-            self._parts.append(chr(code))
+            out.append(chr(code))
             i += 6
-        self._pos = i
+        self._tail = src[i:]                         # under 12 characters, read again with the next feed
 
 
 # 12. JSON and migration #######################################################################
