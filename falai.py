@@ -3575,7 +3575,8 @@ def pending_wakes(agent: Agent, session: Any, context: Any, anchors: dict | None
 # 9. Runs and steps ############################################################################
 #
 # One way to move a run: move_run() executes steps; a step kind does its work
-# and names a target; follow() applies every then, else, onFail and branch.
+# and returns the target it names (Go) or None when it stopped the run here;
+# follow() applies every then, else, onFail and branch target.
 
 TALK_KEYS = ("prompt", "collect")
 
@@ -3893,8 +3894,10 @@ def move_run(turn: Turn, run: Run) -> None:
         if step is None:
             end_run(turn, run, "skipped", code="step-gone")
             return
-        execute_step(turn, run, flow, step, resuming and executed == 0)
+        moved = execute_step(turn, run, flow, step, resuming and executed == 0)
         executed += 1
+        if moved is not None:
+            follow(turn, run, moved.target)
 
 
 def premise_failure(turn: Turn, run: Run, flow: dict) -> str | None:
@@ -4079,22 +4082,43 @@ def already_through(run: Run, target: Any) -> bool:
 
 
 # Executing a step (runtime.md §3.6.3) ---------------------------------------------------------
+#
+# A step kind does its work and returns what happened: Go(target) when the run
+# moves on, None when it stopped here (it asks, it parked, or it ended). Only
+# move_run applies the target, through follow().
 
-def execute_step(turn: Turn, run: Run, flow: dict, step: dict, resuming: bool) -> None:
+@dataclass(frozen=True)
+class Go:
+    """A step kind's answer: move the run on to this target (``None``: the next step, runtime.md §3.6.4)."""
+    target: Any
+
+
+def go(turn: Turn, run: Run, kind: str, status: str, target: Any, **line: Any) -> Go:
+    """Write the step's outcome line with ``next`` = the target's label, and move on to the target."""
+    write_line(turn, run, kind, status, next=target_label(target), **line)
+    return Go(target)
+
+
+def execute_step(turn: Turn, run: Run, flow: dict, step: dict, resuming: bool) -> Go | None:
+    """Execute the current step by its kind, tested in the spec's order (runtime.md §3.6.3)."""
     if is_talk(step):
-        run_talk_step(turn, run, step, resuming)
-    elif step.get("say") is not None:
-        run_say_step(turn, run, flow, step)
-    elif step.get("do") is not None:
-        run_do_step(turn, run, step)
-    elif isinstance(step.get("wait"), str):
-        run_timer_wait(turn, run, flow, step)
-    elif step.get("wait") is not None:
-        run_event_wait(turn, run, step)
-    else:
-        target = step.get("then") if turn.holds(step.get("if"), run) else step.get("else", "end")
-        write_line(turn, run, "if", "ok", key=step_key(run), next=target_label(target))
-        follow(turn, run, target)
+        return run_talk_step(turn, run, step, resuming)
+    if step.get("say") is not None:
+        return run_say_step(turn, run, flow, step)
+    if step.get("do") is not None:
+        return run_do_step(turn, run, step)
+    if isinstance(step.get("wait"), str):
+        return run_timer_wait(turn, run, flow, step)
+    if step.get("wait") is not None:
+        run_event_wait(turn, run, step)         # it always parks
+        return None
+    return run_if_step(turn, run, step)
+
+
+def run_if_step(turn: Turn, run: Run, step: dict) -> Go:
+    """``if`` step: ``then`` when the predicate holds, else ``else`` (default "end") (runtime.md §3.6.3)."""
+    target = step.get("then") if turn.holds(step.get("if"), run) else step.get("else", "end")
+    return go(turn, run, "if", "ok", target, key=step_key(run))
 
 
 def max_asks(step: dict) -> int:
@@ -4116,28 +4140,27 @@ def write_given_up(turn: Turn, run: Run, step: dict) -> None:
             write_line(turn, run, "collect", "skipped", code="max-asks", detail=slug, key=step_key(run))
 
 
-def run_talk_step(turn: Turn, run: Run, step: dict, resuming: bool) -> None:
+def run_talk_step(turn: Turn, run: Run, step: dict, resuming: bool) -> Go | None:
+    """Talk step (runtime.md §3.6.3 talk rules 1-6).
+
+    Rule 2: every collected field known (or given up) and not staying: move on.
+    Rule 3: silenced: a resuming run keeps asking; otherwise skip or end (silenced_step).
+    Rules 4-5: every other asking run is suspended; this one asks.
+    Rule 6: before phase 6 it becomes the talk request; after it, the fixed question (§3.6.7) may go out.
+    """
     kind = talk_kind(step)
     key = step_key(run)
+    then = step.get("then")
     if step.get("collect") and not pending_fields(turn, step, run) and not run.staying:
         write_given_up(turn, run, step)
         if resuming:
-            write_line(turn, run, kind, "ok", key=key, next=target_label(step.get("then")))
-        else:
-            write_line(turn, run, kind, "skipped", code="already-known", key=key,
-                       next=target_label(step.get("then")))
-        follow(turn, run, step.get("then"))
-        return
+            return go(turn, run, kind, "ok", then, key=key)
+        return go(turn, run, kind, "skipped", then, code="already-known", key=key)
     if turn.silenced is not None:
         if resuming:
             run.status = "asking"
-        elif turn.skip_mode:
-            write_line(turn, run, kind, "skipped", code="silenced", detail=turn.silenced, key=key,
-                       next=target_label(step.get("then")))
-            follow(turn, run, step.get("then"))
-        else:
-            end_run(turn, run, "skipped", code="silenced", kind=kind, detail=turn.silenced)
-        return
+            return None
+        return silenced_step(turn, run, kind, then, key)
     for other in turn.session.runs:
         if other is not run and other.status == "asking":
             suspend(turn, other)
@@ -4146,6 +4169,16 @@ def run_talk_step(turn: Turn, run: Run, step: dict, resuming: bool) -> None:
         turn.talk_request = run
     else:
         send_fixed_question(turn, run, step)
+    return None
+
+
+def silenced_step(turn: Turn, run: Run, kind: str, then: Any, key: str) -> Go | None:
+    """A silenced talk or say step: skip mode moves on, otherwise the run ends (runtime.md §3.6.3, §9)."""
+    assert turn.silenced is not None
+    if turn.skip_mode:
+        return go(turn, run, kind, "skipped", then, code="silenced", detail=turn.silenced, key=key)
+    end_run(turn, run, "skipped", code="silenced", kind=kind, detail=turn.silenced)
+    return None
 
 
 def send_fixed_question(turn: Turn, run: Run, step: dict) -> bool:
@@ -4162,27 +4195,23 @@ def send_fixed_question(turn: Turn, run: Run, step: dict) -> bool:
     return True
 
 
-def run_say_step(turn: Turn, run: Run, flow: dict, step: dict) -> None:
+def run_say_step(turn: Turn, run: Run, flow: dict, step: dict) -> Go | None:
+    """``say`` step (runtime.md §3.6.3 say rules 1-4).
+
+    Rule 1: silenced: skip or end (silenced_step). Rule 2: ``once`` holds a claim; a held claim moves on
+    unsent. Rules 3-4: emit the rendered text verbatim and move on.
+    """
     key = step_key(run)
     then = step.get("then")
     if turn.silenced is not None:
-        if turn.skip_mode:
-            write_line(turn, run, "say", "skipped", code="silenced", detail=turn.silenced, key=key,
-                       next=target_label(then))
-            follow(turn, run, then)
-        else:
-            end_run(turn, run, "skipped", code="silenced", kind="say", detail=turn.silenced)
-        return
+        return silenced_step(turn, run, "say", then, key)
     if step.get("once"):
         claim = f"{key_part(flow['id'])}:{key_part(step['id'])}:{turn.session_id}"
         if claim in turn.session.claims or claim in turn.held_claims:
-            write_line(turn, run, "say", "skipped", code="already-sent", key=key, next=target_label(then))
-            follow(turn, run, then)
-            return
+            return go(turn, run, "say", "skipped", then, code="already-sent", key=key)
         turn.session.claims[claim] = {"at": turn.now_text}
     emit(turn, render(step["say"], turn.scope(run)), "verbatim", key, run=run, media=copy.deepcopy(step.get("media")))
-    write_line(turn, run, "say", "ok", key=key, next=target_label(then))
-    follow(turn, run, then)
+    return go(turn, run, "say", "ok", then, key=key)
 
 
 ACTION_SHAPES = ('Return {"ok": True}, {"skipped": reason}, {"failed": reason} or '
@@ -4207,7 +4236,12 @@ def read_action_result(name: str, result: Any) -> tuple[str, Any, Any, bool]:
     return "failed", f'action "{name}" returned no result it understands. {ACTION_SHAPES}', None, False
 
 
-def run_do_step(turn: Turn, run: Run, step: dict) -> None:
+def run_do_step(turn: Turn, run: Run, step: dict) -> Go | None:
+    """``do`` step (runtime.md §3.6.3 do rules 1-4).
+
+    Rules 1-3: render ``with``, call the action, read its result (a raise or an unknown action fails).
+    Rule 4: ok and skipped follow ``then``, failed follows ``onFail`` (else ``then``), defer parks the run.
+    """
     name = step["do"]
     key = step_key(run)
     action = turn.agent.actions.get(name)
@@ -4232,22 +4266,17 @@ def run_do_step(turn: Turn, run: Run, step: dict) -> None:
         if spoke:
             turn.spoke = True
             turn.spoke_runs.add(run.id)
-        write_line(turn, run, "do", "ok", key=key, detail=text_or_none(detail or None), next=target_label(then))
-        follow(turn, run, then)
-    elif which == "skipped":
-        write_line(turn, run, "do", "skipped", code="action-skipped", key=key, detail=text_or_none(value),
-                   next=target_label(then))
-        follow(turn, run, then)
-    elif which == "failed":
+        return go(turn, run, "do", "ok", then, key=key, detail=text_or_none(detail or None))
+    if which == "skipped":
+        return go(turn, run, "do", "skipped", then, code="action-skipped", key=key, detail=text_or_none(value))
+    if which == "failed":
         target = step.get("onFail") if step.get("onFail") is not None else then
-        write_line(turn, run, "do", "failed", code="action-failed", key=key, detail=text_or_none(value),
-                   next=target_label(target))
-        follow(turn, run, target)
-    else:
-        at = turn.now + timedelta(milliseconds=duration_ms(value))
-        park(turn, run, f"{run.id}:{run.step_id}:{to_ms(at)}", at)
-        write_line(turn, run, "do", "deferred", code="action-deferred", key=key, detail=text_or_none(detail),
-                   until=iso(at))
+        return go(turn, run, "do", "failed", target, code="action-failed", key=key, detail=text_or_none(value))
+    at = turn.now + timedelta(milliseconds=duration_ms(value))
+    park(turn, run, f"{run.id}:{run.step_id}:{to_ms(at)}", at)
+    write_line(turn, run, "do", "deferred", code="action-deferred", key=key, detail=text_or_none(detail),
+               until=iso(at))
+    return None
 
 
 def text_or_none(value: Any) -> str | None:
@@ -4257,20 +4286,24 @@ def text_or_none(value: Any) -> str | None:
 SHORT_WAIT_MS = 10_000
 
 
-def run_timer_wait(turn: Turn, run: Run, flow: dict, step: dict) -> None:
+def run_timer_wait(turn: Turn, run: Run, flow: dict, step: dict) -> Go | None:
+    """Timer ``wait`` step (runtime.md §3.6.3 timer rules 1-3).
+
+    Rule 2: a short wait before a say or talk step rides inline on the next message and moves on.
+    Rule 3: otherwise park until now + the duration, snapped by business hours when asked (§7.7).
+    """
     ms = duration_ms(step["wait"])
     key = step_key(run)
     then = step.get("then")
     if ms <= SHORT_WAIT_MS and speaks_next(flow, step, then):
         turn.pending_delay_ms += ms
-        write_line(turn, run, "wait", "ok", code="inline-delay", detail=f"{ms}ms", key=key, next=target_label(then))
-        follow(turn, run, then)
-        return
+        return go(turn, run, "wait", "ok", then, code="inline-delay", detail=f"{ms}ms", key=key)
     at = turn.now + timedelta(milliseconds=ms)
     if step.get("businessHours"):
         at = business_time(turn, at)
     park(turn, run, f"{run.id}:{run.step_id}:{to_ms(at)}", at)
     write_line(turn, run, "wait", "waiting", key=key, until=iso(at))
+    return None
 
 
 def speaks_next(flow: dict, step: dict, then: Any) -> bool:
@@ -4287,6 +4320,7 @@ def speaks_next(flow: dict, step: dict, then: Any) -> bool:
 
 
 def run_event_wait(turn: Turn, run: Run, step: dict) -> None:
+    """Event ``wait`` step: park until the event or ``upTo`` (default 30d), never snapped (runtime.md §3.6.3)."""
     wait = step["wait"]
     at = turn.now + timedelta(milliseconds=duration_ms(wait.get("upTo") or "30d"))
     park(turn, run, f"{run.id}:{run.step_id}:{to_ms(at)}", at, kind="event", event=wait["event"])
