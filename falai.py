@@ -554,6 +554,16 @@ def error_text(error: BaseException) -> str:
         return type(error).__name__
 
 
+def log_swallowed(where: str) -> None:
+    """DEBUG: the traceback of a user-code exception that became an outcome instead of a crash (issue 12).
+
+    Call it inside the ``except`` block: the warning already names the error,
+    this keeps where it came from for whoever turned debug on.
+    """
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("%s: the swallowed exception's traceback", where, exc_info=True)
+
+
 def _exception_chain(exc: BaseException | None) -> list[BaseException]:
     """exc, then its cause (or context), and so on: five links at most (providers.md §8.3)."""
     chain: list[BaseException] = []
@@ -4254,6 +4264,7 @@ def run_do_step(turn: Turn, run: Run, step: dict) -> Go | None:
             which, value, detail, spoke = read_action_result(
                 name, action.run(render_deep(step.get("with") or {}, turn.scope(run)), ctx))
         except Exception as error:  # an action failure is an outcome, not a crash (flows.md §9.5)
+            log_swallowed(f'action "{name}"')
             which, value, detail, spoke = "failed", error_text(error), None, False
     if which == "defer" and not is_duration(value):
         which, value = "failed", (f'action "{name}" asked to defer by "{value}", which is not a duration. '
@@ -4418,10 +4429,11 @@ def log_call(request: GenerateRequest, generation: Generation) -> None:
     counted = (f"{usage.prompt_tokens} in / {usage.completion_tokens} out tokens" if usage is not None
                else "usage not reported")
     structured = ", ".join(generation.structured) if isinstance(generation.structured, dict) else "none"
+    chars = len(generation.message) if isinstance(generation.message, str) else 0
     log.debug('model call "%s": %d history items, %d prompt chars, %d tools offered -> %d reply chars, '
               "structured keys: %s, %d tool calls, %s", request.schema_name, len(request.history),
-              len(request.prompt), len(request.tools or []), len(generation.message or ""), structured,
-              len(generation.tool_calls), counted)
+              len(request.prompt), len(request.tools or []), chars, structured,
+              len(generation.tool_calls or []), counted)
 
 
 def join_sections(*sections: str | None) -> str:
@@ -5591,6 +5603,24 @@ def classify_deferral(error: BaseException) -> tuple[str, bool, int | None]:
     return code, retryable, error.reset_at_ms
 
 
+def provided_generation(generation: Any) -> Generation:
+    """What a host-written provider's ``generate`` returned, checked to be a Generation (providers.md §1.4).
+
+    The engine reads the reply outside the provider's ``try``, so a provider
+    that returns something else fails here, as a provider failure.
+    """
+    if not isinstance(generation, Generation):
+        raise TypeError(f"provider.generate returned {type(generation).__name__}, not a Generation. "
+                        "Return falai.Generation(message=...).")
+    if generation.usage is not None and not isinstance(generation.usage, TokenUsage):
+        raise TypeError(f"provider.generate returned usage {type(generation.usage).__name__}, not a TokenUsage. "
+                        "Return falai.TokenUsage(...) or None.")
+    if not isinstance(generation.tool_calls, (list, tuple)) and generation.tool_calls is not None:
+        raise TypeError(f"provider.generate returned tool_calls {type(generation.tool_calls).__name__}, "
+                        "not a list. Return a list of ToolCallRequest.")
+    return generation
+
+
 def _stream_round(provider: Any, request: GenerateRequest) -> Generator[str, None, Generation]:
     """Stream one round: yield decoded deltas, return the round as a Generation (model-calls.md §8).
 
@@ -5669,21 +5699,21 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
                                   schema_name="speak", tools=[dict(d) for d in declarations] if offer else None,
                                   cache_history=v4_schema is not None, v4_schema=v4_schema)
         calls += 1
-        try:
+        try:                       # only the provider's part: an engine bug below must surface (issue 12)
             if streaming:
                 generation = yield from _stream_round(agent.provider, request)
             else:
-                generation = agent.provider.generate(request)
-            log_call(request, generation)
-            reply = read_round(generation, wire)
-            round_usage = add_usage(usage, generation.usage)
+                generation = provided_generation(agent.provider.generate(request))
         except ScriptError:
             raise                  # a wrong test script, not a provider failure (issue 9)
         except Exception as error:
             code, retryable, reset_at_ms = classify_deferral(error)
             log.warning("speak: call %d failed (%s): %s", calls, code, error_text(error))
+            log_swallowed(f"speak: call {calls}")
             return Deferred(code=code, retryable=retryable, reset_at_ms=reset_at_ms, llm_calls=calls, usage=usage)
-        usage = round_usage
+        log_call(request, generation)
+        reply = read_round(generation, wire)
+        usage = add_usage(usage, generation.usage)
         fields.update(reply.fields)
         message = reply.message
         if not offer or not reply.calls:
@@ -5803,6 +5833,7 @@ def run_tool(tool: Tool | None, name: str, arguments: dict, ctx: ToolCtx) -> tup
         result = tool.handler(args, ctx)
     except Exception as error:
         log.warning('tool "%s" raised: %s', tool.id, error_text(error))
+        log_swallowed(f'tool "{tool.id}"')
         return tool_payload({"error": error_text(error)}), None
     if result is None:
         value, data = None, None
@@ -5836,6 +5867,7 @@ def is_safe_call(tool: Tool | None, arguments: dict) -> bool:
             return bool(tool.is_read_only(arguments))
     except Exception as error:
         log.warning('tool "%s": a concurrency hook raised (%s); the call runs alone', tool.id, error_text(error))
+        log_swallowed(f'tool "{tool.id}" concurrency hook')
     return False
 
 
@@ -5905,13 +5937,12 @@ def compact_history(agent: Agent, history: list) -> tuple[list, int, TokenUsage 
     config = agent.compaction
     if not isinstance(config, dict) or config.get("enabled") is False or not history:
         return history, 0, None
-    try:
-        return _compact(agent, config, list(history))
-    except ScriptError:
-        raise
-    except Exception as error:  # a malformed config or item: keep the history as it is
+    try:                        # construction checked it; this catches one swapped in since (inferred)
+        check_compaction(config)
+    except ValueError as error:
         log.warning("compaction: skipped (%s)", error_text(error))
         return history, 0, None
+    return _compact(agent, config, list(history))
 
 
 def _compact(agent: Agent, config: dict, history: list) -> tuple[list, int, TokenUsage | None]:
@@ -5945,14 +5976,13 @@ def _compact(agent: Agent, config: dict, history: list) -> tuple[list, int, Toke
     request = GenerateRequest(system=None, prompt=f"{SUMMARY_REQUEST}\n\n{transcript}", history=[], context={},
                               schema=None, schema_name="compaction", tools=None, max_output_tokens=1024)
     try:
-        generation = agent.provider.generate(request)
-        log_call(request, generation)
-        summary = generation.message if isinstance(generation.message, str) else ""
+        generation = provided_generation(agent.provider.generate(request))
     except ScriptError:
         raise
     except Exception as error:
         log.warning("compaction: the summary call failed (%s); dropping the oldest messages instead",
                     error_text(error))
+        log_swallowed("compaction: the summary call")
         kept = list(window)
         total, added = sum(map(_item_chars, kept)), []   # a running sum: each item is measured once
         for item in reversed(older):
@@ -5961,6 +5991,8 @@ def _compact(agent: Agent, config: dict, history: list) -> tuple[list, int, Toke
                 break
             added.append(item)
         return added[::-1] + kept, 1, None
+    log_call(request, generation)
+    summary = generation.message if isinstance(generation.message, str) else ""
     return [{"role": "system", "content": SUMMARY_MARKER + summary}] + window, 1, generation.usage
 
 
