@@ -70,6 +70,22 @@ __all__ = [
 log = logging.getLogger("falai")
 
 
+# The spec's numbers, in one place ------------------------------------------------------------
+
+ROUTE_MIN_SCORE = 40           # a flow routes only when it scores at least this (runtime.md §3.5 rule 3)
+ROUTE_OVER_ASKER = 15          # ... and, with an asker, beats the asker's flow by this much (§3.5 rule 3)
+HOP_LIMIT = 5                  # a start at this chaining depth is skipped "hop-limit" (runtime.md §5 rule 4)
+INPUTS_KEPT = 50               # the session's last message ids, for duplicate-input (runtime.md §3.2, §13)
+OUTCOMES_KEPT = 50             # each run keeps its last outcome lines (runtime.md §4.1, §11.1)
+ALWAYS_CLAIMS_KEPT = 50        # "always" claims kept per flow and anchor (runtime.md §6.1, §13)
+STEP_CAP = 50                  # step executions in one move before "step-loop" (runtime.md §3.6.1)
+SHORT_WAIT_MS = 10_000         # a timer wait this short rides inline on the next message (runtime.md §3.6.3)
+DEFAULT_UP_TO = "30d"          # an event wait's default upTo (runtime.md §3.6.3, flows.md §5.7)
+DEFAULT_MAX_ASKS = 3           # a collect step's default maxAsks (flows.md §2.2)
+DEFAULT_MAX_TOOL_LOOPS = 5     # the agent's default max_tool_loops (model-calls.md §6.2)
+RETRY_LADDER = ("1m", "5m", "15m", "1h", "6h")   # a talk step's speak retry wakes (runtime.md §10.2, §13)
+
+
 # 1. Public types ##############################################################################
 #
 # Objects that carry code or results are dataclasses (python-api.md, Two rules).
@@ -1243,7 +1259,7 @@ class Agent:
                  goal: str | None = None, persona: str | None = None, idle: Any = None,
                  clock: Callable[[], datetime] | None = None,
                  business_hours: Callable[[datetime, Any], datetime] | None = None,
-                 max_tool_loops: int = 5, compaction: dict | None = None, debug: bool = False,
+                 max_tool_loops: int = DEFAULT_MAX_TOOL_LOOPS, compaction: dict | None = None, debug: bool = False,
                  protocol: str = "lean", max_candidates: int | None = None):
         self.name = name
         self.provider = provider
@@ -1270,6 +1286,10 @@ class Agent:
                                            or max_candidates < 1):
             raise FlowConfigurationError(f"max_candidates is {show(max_candidates)}: it must be a whole number of "
                                          "at least 1. Leave it out to score every eligible flow.")
+        if not isinstance(max_tool_loops, int) or isinstance(max_tool_loops, bool):
+            raise FlowConfigurationError(f"max_tool_loops is {show(max_tool_loops)}: it must be a whole number "
+                                         "(0 or less offers no tools). Leave it out for "
+                                         f"{DEFAULT_MAX_TOOL_LOOPS} tool rounds.")
         self.protocol = protocol
         self.max_candidates = max_candidates
         self._lean_parts: dict = {}      # the agent-constant parts of lean prompts, built on first use
@@ -3001,7 +3021,7 @@ def ingest(turn: Turn) -> tuple[str, str] | None:
         if given.id and given.id in turn.session.inputs:
             return "duplicate-input", given.id
         if given.id:
-            turn.session.inputs = [*turn.session.inputs, given.id][-50:]
+            turn.session.inputs = [*turn.session.inputs, given.id][-INPUTS_KEPT:]
         turn.session.last_user_at = iso(parse_iso(given.at)) if given.at else turn.now_text
         resolve_reply_waits(turn)
     elif given.kind == "wake":
@@ -3318,13 +3338,13 @@ def choose_route(turn: Turn, judgement: Judgement, found: Eligibility,
         top = best([flow for flow in found.eligible if flow["id"] != asker.flow_id])
         asker_flow = turn.agent.flow_by_id.get(asker.flow_id)
         asker_score = score(asker_flow) if asker_flow else 0
-        if top is not None and score(top) >= 40 and score(top) >= asker_score + 15:
+        if top is not None and score(top) >= ROUTE_MIN_SCORE and score(top) >= asker_score + ROUTE_OVER_ASKER:
             return top, message_trigger(top, phrased=True)
         return None, None
     if found.unscored:
         return found.eligible[0], message_trigger(found.eligible[0], phrased=True)
     top = best(found.eligible)
-    if top is not None and score(top) >= 40:
+    if top is not None and score(top) >= ROUTE_MIN_SCORE:
         return top, message_trigger(top, phrased=True)
     if found.catch_alls:
         return found.catch_alls[0], message_trigger(found.catch_alls[0], phrased=False)
@@ -3522,8 +3542,6 @@ def defer_talk(turn: Turn, run: Run, failure: Deferred) -> None:
     write_line(turn, run, kind, "deferred", code=failure.code, key=key, until=iso(at))
 
 
-RETRY_LADDER = ("1m", "5m", "15m", "1h", "6h")
-
 
 # Silence wakes and pending_wakes (runtime.md §7.5, §14) ---------------------------------------
 
@@ -3687,7 +3705,7 @@ def write_line(turn: Turn, run: Run | None, kind: str, status: str, *, code: str
                        next=next, until=until, llm_calls=llm_calls)
     if run is not None:
         line.run_id, line.flow_id, line.step_id = run.id, run.flow_id, run.step_id
-        run.outcomes = [*run.outcomes, line.to_dict()][-50:]
+        run.outcomes = [*run.outcomes, line.to_dict()][-OUTCOMES_KEPT:]
     turn.outcomes.append(line)
     if log.isEnabledFor(logging.DEBUG):      # debug=True (python-api.md, The toolkit)
         log.debug("outcome: %s", compact_json(line.to_dict()))
@@ -3806,7 +3824,7 @@ def start_run(turn: Turn, flow: dict, kind: str, trigger_key: str, *, trigger: d
     if trigger is not None and trigger.get("if") is not None and not turn.holds(trigger["if"], run, payload):
         return None
     refusal = claim_refusal(turn, claim, repeat)
-    if refusal is None and hop >= 5:
+    if refusal is None and hop >= HOP_LIMIT:
         refusal = "hop-limit"
     if refusal is None:
         live = next((other for other in turn.session.runs
@@ -3835,8 +3853,6 @@ def start_run(turn: Turn, flow: dict, kind: str, trigger_key: str, *, trigger: d
             write_line(turn, run, "wait", "waiting", code="awaiting-trigger", until=iso(at))
     return run
 
-
-ALWAYS_CLAIMS_KEPT = 50
 
 
 def prune_always_claims(turn: Turn, prefix: str) -> None:
@@ -3867,9 +3883,6 @@ class BusinessHoursCtx:
 
 
 # Moving a run (runtime.md §3.6.1-§3.6.5) ------------------------------------------------------
-
-STEP_CAP = 50
-
 
 def move_run(turn: Turn, run: Run) -> None:
     """Move one run as far as it goes this turn (runtime.md §3.6.1)."""
@@ -4132,7 +4145,7 @@ def run_if_step(turn: Turn, run: Run, step: dict) -> Go:
 
 
 def max_asks(step: dict) -> int:
-    return int(step.get("maxAsks") or 3)
+    return int(step.get("maxAsks") or DEFAULT_MAX_ASKS)
 
 
 def pending_fields(turn: Turn, step: dict, run: Run) -> list[str]:
@@ -4294,9 +4307,6 @@ def text_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-SHORT_WAIT_MS = 10_000
-
-
 def run_timer_wait(turn: Turn, run: Run, flow: dict, step: dict) -> Go | None:
     """Timer ``wait`` step (runtime.md §3.6.3 timer rules 1-3).
 
@@ -4333,7 +4343,7 @@ def speaks_next(flow: dict, step: dict, then: Any) -> bool:
 def run_event_wait(turn: Turn, run: Run, step: dict) -> None:
     """Event ``wait`` step: park until the event or ``upTo`` (default 30d), never snapped (runtime.md §3.6.3)."""
     wait = step["wait"]
-    at = turn.now + timedelta(milliseconds=duration_ms(wait.get("upTo") or "30d"))
+    at = turn.now + timedelta(milliseconds=duration_ms(wait.get("upTo") or DEFAULT_UP_TO))
     park(turn, run, f"{run.id}:{run.step_id}:{to_ms(at)}", at, kind="event", event=wait["event"])
     write_line(turn, run, "wait", "waiting", code="awaiting-event", detail=wait["event"], key=step_key(run),
                until=iso(at))
@@ -5680,7 +5690,7 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
     tools_by_id: dict[str, Tool] = {}
     for tool in ask.tools:
         tools_by_id.setdefault(tool.id, tool)
-    loops = max(0, agent.max_tool_loops if isinstance(agent.max_tool_loops, int) else 5)
+    loops = max(0, agent.max_tool_loops)           # 0 or less offers no tools (model-calls.md §6.2)
     history = list(ask.history)
     fields: dict = {}
     data: dict = {}
