@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields as dataclass_fields, replace
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
-from typing import Any, NoReturn, Protocol, runtime_checkable
+from typing import Any, NamedTuple, NoReturn, Protocol, runtime_checkable
 
 __version__ = "0.1.0"
 
@@ -2989,9 +2989,8 @@ def run_turn(agent: Agent, kwargs: dict, streaming: bool) -> Generator[str, None
     given = read_turn_input(kwargs)
     turn = Turn(agent, given)
     ignored = ingest(turn)                                   # phases 1-2
-    if ignored:
-        code, key = ignored
-        write_line(turn, None, "wait", "skipped", code=code, key=key)
+    if ignored is not None:
+        write_line(turn, None, "wait", "skipped", code=ignored.code, key=ignored.key)
         return turn.result(changed=False)
     turn.in_ingest = False
     if turn.is_message:
@@ -3011,15 +3010,22 @@ def run_turn(agent: Agent, kwargs: dict, streaming: bool) -> Generator[str, None
 
 # Phases 1-2: load and ingest (runtime.md §3.1-§3.3) -------------------------------------------
 
-def ingest(turn: Turn) -> tuple[str, str] | None:
-    """Apply the input to the session copy; returns (code, key) when the input is ignored."""
+@dataclass(frozen=True)
+class Ignored:
+    """An input the turn ignores: its ``wait / skipped`` line's code and key (runtime.md §3.3)."""
+    code: str                   # no-session, duplicate-input, stale-wake or silence-broken
+    key: str
+
+
+def ingest(turn: Turn) -> Ignored | None:
+    """Apply the input to the session copy; returns what was ignored, if the input is."""
     given = turn.input
     if given.kind == "wake" and given.session is None:
         assert given.wake is not None           # read_turn_input sets the field each kind names
-        return "no-session", given.wake
+        return Ignored("no-session", given.wake)
     if given.kind == "message":
         if given.id and given.id in turn.session.inputs:
-            return "duplicate-input", given.id
+            return Ignored("duplicate-input", given.id)
         if given.id:
             turn.session.inputs = [*turn.session.inputs, given.id][-INPUTS_KEPT:]
         turn.session.last_user_at = iso(parse_iso(given.at)) if given.at else turn.now_text
@@ -3066,11 +3072,11 @@ def resolve_reply_waits(turn: Turn) -> None:
         take_floor_in_ingest(turn, run)
 
 
-def ingest_run_wake(turn: Turn, key: str) -> tuple[str, str] | None:
+def ingest_run_wake(turn: Turn, key: str) -> Ignored | None:
     """Rule I-W: the one live run parked under this exact key moves on (runtime.md §3.2)."""
     run = next((run for run in turn.session.runs if (run.waiting or {}).get("key") == key), None)
     if run is None:
-        return "stale-wake", key
+        return Ignored("stale-wake", key)
     set_at = run.waiting.get("setAt") or run.started_at
     run.status, run.waiting = "running", None
     turn.floor_run = run
@@ -3090,7 +3096,7 @@ def ingest_run_wake(turn: Turn, key: str) -> tuple[str, str] | None:
     return None
 
 
-def ingest_silence_wake(turn: Turn, key: str) -> tuple[str, str] | None:
+def ingest_silence_wake(turn: Turn, key: str) -> Ignored | None:
     """Rule I-S: a silence wake starts its flow while the silence still holds (runtime.md §3.2)."""
     body = key[len("silence:"):]
     ms = body.rsplit(":", 1)[-1]
@@ -3101,7 +3107,7 @@ def ingest_silence_wake(turn: Turn, key: str) -> tuple[str, str] | None:
         return None
     last = turn.session.last_assistant_at
     if last is None or str(to_ms(parse_iso(last))) != ms or customer_wrote_since(turn, flow_id, last):
-        return "silence-broken", key
+        return Ignored("silence-broken", key)
     trigger = first_trigger(flow, "silence")
     if trigger is not None:
         run = start_run(turn, flow, "silence", ms, trigger=trigger)
@@ -3194,12 +3200,19 @@ def floor_of(turn: Turn) -> Run | None:
     return turn.floor_run if turn.floor_run is not None and turn.live(turn.floor_run) else None
 
 
-def understand_message(turn: Turn) -> tuple[Judgement, Eligibility]:
+@dataclass
+class Understood:
+    """What phase 3 hands phase 4: the judgement and who was eligible to be judged (runtime.md §3.4-§3.5)."""
+    judgement: Judgement
+    eligibility: Eligibility
+
+
+def understand_message(turn: Turn) -> Understood:
     """Phase 3: work out what the model may judge and make at most one call (runtime.md §3.4)."""
     floor = floor_of(turn)
     found = eligibility(turn, floor)
     if turn.silenced is not None and not turn.understand_when_silenced:
-        return Judgement(), found
+        return Understood(Judgement(), found)
     assert turn.input.message is not None      # understand runs for a message only
     ask = UnderstandAsk(message=turn.input.message, scope=turn.scope(), history=turn.history,
                         mentions=list(found.mentions))
@@ -3210,7 +3223,7 @@ def understand_message(turn: Turn) -> tuple[Judgement, Eligibility]:
         if step is not None and is_talk(step):
             ask.floor_step, ask.floor_pending = step, pending_fields(turn, step, floor)
         if floor.status == "asking" and not turn.floor_from_ingest and step is not None and is_talk(step):
-            ask.branches = [(floor.id, step["id"], index, branch["when"])
+            ask.branches = [AskedBranch(floor.id, step["id"], index, branch["when"])
                             for index, branch in enumerate(step.get("branches") or [])
                             if branch.get("when") is not None]
     scored = [] if found.unscored else found.eligible
@@ -3231,10 +3244,10 @@ def understand_message(turn: Turn) -> tuple[Judgement, Eligibility]:
         if scored or ask.mentions or ask.branches or ask.fields or any(slug not in free for slug in own):
             ask.fields = unique_slugs([*ask.fields, *own])
     if not needs_understand_call(ask):
-        return Judgement(), found
+        return Understood(Judgement(), found)
     turn.compact_once()
     ask.history = turn.history
-    return understand(turn.agent, ask), found
+    return Understood(understand(turn.agent, ask), found)
 
 
 def _words(text: Any) -> set[str]:
@@ -3280,9 +3293,9 @@ def harvestable(turn: Turn, flow: dict) -> list[str]:
             and extract_mode(fields[slug]) == "anywhere"]
 
 
-def decide(turn: Turn, understood: tuple[Judgement, Eligibility]) -> None:
+def decide(turn: Turn, understood: Understood) -> None:
     """Phase 4: route, start mention runs, write judged fields, fire the asker's branch (runtime.md §3.5)."""
-    judgement, found = understood
+    judgement, found = understood.judgement, understood.eligibility
     turn.count(judgement.llm_calls, judgement.usage)
     asker = turn.asker()
     route, route_trigger = None, None
@@ -4357,7 +4370,18 @@ def run_event_wait(turn: Turn, run: Run, step: dict) -> None:
 #   needs_understand_call(ask) -> bool       model-calls.md §3.1 zero-call rules
 #   understand(agent, ask) -> Judgement      one "understand" call (raises on provider failure)
 #   speak(agent, ask, streaming)             generator: yields deltas, returns Spoken | Deferred
-#   compact_history(agent, history)          -> (history, llm_calls, usage), model-calls.md §9
+#   compact_history(agent, history)          -> Compacted(history, llm_calls, usage), model-calls.md §9
+
+
+class AskedBranch(NamedTuple):
+    """A ``when`` branch of the floor's asking talk step, for the model to judge (runtime.md §3.4 item 6).
+
+    A NamedTuple, so an ask built by hand with plain 4-tuples reads the same.
+    """
+    run_id: str
+    step_id: str
+    position: int               # the branch's index in the step's ``branches``
+    when: Any                   # the question the model answers
 
 
 @dataclass
@@ -4372,7 +4396,7 @@ class UnderstandAsk:
     floor_pending: list = field(default_factory=list)
     candidates: list = field(default_factory=list)   # flow dicts to score, the floor flow first
     mentions: list = field(default_factory=list)     # flow dicts whose first mention trigger is asked
-    branches: list = field(default_factory=list)     # (run_id, step_id, index, when) tuples
+    branches: list = field(default_factory=list)     # AskedBranch (run_id, step_id, position, when)
     fields: list = field(default_factory=list)       # harvestable field slugs, in order
 
 
@@ -5550,11 +5574,26 @@ def lean_field_line(name: str, definition: Any) -> str:
 
 
 @dataclass
+class ToolCall:
+    """One tool call of a speak round, as read from the reply (model-calls.md §5.5, §6.7)."""
+    name: str
+    arguments: dict
+    thought_signature: Any = None       # Gemini's, carried back on the assistant item
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """One call's result: what the model reads, and the data patch or None (model-calls.md §6.3, §6.6)."""
+    text: str
+    data: dict | None = None
+
+
+@dataclass
 class _Round:
     """One speak round's reply as read by model-calls.md §5.5."""
     message: str
     fields: dict
-    calls: list            # (name, arguments, thought_signature)
+    calls: list[ToolCall]
     reasoning: str | None = None
     reasoning_details: Any = None
 
@@ -5584,7 +5623,7 @@ def read_round(generation: Generation, wire: list[tuple[str, str]]) -> _Round:
         get = call.get if isinstance(call, dict) else (lambda key, c=call: getattr(c, key, None))
         name = get("name")
         if isinstance(name, str) and name:
-            calls.append((name, tool_arguments(get("arguments")), get("thought_signature")))
+            calls.append(ToolCall(name, tool_arguments(get("arguments")), get("thought_signature")))
     reasoning = generation.reasoning if isinstance(generation.reasoning, str) and generation.reasoning else None
     details = generation.reasoning_details if isinstance(generation.reasoning_details, list) else None
     return _Round(message, fields, calls, reasoning, details)
@@ -5738,11 +5777,12 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
             text = (ask.text or "").strip() if ask.input_kind == "message" else ""
             history.append({"role": "user", "content": ask.text if text else base})
         history.append(_assistant_item(round_no, reply))
-        for i, ((name, _, _), (text, _)) in enumerate(zip(reply.calls, results)):
-            history.append({"role": "tool", "tool_call_id": f"call-{round_no}-{i}", "name": name, "content": text})
-        for _, patch in results:
-            if patch:
-                data.update(patch)
+        for i, (call, output) in enumerate(zip(reply.calls, results)):
+            history.append({"role": "tool", "tool_call_id": f"call-{round_no}-{i}", "name": call.name,
+                            "content": output.text})
+        for output in results:
+            if output.data:
+                data.update(output.data)
         round_no += 1
     text = message.strip()
     if not text:
@@ -5754,10 +5794,10 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
 def _assistant_item(round_no: int, reply: _Round) -> dict:
     """The assistant history item of a round that called tools (model-calls.md §6.7)."""
     tool_calls = []
-    for i, (name, arguments, signature) in enumerate(reply.calls):
-        call = {"id": f"call-{round_no}-{i}", "name": name, "arguments": arguments}
-        if isinstance(signature, str) and signature:
-            call["thoughtSignature"] = signature
+    for i, asked in enumerate(reply.calls):
+        call = {"id": f"call-{round_no}-{i}", "name": asked.name, "arguments": asked.arguments}
+        if isinstance(asked.thought_signature, str) and asked.thought_signature:
+            call["thoughtSignature"] = asked.thought_signature
         tool_calls.append(call)
     item = {"role": "assistant", "content": reply.message if reply.message.strip() else None,
             "tool_calls": tool_calls}
@@ -5819,13 +5859,13 @@ def _copy_args(arguments: dict) -> dict:
         return dict(arguments)
 
 
-def run_tool(tool: Tool | None, name: str, arguments: dict, ctx: ToolCtx) -> tuple[str, dict | None]:
-    """One call through its gates (model-calls.md §6.3): (what the model reads, data patch or None).
+def run_tool(tool: Tool | None, name: str, arguments: dict, ctx: ToolCtx) -> ToolOutput:
+    """One call through its gates (model-calls.md §6.3): what the model reads, and the data patch or None.
 
     Never raises: a hook or handler that raises becomes ``{"error": ...}``.
     """
     if tool is None:
-        return tool_payload({"error": f'Tool "{name}" is not available.'}), None
+        return ToolOutput(tool_payload({"error": f'Tool "{name}" is not available.'}))
     args = _copy_args(arguments)
     try:
         if tool.validate_input is not None:
@@ -5834,17 +5874,17 @@ def run_tool(tool: Tool | None, name: str, arguments: dict, ctx: ToolCtx) -> tup
                 payload = {"error": f"Validation failed: {'invalid input' if error is None else error}"}
                 if corrected is not None:
                     payload["correctedInput"] = corrected
-                return tool_payload(payload), None
+                return ToolOutput(tool_payload(payload))
         if tool.check_permissions is not None:
             allowed, reason, _ = _verdict(tool.check_permissions(args, ctx), "allowed", "reason")
             if not allowed:
                 why = "not allowed" if reason is None else reason
-                return tool_payload({"error": f"Permission denied: {why}"}), None
+                return ToolOutput(tool_payload({"error": f"Permission denied: {why}"}))
         result = tool.handler(args, ctx)
     except Exception as error:
         log.warning('tool "%s" raised: %s', tool.id, error_text(error))
         log_swallowed(f'tool "{tool.id}"')
-        return tool_payload({"error": error_text(error)}), None
+        return ToolOutput(tool_payload({"error": error_text(error)}))
     if result is None:
         value, data = None, None
     elif isinstance(result, ToolResult):
@@ -5861,7 +5901,7 @@ def run_tool(tool: Tool | None, name: str, arguments: dict, ctx: ToolCtx) -> tup
     if data is not None and nests_deeper(data, MAX_NESTING + 1):
         log.warning('tool "%s" returned data nested deeper than %d levels; ignored', tool.id, MAX_NESTING)
         data = None
-    return tool_value_text(value, tool.max_result_size_chars), data
+    return ToolOutput(tool_value_text(value, tool.max_result_size_chars), data)
 
 
 def is_safe_call(tool: Tool | None, arguments: dict) -> bool:
@@ -5881,14 +5921,14 @@ def is_safe_call(tool: Tool | None, arguments: dict) -> bool:
     return False
 
 
-def run_tool_calls(tools_by_id: dict, calls: list, ctx: ToolCtx) -> list[tuple[str, dict | None]]:
+def run_tool_calls(tools_by_id: dict, calls: list[ToolCall], ctx: ToolCtx) -> list[ToolOutput]:
     """Run a round's calls in batches, results in call order (model-calls.md §6.4).
 
     A run of consecutive safe calls runs together in a thread pool, one worker
     per call; any other call runs alone. A batch starts when the previous ended.
     """
-    tools = [tools_by_id.get(name) for name, _, _ in calls]
-    safe = [is_safe_call(tool, _copy_args(args)) for tool, (_, args, _) in zip(tools, calls)]
+    tools = [tools_by_id.get(call.name) for call in calls]
+    safe = [is_safe_call(tool, _copy_args(call.arguments)) for tool, call in zip(tools, calls)]
     results: list = [None] * len(calls)
     i = 0
     while i < len(calls):
@@ -5897,10 +5937,11 @@ def run_tool_calls(tools_by_id: dict, calls: list, ctx: ToolCtx) -> list[tuple[s
             while end < len(calls) and safe[end]:
                 end += 1
         if end - i == 1:
-            results[i] = run_tool(tools[i], calls[i][0], calls[i][1], ctx)
+            results[i] = run_tool(tools[i], calls[i].name, calls[i].arguments, ctx)
         else:
             with ThreadPoolExecutor(max_workers=end - i) as pool:
-                futures = [pool.submit(run_tool, tools[k], calls[k][0], calls[k][1], ctx) for k in range(i, end)]
+                futures = [pool.submit(run_tool, tools[k], calls[k].name, calls[k].arguments, ctx)
+                           for k in range(i, end)]
                 for k, future in zip(range(i, end), futures):
                     results[k] = future.result()
         i = end
@@ -5936,31 +5977,38 @@ def _is_tool_item(item: Any) -> bool:
     return isinstance(item, dict) and item.get("role") == "tool"
 
 
-def compact_history(agent: Agent, history: list) -> tuple[list, int, TokenUsage | None]:
+class Compacted(NamedTuple):
+    """What compaction returns (model-calls.md §9): a NamedTuple, so ``history, calls, usage = ...`` reads it."""
+    history: list
+    llm_calls: int              # 1 when a summary call was made (even a failed one), else 0
+    usage: TokenUsage | None
+
+
+def compact_history(agent: Agent, history: list) -> Compacted:
     """Trim the turn's history to the compaction budget (model-calls.md §9).
 
-    Returns ``(history, llm_calls, usage)``; ``(history, 0, None)`` with no
+    Returns ``Compacted(history, llm_calls, usage)``; ``(history, 0, None)`` with no
     config, ``enabled: False`` or an empty history. Layers, cheapest first:
     none, tool_result_budget, micro_compact, auto_compact (one summary call;
     when it fails, the oldest messages are dropped instead). Never raises.
     """
     config = agent.compaction
     if not isinstance(config, dict) or config.get("enabled") is False or not history:
-        return history, 0, None
+        return Compacted(history, 0, None)
     try:                        # construction checked it; this catches one swapped in since (inferred)
         check_compaction(config)
     except ValueError as error:
         log.warning("compaction: skipped (%s)", error_text(error))
-        return history, 0, None
+        return Compacted(history, 0, None)
     return _compact(agent, config, list(history))
 
 
-def _compact(agent: Agent, config: dict, history: list) -> tuple[list, int, TokenUsage | None]:
+def _compact(agent: Agent, config: dict, history: list) -> Compacted:
     threshold = config["maxTokens"] * config.get("compactionThreshold", 0.8)
     keep = config.get("preserveRecentCount", 4)
     limit = config.get("maxToolResultChars", 5000)
     if estimate_tokens(history) < threshold:
-        return history, 0, None
+        return Compacted(history, 0, None)
     edge = len(history) - min(keep, len(history))
     budgeted = list(history)
     for i in range(edge):
@@ -5969,17 +6017,17 @@ def _compact(agent: Agent, config: dict, history: list) -> tuple[list, int, Toke
             budgeted[i] = {**budgeted[i],
                            "content": f"{text[:limit]}\n\n[Truncated: {len(text)} chars total, showing first {limit}]"}
     if estimate_tokens(budgeted) < threshold:
-        return budgeted, 0, None
+        return Compacted(budgeted, 0, None)
     micro = list(budgeted)
     for i in range(edge):
         if _is_tool_item(micro[i]):
             micro[i] = {**micro[i], "content": re.sub(r"\s+", " ", _content_text(micro[i])).strip()}
     if estimate_tokens(micro) < threshold:
-        return micro, 0, None
+        return Compacted(micro, 0, None)
     while 0 < edge < len(micro) and _is_tool_item(micro[edge]):
         edge -= 1
     if edge == 0:  # nothing older than the window to summarize: a call would buy nothing (inferred)
-        return micro, 0, None
+        return Compacted(micro, 0, None)
     older, window = micro[:edge], micro[edge:]
     transcript = "\n".join(f"[{item.get('role') if isinstance(item, dict) else ''}]: {_content_text(item)}"
                            for item in older)
@@ -6000,10 +6048,10 @@ def _compact(agent: Agent, config: dict, history: list) -> tuple[list, int, Toke
             if -(-total // 4) >= threshold:
                 break
             added.append(item)
-        return added[::-1] + kept, 1, None
+        return Compacted(added[::-1] + kept, 1, None)
     log_call(request, generation)
     summary = generation.message if isinstance(generation.message, str) else ""
-    return [{"role": "system", "content": SUMMARY_MARKER + summary}] + window, 1, generation.usage
+    return Compacted([{"role": "system", "content": SUMMARY_MARKER + summary}] + window, 1, generation.usage)
 
 
 # 11. Streaming ################################################################################
