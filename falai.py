@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields as dataclass_fields, replace
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
-from typing import Any, NamedTuple, NoReturn, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, NoReturn, Protocol, runtime_checkable
 
 __version__ = "0.1.0"
 
@@ -2885,8 +2885,15 @@ def read_turn_input(kwargs: dict) -> TurnInput:
         payload=kwargs.get("payload"), hop=hop, start=kwargs.get("start"))
 
 
+# The phases of runtime.md §3 a turn passes through, in order (load is part of "ingest", return of "settle").
+Phase = Literal["ingest", "understand", "decide", "run", "speak", "settle"]
+
+
 class Turn:
-    """The state of one turn in flight: the session copy, what was produced, and the floor."""
+    """The state of one turn in flight: the session copy, what was produced, and the floor.
+
+    ``phase`` says where the turn is (runtime.md §3); run_turn alone moves it.
+    """
 
     def __init__(self, agent: Agent, given: TurnInput):
         self.agent = agent
@@ -2919,17 +2926,21 @@ class Turn:
         self.skipped: list[SkippedTrigger] = []
         self.llm_calls = 0
         self.usage: TokenUsage | None = None
-        # the floor and the speaker
-        self.in_ingest = True
+        # where the turn is, the floor and the speaker
+        self.phase: Phase = "ingest"
+        # The turn's floor run: the run a message is about. Set by Ingest (I-R, I-W, I-S, I-F), by a routed
+        # or resumed start in Decide, and inherited by a chained child (runtime.md §3.2, §3.5 rule 3, §3.6.4).
         self.floor_run: Run | None = None
+        # A run took the floor in Ingest (rule I-F): Decide does no routing and asks no branches (§3.2, §3.4).
         self.floor_from_ingest = False
+        # The talk step that speaks in phase 6; the latest one wins (runtime.md §3.6.3 talk rule 6).
         self.talk_request: Run | None = None
-        self.speaking_done = False
+        # Someone emitted a message this turn (say, fixed question, a `do` that spoke, the reply; §3.6.6).
         self.spoke = False
-        self.spoke_runs: set[str] = set()
-        self.pending_delay_ms = 0
-        self.queue: list[Run] | None = None
-        self.compacted = False
+        self.spoke_runs: set[str] = set()    # the runs that spoke, for the silence wakes (runtime.md §7.6)
+        self.pending_delay_ms = 0            # short waits riding on the next message (runtime.md §3.6.3, §7.2)
+        self.queue: list[Run] = []           # runs to move in phases 5 and 7, in order (runtime.md §3.6)
+        self.compacted = False               # compaction runs once, before the first model call (§3)
 
     def _trigger_key(self) -> str:
         given = self.input
@@ -2948,6 +2959,11 @@ class Turn:
     @property
     def is_message(self) -> bool:
         return self.input.kind == "message"
+
+    def unanswered_message(self) -> bool:
+        """Ingest is over, the turn is a message, not silenced, not yet spoken or answered (runtime.md §4.7 rule 5)."""
+        return (self.phase not in ("ingest", "settle") and self.is_message and self.silenced is None
+                and not self.spoke)
 
     def live(self, run: Run) -> bool:
         return any(live is run for live in self.session.runs)
@@ -2992,16 +3008,21 @@ def run_turn(agent: Agent, kwargs: dict, streaming: bool) -> Generator[str, None
     if ignored is not None:
         write_line(turn, None, "wait", "skipped", code=ignored.code, key=ignored.key)
         return turn.result(changed=False)
-    turn.in_ingest = False
     if turn.is_message:
-        decide(turn, understand_message(turn))              # phases 3-4
+        turn.phase = "understand"
+        understood = understand_message(turn)               # phase 3
+        turn.phase = "decide"
+        decide(turn, understood)                            # phase 4
+    turn.phase = "run"
     run_phase(turn)                                          # phase 5
+    turn.phase = "speak"
     speaker = choose_speaker(turn)
     spoken = None
     if speaker is not None:                                  # phase 6
         ask = speak_ask(turn, speaker)
         turn.compact_once()
         spoken = yield from speak(agent, ask, streaming)
+    turn.phase = "settle"
     settle(turn, speaker, spoken)                            # phase 7
     changed = (given.session is None or turn.session != given.session or bool(
         turn.messages or turn.schedule or turn.outcomes or turn.skipped))
@@ -3067,7 +3088,7 @@ def resolve_reply_waits(turn: Turn) -> None:
                        if branch.get("if") is not None and turn.holds(branch["if"], run)), step["else"])
         write_line(turn, run, "wait", "ok", code="replied", next=target_label(target))
         if not turn.floor_from_ingest:
-            turn.floor_run = run
+            turn.floor_run = run                # before follow: a child it chains inherits the floor (I-F)
         follow(turn, run, target)
         take_floor_in_ingest(turn, run)
 
@@ -3476,7 +3497,6 @@ def offered_tools(agent: Agent, listed: list | None) -> list:
 
 def settle(turn: Turn, speaker: Run | str | None, spoken: Spoken | Deferred | None) -> None:
     """Apply the speak result, drain what it moved, stamp the time, resume, arm silence wakes."""
-    turn.speaking_done = True
     if isinstance(spoken, Deferred):
         turn.count(spoken.llm_calls, spoken.usage)
         if speaker == "idle":
@@ -3529,7 +3549,6 @@ def settle_talk(turn: Turn, run: Run, spoken: Spoken) -> None:
         run.status = "running"
         follow(turn, run, step.get("then"))
         if turn.live(run) and run.status == "running":
-            assert turn.queue is not None       # run_phase set it before anything speaks
             turn.queue.append(run)
 
 
@@ -4028,10 +4047,9 @@ def start_child(turn: Turn, parent: Run, flow: dict, key: str, payload: Any, kee
         return
     if turn.floor_run is None or turn.floor_run is parent:
         turn.floor_run = child
-        if turn.in_ingest:
-            turn.floor_from_ingest = True
-    if turn.queue is not None:
-        turn.queue.append(child)
+        if turn.phase == "ingest":
+            turn.floor_from_ingest = True       # rule I-F (runtime.md §3.2)
+    turn.queue.append(child)
 
 
 def finish_flow(turn: Turn, run: Run, flow: dict) -> None:
@@ -4061,8 +4079,7 @@ def stay(turn: Turn, run: Run, flow: dict) -> None:
         return
     for other in others:
         suspend(turn, other)
-    if (not turn.in_ingest and turn.is_message and turn.silenced is None and not turn.speaking_done
-            and not turn.spoke):
+    if turn.unanswered_message():
         run.status = "running"
 
 
@@ -4201,7 +4218,7 @@ def run_talk_step(turn: Turn, run: Run, step: dict, resuming: bool) -> Go | None
         if other is not run and other.status == "asking":
             suspend(turn, other)
     run.status = "asking"
-    if not turn.speaking_done:
+    if turn.phase != "settle":
         turn.talk_request = run
     else:
         send_fixed_question(turn, run, step)
