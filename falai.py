@@ -39,10 +39,8 @@ import re
 import threading
 import unicodedata
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields as dataclass_fields, replace
 from datetime import datetime, timedelta, timezone
-from decimal import Decimal
 from typing import Any, Literal, NamedTuple, NoReturn, Protocol, runtime_checkable
 
 __version__ = "0.1.0"
@@ -83,6 +81,7 @@ SHORT_WAIT_MS = 10_000         # a timer wait this short rides inline on the nex
 DEFAULT_UP_TO = "30d"          # an event wait's default upTo (runtime.md §3.6.3, flows.md §5.7)
 DEFAULT_MAX_ASKS = 3           # a collect step's default maxAsks (flows.md §2.2)
 DEFAULT_MAX_TOOL_LOOPS = 5     # the agent's default max_tool_loops (model-calls.md §6.2)
+TOOL_POOL_WORKERS = 8          # safe tool calls running at once, per agent (model-calls.md §6.4; issue 12)
 RETRY_LADDER = ("1m", "5m", "15m", "1h", "6h")   # a talk step's speak retry wakes (runtime.md §10.2, §13)
 
 
@@ -681,6 +680,7 @@ def duration_ms(value: str) -> int:
 
 
 def _exact_ms(value: str) -> int:
+    from decimal import Decimal     # lazily: `import falai` stays quick (issue 12)
     return int(Decimal(value[:-1]) * _UNIT_MS[value[-1]] + Decimal("0.5"))
 
 
@@ -845,6 +845,7 @@ def js_number_text(x: int | float) -> str:
         return "Infinity" if x > 0 else "-Infinity"
     if x == 0:
         return "0"
+    from decimal import Decimal     # lazily: `import falai` stays quick (issue 12)
     raw = Decimal(repr(abs(x))).as_tuple()
     assert isinstance(raw.exponent, int)        # x is finite: no "n", "N" or "F" exponent
     full = "".join(map(str, raw.digits))
@@ -1293,6 +1294,9 @@ class Agent:
         self.protocol = protocol
         self.max_candidates = max_candidates
         self._lean_parts: dict = {}      # the agent-constant parts of lean prompts, built on first use
+        self._flow_facts: dict[int, tuple[dict, FlowFacts]] = {}   # flow_facts(), built on first use
+        self._tool_pool: Any = None      # tool_pool(), created on the first batch of safe tool calls
+        self._tool_pool_lock = threading.Lock()
         if debug:
             log.setLevel(logging.DEBUG)
         self.flow_by_id: dict[str, dict] = {}
@@ -2889,6 +2893,28 @@ def read_turn_input(kwargs: dict) -> TurnInput:
 Phase = Literal["ingest", "understand", "decide", "run", "speak", "settle"]
 
 
+def json_copy(value: Any) -> Any:
+    """A deep copy of JSON-shaped data, several times faster than deepcopy; other values go through deepcopy."""
+    kind = type(value)
+    if kind is dict:
+        return {key: json_copy(item) for key, item in value.items()}
+    if kind is list:
+        return [json_copy(item) for item in value]
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return value
+    return copy.deepcopy(value)
+
+
+def copy_session(session: Session) -> Session:
+    """The turn's own copy of the input session: the host's object is never mutated (runtime.md §3.1)."""
+    runs = [replace(run, trigger=json_copy(run.trigger), asked=json_copy(run.asked), visits=json_copy(run.visits),
+                    outcomes=json_copy(run.outcomes), input=json_copy(run.input), waiting=json_copy(run.waiting))
+            if type(run) is Run else copy.deepcopy(run) for run in session.runs]
+    return replace(session, data=json_copy(session.data), runs=runs, claims=json_copy(session.claims),
+                   inputs=json_copy(session.inputs), metadata=json_copy(session.metadata),
+                   history=json_copy(session.history))
+
+
 class Turn:
     """The state of one turn in flight: the session copy, what was produced, and the floor.
 
@@ -2902,7 +2928,7 @@ class Turn:
         self.now_text = iso(self.now)      # the turn's one instant as blob text, stamped on lines, claims, runs
         self.session_id = given.session_id
         try:
-            self.session = copy.deepcopy(given.session) if given.session else Session(id=given.session_id)
+            self.session = copy_session(given.session) if given.session else Session(id=given.session_id)
         except RecursionError:   # a Session built by hand far past BLOB_NESTING; no store would save it
             assert given.session is not None    # a fresh Session never nests that deep
             raise InvalidSessionError(given.session.id, f"it nests deeper than {BLOB_NESTING} levels "
@@ -3192,25 +3218,49 @@ def qualifies(turn: Turn, flow: dict, trigger: dict | None, kind: str) -> bool:
     """A trigger's ``if`` holds for a draft run and its ``repeat`` allows a start (runtime.md §3.4)."""
     if trigger is None:
         return False
-    draft = draft_run(turn, flow, kind, turn.trigger_key)
-    return (trigger.get("if") is None or turn.holds(trigger["if"], draft)) and \
-        repeat_allows(turn, flow, trigger, kind, turn.trigger_key)
+    return (trigger.get("if") is None or turn.holds(trigger["if"], draft_run(turn, flow, kind, turn.trigger_key))) \
+        and repeat_allows(turn, flow, trigger, kind, turn.trigger_key)
 
 
 def eligibility(turn: Turn, floor: Run | None) -> Eligibility:
     found = Eligibility()
     for flow in turn.agent.flows:
-        if qualifies(turn, flow, message_trigger(flow, phrased=True), "message"):
+        facts = flow_facts(turn.agent, flow)
+        if qualifies(turn, flow, facts.phrased, "message"):
             found.eligible.append(flow)
-        if qualifies(turn, flow, message_trigger(flow, phrased=False), "message"):
+        if qualifies(turn, flow, facts.catch_all, "message"):
             found.catch_alls.append(flow)
-        mention = first_trigger(flow, "mention")
+        mention = facts.mention
         if mention is not None and mention["mention"] and repeat_allows(turn, flow, mention, "mention",
                                                                         turn.trigger_key):
             found.mentions.append(flow)
     found.unscored = (floor is None and len(found.eligible) == 1 and turn.agent.idle == "silent"
                       and not found.catch_alls)
     return found
+
+
+@dataclass(frozen=True)
+class FlowFacts:
+    """What phase 3 reads from a flow on every message; the agent's flows never change, so once per agent."""
+    phrased: dict | None                # the first message trigger with phrases
+    catch_all: dict | None              # the first message trigger with an empty list
+    mention: dict | None                # the first mention trigger
+    slugs: tuple[str, ...]              # the flow's collect, then each talk step's, once each (§3.4 item 7)
+
+
+def flow_facts(agent: Agent, flow: dict) -> FlowFacts:
+    """The FlowFacts of one of the agent's flows, worked out on first use (issue 12)."""
+    cached = agent._flow_facts.get(id(flow))
+    if cached is not None and cached[0] is flow:
+        return cached[1]
+    slugs = list(flow.get("collect") or [])
+    for step in flow.get("steps") or []:
+        if is_talk(step):
+            slugs.extend(step.get("collect") or [])
+    facts = FlowFacts(message_trigger(flow, phrased=True), message_trigger(flow, phrased=False),
+                      first_trigger(flow, "mention"), tuple(unique_slugs(slugs)))
+    agent._flow_facts[id(flow)] = (flow, facts)     # the flow is kept, so its id is never reused meanwhile
+    return facts
 
 
 def floor_of(turn: Turn) -> Run | None:
@@ -3305,13 +3355,10 @@ def unique_slugs(slugs: Iterable[str]) -> list[str]:
 
 def harvestable(turn: Turn, flow: dict) -> list[str]:
     """A flow's unknown "anywhere" fields: its collect, then each talk step's collect (runtime.md §3.4 item 7)."""
-    slugs = list(flow.get("collect") or [])
-    for step in flow.get("steps") or []:
-        if is_talk(step):
-            slugs.extend(step.get("collect") or [])
     fields = turn.agent.fields
-    return [slug for slug in unique_slugs(slugs) if slug in fields and not is_known(turn.session.data.get(slug))
-            and extract_mode(fields[slug]) == "anywhere"]
+    data = turn.session.data
+    return [slug for slug in flow_facts(turn.agent, flow).slugs
+            if slug in fields and not is_known(data.get(slug)) and extract_mode(fields[slug]) == "anywhere"]
 
 
 def decide(turn: Turn, understood: Understood) -> None:
@@ -5786,7 +5833,7 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
             break
         ctx = ToolCtx(context=ask.scope.context, data=_overlay(ask.scope.data, data), history=list(history),
                       run=ask.run, now=ask.now)
-        results = run_tool_calls(tools_by_id, reply.calls, ctx)
+        results = run_tool_calls(agent, tools_by_id, reply.calls, ctx)
         if round_no == 0 and not (history and isinstance(history[-1], dict) and history[-1].get("role") == "user"):
             # model-calls.md §6.7 rule 1: the message text, else the speak prompt. A blank message text counts
             # as "else" (inferred): providers drop a blank user item, and no conversation may open with the
@@ -5938,11 +5985,21 @@ def is_safe_call(tool: Tool | None, arguments: dict) -> bool:
     return False
 
 
-def run_tool_calls(tools_by_id: dict, calls: list[ToolCall], ctx: ToolCtx) -> list[ToolOutput]:
+def tool_pool(agent: Agent) -> Any:
+    """The agent's one thread pool for safe tool calls, created on first use and capped (issue 12)."""
+    with agent._tool_pool_lock:
+        if agent._tool_pool is None:
+            from concurrent.futures import ThreadPoolExecutor   # lazily: many agents never batch a call
+            agent._tool_pool = ThreadPoolExecutor(max_workers=TOOL_POOL_WORKERS, thread_name_prefix="falai-tool")
+        return agent._tool_pool
+
+
+def run_tool_calls(agent: Agent, tools_by_id: dict, calls: list[ToolCall], ctx: ToolCtx) -> list[ToolOutput]:
     """Run a round's calls in batches, results in call order (model-calls.md §6.4).
 
-    A run of consecutive safe calls runs together in a thread pool, one worker
-    per call; any other call runs alone. A batch starts when the previous ended.
+    A run of consecutive safe calls runs together on the agent's tool pool (at
+    most TOOL_POOL_WORKERS at once); any other call runs alone. A batch starts
+    when the previous ended.
     """
     tools = [tools_by_id.get(call.name) for call in calls]
     safe = [is_safe_call(tool, _copy_args(call.arguments)) for tool, call in zip(tools, calls)]
@@ -5956,11 +6013,10 @@ def run_tool_calls(tools_by_id: dict, calls: list[ToolCall], ctx: ToolCtx) -> li
         if end - i == 1:
             results[i] = run_tool(tools[i], calls[i].name, calls[i].arguments, ctx)
         else:
-            with ThreadPoolExecutor(max_workers=end - i) as pool:
-                futures = [pool.submit(run_tool, tools[k], calls[k].name, calls[k].arguments, ctx)
-                           for k in range(i, end)]
-                for k, future in zip(range(i, end), futures):
-                    results[k] = future.result()
+            pool = tool_pool(agent)
+            futures = [pool.submit(run_tool, tools[k], calls[k].name, calls[k].arguments, ctx) for k in range(i, end)]
+            for k, future in zip(range(i, end), futures):
+                results[k] = future.result()
         i = end
     return results
 
