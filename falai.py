@@ -22,6 +22,15 @@ Sections, in the order data flows through a turn: what a turn is built from
   12. JSON and migration ...... from_spec, to_spec, flow_spec_schema, migrate_session, history events
   13. Testing helpers, stores . ScriptedProvider, MemoryScheduler, Store, MemoryStore, the row rules
 
+A reading path for a first visit: run_turn() (section 8) is the whole turn,
+one line per phase; read on through ingest(), understand_message(), decide(),
+run_phase(), choose_speaker() and settle(), then move_run(), follow() and the
+step kinds (9), then understand() and speak() (10). The construction checks
+of section 6 (validate_flow and its helpers) and sections 11-13 never decide
+anything in a turn: skip them until you need them. The spec's numbers sit in
+one block right after ``__all__``, and SIBLING_IMPORTS names the internal
+helpers the sibling modules may import.
+
 A section opens with a banner ``# N. Name ####``; its parts with
 ``# Part (spec section) ----``. The spec lives in ``docs/spec``; comments
 cite it as "runtime.md §3.2".
@@ -64,6 +73,16 @@ __all__ = [
     "FalaiError", "FlowConfigurationError", "ProviderError", "SessionConflictError",
     "InvalidSessionError",
 ]
+
+# The internal helpers, outside __all__, that falai_providers, falai_stores and falai_cli may import
+# (tests/test_imports.py holds them to this list). Renaming one of these breaks a sibling module.
+SIBLING_IMPORTS = {
+    "falai_providers": ("ENVELOPE_SHAPED", "compact_json", "decode_json_string", "lenient_loads", "parse_iso",
+                        "to_ms", "unfenced"),
+    "falai_stores": ("ABSENT", "BLOB_NESTING", "check_expected_version", "check_table_name", "decode_session_row",
+                     "encode_session_row", "saved_session", "store_now_text"),
+    "falai_cli": ("_Checks", "_flow_frame", "check_flow_shape", "iso", "parse_iso", "strip_nones", "system_clock"),
+}
 
 log = logging.getLogger("falai")
 
