@@ -22,7 +22,7 @@ import tracemalloc
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from falai import GenerateRequest, MemoryStore, ScriptedProvider, Tool, falai, fake_clock  # noqa: E402
+from falai import GenerateRequest, MemoryStore, compact_json, ScriptedProvider, Tool, falai, fake_clock  # noqa: E402
 from falai_stores import SQLiteStore  # noqa: E402
 
 REPEAT = 300
@@ -178,12 +178,10 @@ def request_body_us(provider, items: int) -> float:
     request = GenerateRequest(system="Você é a Ana.", prompt="Responda.", history=history, context={},
                               schema={"type": "object", "properties": {"message": {"type": "string"}}},
                               schema_name="speak", tools=None)
-    import falai  # noqa: PLC0415
-
     def body() -> None:
         plan = provider._plan(request)
         _, _, wire = provider._wire(provider.model, plan)
-        falai.compact_json(wire)
+        getattr(provider, "_body_text", compact_json)(wire)      # what _attempt sends (older trees: compact_json)
     return median_us(body, 100)
 
 

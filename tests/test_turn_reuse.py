@@ -69,3 +69,24 @@ def test_import_falai_leaves_what_a_turn_may_not_need_unimported():
     code = "import sys, falai; print(sorted(m for m in ('concurrent.futures', 'decimal') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_request_body_reusing_history_fragments_is_byte_for_byte_the_plain_one():
+    """providers.md §3: the text sent is compact_json(body); reusing each item's text changes no byte."""
+    from falai_providers import AnthropicProvider, GeminiProvider, OpenAICompatibleProvider
+    history = [{"role": "user", "content": 'Oi, "Ana" \u00e9 \\ aqui'}, {"role": "assistant", "content": "Olá!"},
+               {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "name": "t", "arguments": {"a": 1}}]},
+               {"role": "tool", "tool_call_id": "c1", "name": "t", "content": '{"ok":true}'},
+               {"role": "user", "content": "E o preço?"}]
+    request = F.GenerateRequest(system="Você é a Ana.", prompt="Responda.", history=history, context={},
+                                schema={"type": "object", "properties": {"message": {"type": "string"}}},
+                                schema_name="speak", tools=[{"name": "t", "description": "d",
+                                                             "parameters": {"type": "object"}}])
+    for provider in (GeminiProvider(api_key="k", model="gemini-2.5-flash"),
+                     OpenAICompatibleProvider(api_key="k", model="gpt-4.1-mini"),
+                     AnthropicProvider(api_key="k", model="claude-sonnet-4-5")):
+        _, _, body = provider._wire(provider.model, provider._plan(request))
+        first = provider._body_text(body)
+        assert first == F.compact_json(body) and provider._body_text(body) == first
+        kept = len(provider._fragments)
+        assert provider._body_text(body) == first and len(provider._fragments) == kept
