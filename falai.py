@@ -5832,8 +5832,8 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
                                   cache_history=v4_schema is not None, v4_schema=v4_schema)
         calls += 1
         try:                       # only the provider's part: an engine bug below must surface (issue 12)
-            if streaming:
-                generation = yield from _stream_round(agent.provider, request)
+            if streaming:                       # the decoder runs between the provider's chunks, so inside
+                generation = provided_generation((yield from _stream_round(agent.provider, request)))
             else:
                 generation = provided_generation(agent.provider.generate(request))
         except ScriptError:
