@@ -22,6 +22,15 @@ Sections, in the order data flows through a turn: what a turn is built from
   12. JSON and migration ...... from_spec, to_spec, flow_spec_schema, migrate_session, history events
   13. Testing helpers, stores . ScriptedProvider, MemoryScheduler, Store, MemoryStore, the row rules
 
+A reading path for a first visit: run_turn() (section 8) is the whole turn,
+one line per phase; read on through ingest(), understand_message(), decide(),
+run_phase(), choose_speaker() and settle(), then move_run(), follow() and the
+step kinds (9), then understand() and speak() (10). The construction checks
+of section 6 (validate_flow and its helpers) and sections 11-13 never decide
+anything in a turn: skip them until you need them. The spec's numbers sit in
+one block right after ``__all__``, and SIBLING_IMPORTS names the internal
+helpers the sibling modules may import.
+
 A section opens with a banner ``# N. Name ####``; its parts with
 ``# Part (spec section) ----``. The spec lives in ``docs/spec``; comments
 cite it as "runtime.md §3.2".
@@ -39,11 +48,9 @@ import re
 import threading
 import unicodedata
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields as dataclass_fields, replace
 from datetime import datetime, timedelta, timezone
-from decimal import Decimal
-from typing import Any, NoReturn, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, NoReturn, Protocol, runtime_checkable
 
 __version__ = "0.1.0"
 
@@ -67,7 +74,34 @@ __all__ = [
     "InvalidSessionError",
 ]
 
+# The internal helpers, outside __all__, that falai_providers, falai_stores and falai_cli may import
+# (tests/test_imports.py holds them to this list). Renaming one of these breaks a sibling module.
+SIBLING_IMPORTS = {
+    "falai_providers": ("ENVELOPE_SHAPED", "compact_json", "decode_json_string", "lenient_loads", "parse_iso",
+                        "to_ms", "unfenced"),
+    "falai_stores": ("ABSENT", "BLOB_NESTING", "check_expected_version", "check_table_name", "decode_session_row",
+                     "encode_session_row", "saved_session", "store_now_text"),
+    "falai_cli": ("_Checks", "_flow_frame", "check_flow_shape", "iso", "parse_iso", "strip_nones", "system_clock"),
+}
+
 log = logging.getLogger("falai")
+
+
+# The spec's numbers, in one place ------------------------------------------------------------
+
+ROUTE_MIN_SCORE = 40           # a flow routes only when it scores at least this (runtime.md §3.5 rule 3)
+ROUTE_OVER_ASKER = 15          # ... and, with an asker, beats the asker's flow by this much (§3.5 rule 3)
+HOP_LIMIT = 5                  # a start at this chaining depth is skipped "hop-limit" (runtime.md §5 rule 4)
+INPUTS_KEPT = 50               # the session's last message ids, for duplicate-input (runtime.md §3.2, §13)
+OUTCOMES_KEPT = 50             # each run keeps its last outcome lines (runtime.md §4.1, §11.1)
+ALWAYS_CLAIMS_KEPT = 50        # "always" claims kept per flow and anchor (runtime.md §6.1, §13)
+STEP_CAP = 50                  # step executions in one move before "step-loop" (runtime.md §3.6.1)
+SHORT_WAIT_MS = 10_000         # a timer wait this short rides inline on the next message (runtime.md §3.6.3)
+DEFAULT_UP_TO = "30d"          # an event wait's default upTo (runtime.md §3.6.3, flows.md §5.7)
+DEFAULT_MAX_ASKS = 3           # a collect step's default maxAsks (flows.md §2.2)
+DEFAULT_MAX_TOOL_LOOPS = 5     # the agent's default max_tool_loops (model-calls.md §6.2)
+TOOL_POOL_WORKERS = 8          # safe tool calls running at once, per agent (model-calls.md §6.4; issue 12)
+RETRY_LADDER = ("1m", "5m", "15m", "1h", "6h")   # a talk step's speak retry wakes (runtime.md §10.2, §13)
 
 
 # 1. Public types ##############################################################################
@@ -554,6 +588,16 @@ def error_text(error: BaseException) -> str:
         return type(error).__name__
 
 
+def log_swallowed(where: str) -> None:
+    """DEBUG: the traceback of a user-code exception that became an outcome instead of a crash (issue 12).
+
+    Call it inside the ``except`` block: the warning already names the error,
+    this keeps where it came from for whoever turned debug on.
+    """
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("%s: the swallowed exception's traceback", where, exc_info=True)
+
+
 def _exception_chain(exc: BaseException | None) -> list[BaseException]:
     """exc, then its cause (or context), and so on: five links at most (providers.md §8.3)."""
     chain: list[BaseException] = []
@@ -655,6 +699,7 @@ def duration_ms(value: str) -> int:
 
 
 def _exact_ms(value: str) -> int:
+    from decimal import Decimal     # lazily: `import falai` stays quick (issue 12)
     return int(Decimal(value[:-1]) * _UNIT_MS[value[-1]] + Decimal("0.5"))
 
 
@@ -819,6 +864,7 @@ def js_number_text(x: int | float) -> str:
         return "Infinity" if x > 0 else "-Infinity"
     if x == 0:
         return "0"
+    from decimal import Decimal     # lazily: `import falai` stays quick (issue 12)
     raw = Decimal(repr(abs(x))).as_tuple()
     assert isinstance(raw.exponent, int)        # x is finite: no "n", "N" or "F" exponent
     full = "".join(map(str, raw.digits))
@@ -1233,7 +1279,7 @@ class Agent:
                  goal: str | None = None, persona: str | None = None, idle: Any = None,
                  clock: Callable[[], datetime] | None = None,
                  business_hours: Callable[[datetime, Any], datetime] | None = None,
-                 max_tool_loops: int = 5, compaction: dict | None = None, debug: bool = False,
+                 max_tool_loops: int = DEFAULT_MAX_TOOL_LOOPS, compaction: dict | None = None, debug: bool = False,
                  protocol: str = "lean", max_candidates: int | None = None):
         self.name = name
         self.provider = provider
@@ -1260,9 +1306,16 @@ class Agent:
                                            or max_candidates < 1):
             raise FlowConfigurationError(f"max_candidates is {show(max_candidates)}: it must be a whole number of "
                                          "at least 1. Leave it out to score every eligible flow.")
+        if not isinstance(max_tool_loops, int) or isinstance(max_tool_loops, bool):
+            raise FlowConfigurationError(f"max_tool_loops is {show(max_tool_loops)}: it must be a whole number "
+                                         "(0 or less offers no tools). Leave it out for "
+                                         f"{DEFAULT_MAX_TOOL_LOOPS} tool rounds.")
         self.protocol = protocol
         self.max_candidates = max_candidates
         self._lean_parts: dict = {}      # the agent-constant parts of lean prompts, built on first use
+        self._flow_facts: dict[int, tuple[dict, FlowFacts]] = {}   # flow_facts(), built on first use
+        self._tool_pool: Any = None      # tool_pool(), created on the first batch of safe tool calls
+        self._tool_pool_lock = threading.Lock()
         if debug:
             log.setLevel(logging.DEBUG)
         self.flow_by_id: dict[str, dict] = {}
@@ -2855,8 +2908,37 @@ def read_turn_input(kwargs: dict) -> TurnInput:
         payload=kwargs.get("payload"), hop=hop, start=kwargs.get("start"))
 
 
+# The phases of runtime.md §3 a turn passes through, in order (load is part of "ingest", return of "settle").
+Phase = Literal["ingest", "understand", "decide", "run", "speak", "settle"]
+
+
+def json_copy(value: Any) -> Any:
+    """A deep copy of JSON-shaped data, several times faster than deepcopy; other values go through deepcopy."""
+    kind = type(value)
+    if kind is dict:
+        return {key: json_copy(item) for key, item in value.items()}
+    if kind is list:
+        return [json_copy(item) for item in value]
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return value
+    return copy.deepcopy(value)
+
+
+def copy_session(session: Session) -> Session:
+    """The turn's own copy of the input session: the host's object is never mutated (runtime.md §3.1)."""
+    runs = [replace(run, trigger=json_copy(run.trigger), asked=json_copy(run.asked), visits=json_copy(run.visits),
+                    outcomes=json_copy(run.outcomes), input=json_copy(run.input), waiting=json_copy(run.waiting))
+            if type(run) is Run else copy.deepcopy(run) for run in session.runs]
+    return replace(session, data=json_copy(session.data), runs=runs, claims=json_copy(session.claims),
+                   inputs=json_copy(session.inputs), metadata=json_copy(session.metadata),
+                   history=json_copy(session.history))
+
+
 class Turn:
-    """The state of one turn in flight: the session copy, what was produced, and the floor."""
+    """The state of one turn in flight: the session copy, what was produced, and the floor.
+
+    ``phase`` says where the turn is (runtime.md §3); run_turn alone moves it.
+    """
 
     def __init__(self, agent: Agent, given: TurnInput):
         self.agent = agent
@@ -2865,7 +2947,7 @@ class Turn:
         self.now_text = iso(self.now)      # the turn's one instant as blob text, stamped on lines, claims, runs
         self.session_id = given.session_id
         try:
-            self.session = copy.deepcopy(given.session) if given.session else Session(id=given.session_id)
+            self.session = copy_session(given.session) if given.session else Session(id=given.session_id)
         except RecursionError:   # a Session built by hand far past BLOB_NESTING; no store would save it
             assert given.session is not None    # a fresh Session never nests that deep
             raise InvalidSessionError(given.session.id, f"it nests deeper than {BLOB_NESTING} levels "
@@ -2889,17 +2971,21 @@ class Turn:
         self.skipped: list[SkippedTrigger] = []
         self.llm_calls = 0
         self.usage: TokenUsage | None = None
-        # the floor and the speaker
-        self.in_ingest = True
+        # where the turn is, the floor and the speaker
+        self.phase: Phase = "ingest"
+        # The turn's floor run: the run a message is about. Set by Ingest (I-R, I-W, I-S, I-F), by a routed
+        # or resumed start in Decide, and inherited by a chained child (runtime.md §3.2, §3.5 rule 3, §3.6.4).
         self.floor_run: Run | None = None
+        # A run took the floor in Ingest (rule I-F): Decide does no routing and asks no branches (§3.2, §3.4).
         self.floor_from_ingest = False
+        # The talk step that speaks in phase 6; the latest one wins (runtime.md §3.6.3 talk rule 6).
         self.talk_request: Run | None = None
-        self.speaking_done = False
+        # Someone emitted a message this turn (say, fixed question, a `do` that spoke, the reply; §3.6.6).
         self.spoke = False
-        self.spoke_runs: set[str] = set()
-        self.pending_delay_ms = 0
-        self.queue: list[Run] | None = None
-        self.compacted = False
+        self.spoke_runs: set[str] = set()    # the runs that spoke, for the silence wakes (runtime.md §7.6)
+        self.pending_delay_ms = 0            # short waits riding on the next message (runtime.md §3.6.3, §7.2)
+        self.queue: list[Run] = []           # runs to move in phases 5 and 7, in order (runtime.md §3.6)
+        self.compacted = False               # compaction runs once, before the first model call (§3)
 
     def _trigger_key(self) -> str:
         given = self.input
@@ -2918,6 +3004,11 @@ class Turn:
     @property
     def is_message(self) -> bool:
         return self.input.kind == "message"
+
+    def unanswered_message(self) -> bool:
+        """Ingest is over, the turn is a message, not silenced, not yet spoken or answered (runtime.md §4.7 rule 5)."""
+        return (self.phase not in ("ingest", "settle") and self.is_message and self.silenced is None
+                and not self.spoke)
 
     def live(self, run: Run) -> bool:
         return any(live is run for live in self.session.runs)
@@ -2959,20 +3050,24 @@ def run_turn(agent: Agent, kwargs: dict, streaming: bool) -> Generator[str, None
     given = read_turn_input(kwargs)
     turn = Turn(agent, given)
     ignored = ingest(turn)                                   # phases 1-2
-    if ignored:
-        code, key = ignored
-        write_line(turn, None, "wait", "skipped", code=code, key=key)
+    if ignored is not None:
+        write_line(turn, None, "wait", "skipped", code=ignored.code, key=ignored.key)
         return turn.result(changed=False)
-    turn.in_ingest = False
     if turn.is_message:
-        decide(turn, understand_message(turn))              # phases 3-4
+        turn.phase = "understand"
+        understood = understand_message(turn)               # phase 3
+        turn.phase = "decide"
+        decide(turn, understood)                            # phase 4
+    turn.phase = "run"
     run_phase(turn)                                          # phase 5
+    turn.phase = "speak"
     speaker = choose_speaker(turn)
     spoken = None
     if speaker is not None:                                  # phase 6
         ask = speak_ask(turn, speaker)
         turn.compact_once()
         spoken = yield from speak(agent, ask, streaming)
+    turn.phase = "settle"
     settle(turn, speaker, spoken)                            # phase 7
     changed = (given.session is None or turn.session != given.session or bool(
         turn.messages or turn.schedule or turn.outcomes or turn.skipped))
@@ -2981,17 +3076,24 @@ def run_turn(agent: Agent, kwargs: dict, streaming: bool) -> Generator[str, None
 
 # Phases 1-2: load and ingest (runtime.md §3.1-§3.3) -------------------------------------------
 
-def ingest(turn: Turn) -> tuple[str, str] | None:
-    """Apply the input to the session copy; returns (code, key) when the input is ignored."""
+@dataclass(frozen=True)
+class Ignored:
+    """An input the turn ignores: its ``wait / skipped`` line's code and key (runtime.md §3.3)."""
+    code: str                   # no-session, duplicate-input, stale-wake or silence-broken
+    key: str
+
+
+def ingest(turn: Turn) -> Ignored | None:
+    """Apply the input to the session copy; returns what was ignored, if the input is."""
     given = turn.input
     if given.kind == "wake" and given.session is None:
         assert given.wake is not None           # read_turn_input sets the field each kind names
-        return "no-session", given.wake
+        return Ignored("no-session", given.wake)
     if given.kind == "message":
         if given.id and given.id in turn.session.inputs:
-            return "duplicate-input", given.id
+            return Ignored("duplicate-input", given.id)
         if given.id:
-            turn.session.inputs = [*turn.session.inputs, given.id][-50:]
+            turn.session.inputs = [*turn.session.inputs, given.id][-INPUTS_KEPT:]
         turn.session.last_user_at = iso(parse_iso(given.at)) if given.at else turn.now_text
         resolve_reply_waits(turn)
     elif given.kind == "wake":
@@ -3031,16 +3133,16 @@ def resolve_reply_waits(turn: Turn) -> None:
                        if branch.get("if") is not None and turn.holds(branch["if"], run)), step["else"])
         write_line(turn, run, "wait", "ok", code="replied", next=target_label(target))
         if not turn.floor_from_ingest:
-            turn.floor_run = run
+            turn.floor_run = run                # before follow: a child it chains inherits the floor (I-F)
         follow(turn, run, target)
         take_floor_in_ingest(turn, run)
 
 
-def ingest_run_wake(turn: Turn, key: str) -> tuple[str, str] | None:
+def ingest_run_wake(turn: Turn, key: str) -> Ignored | None:
     """Rule I-W: the one live run parked under this exact key moves on (runtime.md §3.2)."""
     run = next((run for run in turn.session.runs if (run.waiting or {}).get("key") == key), None)
     if run is None:
-        return "stale-wake", key
+        return Ignored("stale-wake", key)
     set_at = run.waiting.get("setAt") or run.started_at
     run.status, run.waiting = "running", None
     turn.floor_run = run
@@ -3060,7 +3162,7 @@ def ingest_run_wake(turn: Turn, key: str) -> tuple[str, str] | None:
     return None
 
 
-def ingest_silence_wake(turn: Turn, key: str) -> tuple[str, str] | None:
+def ingest_silence_wake(turn: Turn, key: str) -> Ignored | None:
     """Rule I-S: a silence wake starts its flow while the silence still holds (runtime.md §3.2)."""
     body = key[len("silence:"):]
     ms = body.rsplit(":", 1)[-1]
@@ -3071,7 +3173,7 @@ def ingest_silence_wake(turn: Turn, key: str) -> tuple[str, str] | None:
         return None
     last = turn.session.last_assistant_at
     if last is None or str(to_ms(parse_iso(last))) != ms or customer_wrote_since(turn, flow_id, last):
-        return "silence-broken", key
+        return Ignored("silence-broken", key)
     trigger = first_trigger(flow, "silence")
     if trigger is not None:
         run = start_run(turn, flow, "silence", ms, trigger=trigger)
@@ -3135,25 +3237,49 @@ def qualifies(turn: Turn, flow: dict, trigger: dict | None, kind: str) -> bool:
     """A trigger's ``if`` holds for a draft run and its ``repeat`` allows a start (runtime.md §3.4)."""
     if trigger is None:
         return False
-    draft = draft_run(turn, flow, kind, turn.trigger_key)
-    return (trigger.get("if") is None or turn.holds(trigger["if"], draft)) and \
-        repeat_allows(turn, flow, trigger, kind, turn.trigger_key)
+    return (trigger.get("if") is None or turn.holds(trigger["if"], draft_run(turn, flow, kind, turn.trigger_key))) \
+        and repeat_allows(turn, flow, trigger, kind, turn.trigger_key)
 
 
 def eligibility(turn: Turn, floor: Run | None) -> Eligibility:
     found = Eligibility()
     for flow in turn.agent.flows:
-        if qualifies(turn, flow, message_trigger(flow, phrased=True), "message"):
+        facts = flow_facts(turn.agent, flow)
+        if qualifies(turn, flow, facts.phrased, "message"):
             found.eligible.append(flow)
-        if qualifies(turn, flow, message_trigger(flow, phrased=False), "message"):
+        if qualifies(turn, flow, facts.catch_all, "message"):
             found.catch_alls.append(flow)
-        mention = first_trigger(flow, "mention")
+        mention = facts.mention
         if mention is not None and mention["mention"] and repeat_allows(turn, flow, mention, "mention",
                                                                         turn.trigger_key):
             found.mentions.append(flow)
     found.unscored = (floor is None and len(found.eligible) == 1 and turn.agent.idle == "silent"
                       and not found.catch_alls)
     return found
+
+
+@dataclass(frozen=True)
+class FlowFacts:
+    """What phase 3 reads from a flow on every message; the agent's flows never change, so once per agent."""
+    phrased: dict | None                # the first message trigger with phrases
+    catch_all: dict | None              # the first message trigger with an empty list
+    mention: dict | None                # the first mention trigger
+    slugs: tuple[str, ...]              # the flow's collect, then each talk step's, once each (§3.4 item 7)
+
+
+def flow_facts(agent: Agent, flow: dict) -> FlowFacts:
+    """The FlowFacts of one of the agent's flows, worked out on first use (issue 12)."""
+    cached = agent._flow_facts.get(id(flow))
+    if cached is not None and cached[0] is flow:
+        return cached[1]
+    slugs = list(flow.get("collect") or [])
+    for step in flow.get("steps") or []:
+        if is_talk(step):
+            slugs.extend(step.get("collect") or [])
+    facts = FlowFacts(message_trigger(flow, phrased=True), message_trigger(flow, phrased=False),
+                      first_trigger(flow, "mention"), tuple(unique_slugs(slugs)))
+    agent._flow_facts[id(flow)] = (flow, facts)     # the flow is kept, so its id is never reused meanwhile
+    return facts
 
 
 def floor_of(turn: Turn) -> Run | None:
@@ -3164,12 +3290,19 @@ def floor_of(turn: Turn) -> Run | None:
     return turn.floor_run if turn.floor_run is not None and turn.live(turn.floor_run) else None
 
 
-def understand_message(turn: Turn) -> tuple[Judgement, Eligibility]:
+@dataclass
+class Understood:
+    """What phase 3 hands phase 4: the judgement and who was eligible to be judged (runtime.md §3.4-§3.5)."""
+    judgement: Judgement
+    eligibility: Eligibility
+
+
+def understand_message(turn: Turn) -> Understood:
     """Phase 3: work out what the model may judge and make at most one call (runtime.md §3.4)."""
     floor = floor_of(turn)
     found = eligibility(turn, floor)
     if turn.silenced is not None and not turn.understand_when_silenced:
-        return Judgement(), found
+        return Understood(Judgement(), found)
     assert turn.input.message is not None      # understand runs for a message only
     ask = UnderstandAsk(message=turn.input.message, scope=turn.scope(), history=turn.history,
                         mentions=list(found.mentions))
@@ -3180,7 +3313,7 @@ def understand_message(turn: Turn) -> tuple[Judgement, Eligibility]:
         if step is not None and is_talk(step):
             ask.floor_step, ask.floor_pending = step, pending_fields(turn, step, floor)
         if floor.status == "asking" and not turn.floor_from_ingest and step is not None and is_talk(step):
-            ask.branches = [(floor.id, step["id"], index, branch["when"])
+            ask.branches = [AskedBranch(floor.id, step["id"], index, branch["when"])
                             for index, branch in enumerate(step.get("branches") or [])
                             if branch.get("when") is not None]
     scored = [] if found.unscored else found.eligible
@@ -3201,10 +3334,10 @@ def understand_message(turn: Turn) -> tuple[Judgement, Eligibility]:
         if scored or ask.mentions or ask.branches or ask.fields or any(slug not in free for slug in own):
             ask.fields = unique_slugs([*ask.fields, *own])
     if not needs_understand_call(ask):
-        return Judgement(), found
+        return Understood(Judgement(), found)
     turn.compact_once()
     ask.history = turn.history
-    return understand(turn.agent, ask), found
+    return Understood(understand(turn.agent, ask), found)
 
 
 def _words(text: Any) -> set[str]:
@@ -3241,18 +3374,15 @@ def unique_slugs(slugs: Iterable[str]) -> list[str]:
 
 def harvestable(turn: Turn, flow: dict) -> list[str]:
     """A flow's unknown "anywhere" fields: its collect, then each talk step's collect (runtime.md §3.4 item 7)."""
-    slugs = list(flow.get("collect") or [])
-    for step in flow.get("steps") or []:
-        if is_talk(step):
-            slugs.extend(step.get("collect") or [])
     fields = turn.agent.fields
-    return [slug for slug in unique_slugs(slugs) if slug in fields and not is_known(turn.session.data.get(slug))
-            and extract_mode(fields[slug]) == "anywhere"]
+    data = turn.session.data
+    return [slug for slug in flow_facts(turn.agent, flow).slugs
+            if slug in fields and not is_known(data.get(slug)) and extract_mode(fields[slug]) == "anywhere"]
 
 
-def decide(turn: Turn, understood: tuple[Judgement, Eligibility]) -> None:
+def decide(turn: Turn, understood: Understood) -> None:
     """Phase 4: route, start mention runs, write judged fields, fire the asker's branch (runtime.md §3.5)."""
-    judgement, found = understood
+    judgement, found = understood.judgement, understood.eligibility
     turn.count(judgement.llm_calls, judgement.usage)
     asker = turn.asker()
     route, route_trigger = None, None
@@ -3308,13 +3438,13 @@ def choose_route(turn: Turn, judgement: Judgement, found: Eligibility,
         top = best([flow for flow in found.eligible if flow["id"] != asker.flow_id])
         asker_flow = turn.agent.flow_by_id.get(asker.flow_id)
         asker_score = score(asker_flow) if asker_flow else 0
-        if top is not None and score(top) >= 40 and score(top) >= asker_score + 15:
+        if top is not None and score(top) >= ROUTE_MIN_SCORE and score(top) >= asker_score + ROUTE_OVER_ASKER:
             return top, message_trigger(top, phrased=True)
         return None, None
     if found.unscored:
         return found.eligible[0], message_trigger(found.eligible[0], phrased=True)
     top = best(found.eligible)
-    if top is not None and score(top) >= 40:
+    if top is not None and score(top) >= ROUTE_MIN_SCORE:
         return top, message_trigger(top, phrased=True)
     if found.catch_alls:
         return found.catch_alls[0], message_trigger(found.catch_alls[0], phrased=False)
@@ -3433,7 +3563,6 @@ def offered_tools(agent: Agent, listed: list | None) -> list:
 
 def settle(turn: Turn, speaker: Run | str | None, spoken: Spoken | Deferred | None) -> None:
     """Apply the speak result, drain what it moved, stamp the time, resume, arm silence wakes."""
-    turn.speaking_done = True
     if isinstance(spoken, Deferred):
         turn.count(spoken.llm_calls, spoken.usage)
         if speaker == "idle":
@@ -3486,7 +3615,6 @@ def settle_talk(turn: Turn, run: Run, spoken: Spoken) -> None:
         run.status = "running"
         follow(turn, run, step.get("then"))
         if turn.live(run) and run.status == "running":
-            assert turn.queue is not None       # run_phase set it before anything speaks
             turn.queue.append(run)
 
 
@@ -3511,8 +3639,6 @@ def defer_talk(turn: Turn, run: Run, failure: Deferred) -> None:
     park(turn, run, f"{key}:retry:{to_ms(at)}", at)
     write_line(turn, run, kind, "deferred", code=failure.code, key=key, until=iso(at))
 
-
-RETRY_LADDER = ("1m", "5m", "15m", "1h", "6h")
 
 
 # Silence wakes and pending_wakes (runtime.md §7.5, §14) ---------------------------------------
@@ -3575,7 +3701,8 @@ def pending_wakes(agent: Agent, session: Any, context: Any, anchors: dict | None
 # 9. Runs and steps ############################################################################
 #
 # One way to move a run: move_run() executes steps; a step kind does its work
-# and names a target; follow() applies every then, else, onFail and branch.
+# and returns the target it names (Go) or None when it stopped the run here;
+# follow() applies every then, else, onFail and branch target.
 
 TALK_KEYS = ("prompt", "collect")
 
@@ -3676,7 +3803,7 @@ def write_line(turn: Turn, run: Run | None, kind: str, status: str, *, code: str
                        next=next, until=until, llm_calls=llm_calls)
     if run is not None:
         line.run_id, line.flow_id, line.step_id = run.id, run.flow_id, run.step_id
-        run.outcomes = [*run.outcomes, line.to_dict()][-50:]
+        run.outcomes = [*run.outcomes, line.to_dict()][-OUTCOMES_KEPT:]
     turn.outcomes.append(line)
     if log.isEnabledFor(logging.DEBUG):      # debug=True (python-api.md, The toolkit)
         log.debug("outcome: %s", compact_json(line.to_dict()))
@@ -3795,7 +3922,7 @@ def start_run(turn: Turn, flow: dict, kind: str, trigger_key: str, *, trigger: d
     if trigger is not None and trigger.get("if") is not None and not turn.holds(trigger["if"], run, payload):
         return None
     refusal = claim_refusal(turn, claim, repeat)
-    if refusal is None and hop >= 5:
+    if refusal is None and hop >= HOP_LIMIT:
         refusal = "hop-limit"
     if refusal is None:
         live = next((other for other in turn.session.runs
@@ -3824,8 +3951,6 @@ def start_run(turn: Turn, flow: dict, kind: str, trigger_key: str, *, trigger: d
             write_line(turn, run, "wait", "waiting", code="awaiting-trigger", until=iso(at))
     return run
 
-
-ALWAYS_CLAIMS_KEPT = 50
 
 
 def prune_always_claims(turn: Turn, prefix: str) -> None:
@@ -3856,9 +3981,6 @@ class BusinessHoursCtx:
 
 
 # Moving a run (runtime.md §3.6.1-§3.6.5) ------------------------------------------------------
-
-STEP_CAP = 50
-
 
 def move_run(turn: Turn, run: Run) -> None:
     """Move one run as far as it goes this turn (runtime.md §3.6.1)."""
@@ -3893,8 +4015,10 @@ def move_run(turn: Turn, run: Run) -> None:
         if step is None:
             end_run(turn, run, "skipped", code="step-gone")
             return
-        execute_step(turn, run, flow, step, resuming and executed == 0)
+        moved = execute_step(turn, run, flow, step, resuming and executed == 0)
         executed += 1
+        if moved is not None:
+            follow(turn, run, moved.target)
 
 
 def premise_failure(turn: Turn, run: Run, flow: dict) -> str | None:
@@ -3989,10 +4113,9 @@ def start_child(turn: Turn, parent: Run, flow: dict, key: str, payload: Any, kee
         return
     if turn.floor_run is None or turn.floor_run is parent:
         turn.floor_run = child
-        if turn.in_ingest:
-            turn.floor_from_ingest = True
-    if turn.queue is not None:
-        turn.queue.append(child)
+        if turn.phase == "ingest":
+            turn.floor_from_ingest = True       # rule I-F (runtime.md §3.2)
+    turn.queue.append(child)
 
 
 def finish_flow(turn: Turn, run: Run, flow: dict) -> None:
@@ -4022,8 +4145,7 @@ def stay(turn: Turn, run: Run, flow: dict) -> None:
         return
     for other in others:
         suspend(turn, other)
-    if (not turn.in_ingest and turn.is_message and turn.silenced is None and not turn.speaking_done
-            and not turn.spoke):
+    if turn.unanswered_message():
         run.status = "running"
 
 
@@ -4079,26 +4201,47 @@ def already_through(run: Run, target: Any) -> bool:
 
 
 # Executing a step (runtime.md §3.6.3) ---------------------------------------------------------
+#
+# A step kind does its work and returns what happened: Go(target) when the run
+# moves on, None when it stopped here (it asks, it parked, or it ended). Only
+# move_run applies the target, through follow().
 
-def execute_step(turn: Turn, run: Run, flow: dict, step: dict, resuming: bool) -> None:
+@dataclass(frozen=True)
+class Go:
+    """A step kind's answer: move the run on to this target (``None``: the next step, runtime.md §3.6.4)."""
+    target: Any
+
+
+def go(turn: Turn, run: Run, kind: str, status: str, target: Any, **line: Any) -> Go:
+    """Write the step's outcome line with ``next`` = the target's label, and move on to the target."""
+    write_line(turn, run, kind, status, next=target_label(target), **line)
+    return Go(target)
+
+
+def execute_step(turn: Turn, run: Run, flow: dict, step: dict, resuming: bool) -> Go | None:
+    """Execute the current step by its kind, tested in the spec's order (runtime.md §3.6.3)."""
     if is_talk(step):
-        run_talk_step(turn, run, step, resuming)
-    elif step.get("say") is not None:
-        run_say_step(turn, run, flow, step)
-    elif step.get("do") is not None:
-        run_do_step(turn, run, step)
-    elif isinstance(step.get("wait"), str):
-        run_timer_wait(turn, run, flow, step)
-    elif step.get("wait") is not None:
-        run_event_wait(turn, run, step)
-    else:
-        target = step.get("then") if turn.holds(step.get("if"), run) else step.get("else", "end")
-        write_line(turn, run, "if", "ok", key=step_key(run), next=target_label(target))
-        follow(turn, run, target)
+        return run_talk_step(turn, run, step, resuming)
+    if step.get("say") is not None:
+        return run_say_step(turn, run, flow, step)
+    if step.get("do") is not None:
+        return run_do_step(turn, run, step)
+    if isinstance(step.get("wait"), str):
+        return run_timer_wait(turn, run, flow, step)
+    if step.get("wait") is not None:
+        run_event_wait(turn, run, step)         # it always parks
+        return None
+    return run_if_step(turn, run, step)
+
+
+def run_if_step(turn: Turn, run: Run, step: dict) -> Go:
+    """``if`` step: ``then`` when the predicate holds, else ``else`` (default "end") (runtime.md §3.6.3)."""
+    target = step.get("then") if turn.holds(step.get("if"), run) else step.get("else", "end")
+    return go(turn, run, "if", "ok", target, key=step_key(run))
 
 
 def max_asks(step: dict) -> int:
-    return int(step.get("maxAsks") or 3)
+    return int(step.get("maxAsks") or DEFAULT_MAX_ASKS)
 
 
 def pending_fields(turn: Turn, step: dict, run: Run) -> list[str]:
@@ -4116,36 +4259,45 @@ def write_given_up(turn: Turn, run: Run, step: dict) -> None:
             write_line(turn, run, "collect", "skipped", code="max-asks", detail=slug, key=step_key(run))
 
 
-def run_talk_step(turn: Turn, run: Run, step: dict, resuming: bool) -> None:
+def run_talk_step(turn: Turn, run: Run, step: dict, resuming: bool) -> Go | None:
+    """Talk step (runtime.md §3.6.3 talk rules 1-6).
+
+    Rule 2: every collected field known (or given up) and not staying: move on.
+    Rule 3: silenced: a resuming run keeps asking; otherwise skip or end (silenced_step).
+    Rules 4-5: every other asking run is suspended; this one asks.
+    Rule 6: before phase 6 it becomes the talk request; after it, the fixed question (§3.6.7) may go out.
+    """
     kind = talk_kind(step)
     key = step_key(run)
+    then = step.get("then")
     if step.get("collect") and not pending_fields(turn, step, run) and not run.staying:
         write_given_up(turn, run, step)
         if resuming:
-            write_line(turn, run, kind, "ok", key=key, next=target_label(step.get("then")))
-        else:
-            write_line(turn, run, kind, "skipped", code="already-known", key=key,
-                       next=target_label(step.get("then")))
-        follow(turn, run, step.get("then"))
-        return
+            return go(turn, run, kind, "ok", then, key=key)
+        return go(turn, run, kind, "skipped", then, code="already-known", key=key)
     if turn.silenced is not None:
         if resuming:
             run.status = "asking"
-        elif turn.skip_mode:
-            write_line(turn, run, kind, "skipped", code="silenced", detail=turn.silenced, key=key,
-                       next=target_label(step.get("then")))
-            follow(turn, run, step.get("then"))
-        else:
-            end_run(turn, run, "skipped", code="silenced", kind=kind, detail=turn.silenced)
-        return
+            return None
+        return silenced_step(turn, run, kind, then, key)
     for other in turn.session.runs:
         if other is not run and other.status == "asking":
             suspend(turn, other)
     run.status = "asking"
-    if not turn.speaking_done:
+    if turn.phase != "settle":
         turn.talk_request = run
     else:
         send_fixed_question(turn, run, step)
+    return None
+
+
+def silenced_step(turn: Turn, run: Run, kind: str, then: Any, key: str) -> Go | None:
+    """A silenced talk or say step: skip mode moves on, otherwise the run ends (runtime.md §3.6.3, §9)."""
+    assert turn.silenced is not None
+    if turn.skip_mode:
+        return go(turn, run, kind, "skipped", then, code="silenced", detail=turn.silenced, key=key)
+    end_run(turn, run, "skipped", code="silenced", kind=kind, detail=turn.silenced)
+    return None
 
 
 def send_fixed_question(turn: Turn, run: Run, step: dict) -> bool:
@@ -4162,27 +4314,23 @@ def send_fixed_question(turn: Turn, run: Run, step: dict) -> bool:
     return True
 
 
-def run_say_step(turn: Turn, run: Run, flow: dict, step: dict) -> None:
+def run_say_step(turn: Turn, run: Run, flow: dict, step: dict) -> Go | None:
+    """``say`` step (runtime.md §3.6.3 say rules 1-4).
+
+    Rule 1: silenced: skip or end (silenced_step). Rule 2: ``once`` holds a claim; a held claim moves on
+    unsent. Rules 3-4: emit the rendered text verbatim and move on.
+    """
     key = step_key(run)
     then = step.get("then")
     if turn.silenced is not None:
-        if turn.skip_mode:
-            write_line(turn, run, "say", "skipped", code="silenced", detail=turn.silenced, key=key,
-                       next=target_label(then))
-            follow(turn, run, then)
-        else:
-            end_run(turn, run, "skipped", code="silenced", kind="say", detail=turn.silenced)
-        return
+        return silenced_step(turn, run, "say", then, key)
     if step.get("once"):
         claim = f"{key_part(flow['id'])}:{key_part(step['id'])}:{turn.session_id}"
         if claim in turn.session.claims or claim in turn.held_claims:
-            write_line(turn, run, "say", "skipped", code="already-sent", key=key, next=target_label(then))
-            follow(turn, run, then)
-            return
+            return go(turn, run, "say", "skipped", then, code="already-sent", key=key)
         turn.session.claims[claim] = {"at": turn.now_text}
     emit(turn, render(step["say"], turn.scope(run)), "verbatim", key, run=run, media=copy.deepcopy(step.get("media")))
-    write_line(turn, run, "say", "ok", key=key, next=target_label(then))
-    follow(turn, run, then)
+    return go(turn, run, "say", "ok", then, key=key)
 
 
 ACTION_SHAPES = ('Return {"ok": True}, {"skipped": reason}, {"failed": reason} or '
@@ -4207,7 +4355,12 @@ def read_action_result(name: str, result: Any) -> tuple[str, Any, Any, bool]:
     return "failed", f'action "{name}" returned no result it understands. {ACTION_SHAPES}', None, False
 
 
-def run_do_step(turn: Turn, run: Run, step: dict) -> None:
+def run_do_step(turn: Turn, run: Run, step: dict) -> Go | None:
+    """``do`` step (runtime.md §3.6.3 do rules 1-4).
+
+    Rules 1-3: render ``with``, call the action, read its result (a raise or an unknown action fails).
+    Rule 4: ok and skipped follow ``then``, failed follows ``onFail`` (else ``then``), defer parks the run.
+    """
     name = step["do"]
     key = step_key(run)
     action = turn.agent.actions.get(name)
@@ -4220,6 +4373,7 @@ def run_do_step(turn: Turn, run: Run, step: dict) -> None:
             which, value, detail, spoke = read_action_result(
                 name, action.run(render_deep(step.get("with") or {}, turn.scope(run)), ctx))
         except Exception as error:  # an action failure is an outcome, not a crash (flows.md §9.5)
+            log_swallowed(f'action "{name}"')
             which, value, detail, spoke = "failed", error_text(error), None, False
     if which == "defer" and not is_duration(value):
         which, value = "failed", (f'action "{name}" asked to defer by "{value}", which is not a duration. '
@@ -4232,45 +4386,41 @@ def run_do_step(turn: Turn, run: Run, step: dict) -> None:
         if spoke:
             turn.spoke = True
             turn.spoke_runs.add(run.id)
-        write_line(turn, run, "do", "ok", key=key, detail=text_or_none(detail or None), next=target_label(then))
-        follow(turn, run, then)
-    elif which == "skipped":
-        write_line(turn, run, "do", "skipped", code="action-skipped", key=key, detail=text_or_none(value),
-                   next=target_label(then))
-        follow(turn, run, then)
-    elif which == "failed":
+        return go(turn, run, "do", "ok", then, key=key, detail=text_or_none(detail or None))
+    if which == "skipped":
+        return go(turn, run, "do", "skipped", then, code="action-skipped", key=key, detail=text_or_none(value))
+    if which == "failed":
         target = step.get("onFail") if step.get("onFail") is not None else then
-        write_line(turn, run, "do", "failed", code="action-failed", key=key, detail=text_or_none(value),
-                   next=target_label(target))
-        follow(turn, run, target)
-    else:
-        at = turn.now + timedelta(milliseconds=duration_ms(value))
-        park(turn, run, f"{run.id}:{run.step_id}:{to_ms(at)}", at)
-        write_line(turn, run, "do", "deferred", code="action-deferred", key=key, detail=text_or_none(detail),
-                   until=iso(at))
+        return go(turn, run, "do", "failed", target, code="action-failed", key=key, detail=text_or_none(value))
+    at = turn.now + timedelta(milliseconds=duration_ms(value))
+    park(turn, run, f"{run.id}:{run.step_id}:{to_ms(at)}", at)
+    write_line(turn, run, "do", "deferred", code="action-deferred", key=key, detail=text_or_none(detail),
+               until=iso(at))
+    return None
 
 
 def text_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-SHORT_WAIT_MS = 10_000
+def run_timer_wait(turn: Turn, run: Run, flow: dict, step: dict) -> Go | None:
+    """Timer ``wait`` step (runtime.md §3.6.3 timer rules 1-3).
 
-
-def run_timer_wait(turn: Turn, run: Run, flow: dict, step: dict) -> None:
+    Rule 2: a short wait before a say or talk step rides inline on the next message and moves on.
+    Rule 3: otherwise park until now + the duration, snapped by business hours when asked (§7.7).
+    """
     ms = duration_ms(step["wait"])
     key = step_key(run)
     then = step.get("then")
     if ms <= SHORT_WAIT_MS and speaks_next(flow, step, then):
         turn.pending_delay_ms += ms
-        write_line(turn, run, "wait", "ok", code="inline-delay", detail=f"{ms}ms", key=key, next=target_label(then))
-        follow(turn, run, then)
-        return
+        return go(turn, run, "wait", "ok", then, code="inline-delay", detail=f"{ms}ms", key=key)
     at = turn.now + timedelta(milliseconds=ms)
     if step.get("businessHours"):
         at = business_time(turn, at)
     park(turn, run, f"{run.id}:{run.step_id}:{to_ms(at)}", at)
     write_line(turn, run, "wait", "waiting", key=key, until=iso(at))
+    return None
 
 
 def speaks_next(flow: dict, step: dict, then: Any) -> bool:
@@ -4287,8 +4437,9 @@ def speaks_next(flow: dict, step: dict, then: Any) -> bool:
 
 
 def run_event_wait(turn: Turn, run: Run, step: dict) -> None:
+    """Event ``wait`` step: park until the event or ``upTo`` (default 30d), never snapped (runtime.md §3.6.3)."""
     wait = step["wait"]
-    at = turn.now + timedelta(milliseconds=duration_ms(wait.get("upTo") or "30d"))
+    at = turn.now + timedelta(milliseconds=duration_ms(wait.get("upTo") or DEFAULT_UP_TO))
     park(turn, run, f"{run.id}:{run.step_id}:{to_ms(at)}", at, kind="event", event=wait["event"])
     write_line(turn, run, "wait", "waiting", code="awaiting-event", detail=wait["event"], key=step_key(run),
                until=iso(at))
@@ -4302,7 +4453,18 @@ def run_event_wait(turn: Turn, run: Run, step: dict) -> None:
 #   needs_understand_call(ask) -> bool       model-calls.md §3.1 zero-call rules
 #   understand(agent, ask) -> Judgement      one "understand" call (raises on provider failure)
 #   speak(agent, ask, streaming)             generator: yields deltas, returns Spoken | Deferred
-#   compact_history(agent, history)          -> (history, llm_calls, usage), model-calls.md §9
+#   compact_history(agent, history)          -> Compacted(history, llm_calls, usage), model-calls.md §9
+
+
+class AskedBranch(NamedTuple):
+    """A ``when`` branch of the floor's asking talk step, for the model to judge (runtime.md §3.4 item 6).
+
+    A NamedTuple, so an ask built by hand with plain 4-tuples reads the same.
+    """
+    run_id: str
+    step_id: str
+    position: int               # the branch's index in the step's ``branches``
+    when: Any                   # the question the model answers
 
 
 @dataclass
@@ -4317,7 +4479,7 @@ class UnderstandAsk:
     floor_pending: list = field(default_factory=list)
     candidates: list = field(default_factory=list)   # flow dicts to score, the floor flow first
     mentions: list = field(default_factory=list)     # flow dicts whose first mention trigger is asked
-    branches: list = field(default_factory=list)     # (run_id, step_id, index, when) tuples
+    branches: list = field(default_factory=list)     # AskedBranch (run_id, step_id, position, when)
     fields: list = field(default_factory=list)       # harvestable field slugs, in order
 
 
@@ -4384,10 +4546,11 @@ def log_call(request: GenerateRequest, generation: Generation) -> None:
     counted = (f"{usage.prompt_tokens} in / {usage.completion_tokens} out tokens" if usage is not None
                else "usage not reported")
     structured = ", ".join(generation.structured) if isinstance(generation.structured, dict) else "none"
+    chars = len(generation.message) if isinstance(generation.message, str) else 0
     log.debug('model call "%s": %d history items, %d prompt chars, %d tools offered -> %d reply chars, '
               "structured keys: %s, %d tool calls, %s", request.schema_name, len(request.history),
-              len(request.prompt), len(request.tools or []), len(generation.message or ""), structured,
-              len(generation.tool_calls), counted)
+              len(request.prompt), len(request.tools or []), chars, structured,
+              len(generation.tool_calls or []), counted)
 
 
 def join_sections(*sections: str | None) -> str:
@@ -5524,11 +5687,26 @@ def lean_field_line(name: str, definition: Any) -> str:
 
 
 @dataclass
+class ToolCall:
+    """One tool call of a speak round, as read from the reply (model-calls.md §5.5, §6.7)."""
+    name: str
+    arguments: dict
+    thought_signature: Any = None       # Gemini's, carried back on the assistant item
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """One call's result: what the model reads, and the data patch or None (model-calls.md §6.3, §6.6)."""
+    text: str
+    data: dict | None = None
+
+
+@dataclass
 class _Round:
     """One speak round's reply as read by model-calls.md §5.5."""
     message: str
     fields: dict
-    calls: list            # (name, arguments, thought_signature)
+    calls: list[ToolCall]
     reasoning: str | None = None
     reasoning_details: Any = None
 
@@ -5558,7 +5736,7 @@ def read_round(generation: Generation, wire: list[tuple[str, str]]) -> _Round:
         get = call.get if isinstance(call, dict) else (lambda key, c=call: getattr(c, key, None))
         name = get("name")
         if isinstance(name, str) and name:
-            calls.append((name, tool_arguments(get("arguments")), get("thought_signature")))
+            calls.append(ToolCall(name, tool_arguments(get("arguments")), get("thought_signature")))
     reasoning = generation.reasoning if isinstance(generation.reasoning, str) and generation.reasoning else None
     details = generation.reasoning_details if isinstance(generation.reasoning_details, list) else None
     return _Round(message, fields, calls, reasoning, details)
@@ -5585,6 +5763,24 @@ def classify_deferral(error: BaseException) -> tuple[str, bool, int | None]:
     if error.should_retry is not None:
         retryable = bool(error.should_retry)
     return code, retryable, error.reset_at_ms
+
+
+def provided_generation(generation: Any) -> Generation:
+    """What a host-written provider's ``generate`` returned, checked to be a Generation (providers.md §1.4).
+
+    The engine reads the reply outside the provider's ``try``, so a provider
+    that returns something else fails here, as a provider failure.
+    """
+    if not isinstance(generation, Generation):
+        raise TypeError(f"provider.generate returned {type(generation).__name__}, not a Generation. "
+                        "Return falai.Generation(message=...).")
+    if generation.usage is not None and not isinstance(generation.usage, TokenUsage):
+        raise TypeError(f"provider.generate returned usage {type(generation.usage).__name__}, not a TokenUsage. "
+                        "Return falai.TokenUsage(...) or None.")
+    if not isinstance(generation.tool_calls, (list, tuple)) and generation.tool_calls is not None:
+        raise TypeError(f"provider.generate returned tool_calls {type(generation.tool_calls).__name__}, "
+                        "not a list. Return a list of ToolCallRequest.")
+    return generation
 
 
 def _stream_round(provider: Any, request: GenerateRequest) -> Generator[str, None, Generation]:
@@ -5655,7 +5851,7 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
     tools_by_id: dict[str, Tool] = {}
     for tool in ask.tools:
         tools_by_id.setdefault(tool.id, tool)
-    loops = max(0, agent.max_tool_loops if isinstance(agent.max_tool_loops, int) else 5)
+    loops = max(0, agent.max_tool_loops)           # 0 or less offers no tools (model-calls.md §6.2)
     history = list(ask.history)
     fields: dict = {}
     data: dict = {}
@@ -5674,28 +5870,28 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
                                   schema_name="speak", tools=[dict(d) for d in declarations] if offer else None,
                                   cache_history=v4_schema is not None, v4_schema=v4_schema)
         calls += 1
-        try:
-            if streaming:
-                generation = yield from _stream_round(agent.provider, request)
+        try:                       # only the provider's part: an engine bug below must surface (issue 12)
+            if streaming:                       # the decoder runs between the provider's chunks, so inside
+                generation = provided_generation((yield from _stream_round(agent.provider, request)))
             else:
-                generation = agent.provider.generate(request)
-            log_call(request, generation)
-            reply = read_round(generation, wire)
-            round_usage = add_usage(usage, generation.usage)
+                generation = provided_generation(agent.provider.generate(request))
         except ScriptError:
             raise                  # a wrong test script, not a provider failure (issue 9)
         except Exception as error:
             code, retryable, reset_at_ms = classify_deferral(error)
             log.warning("speak: call %d failed (%s): %s", calls, code, error_text(error))
+            log_swallowed(f"speak: call {calls}")
             return Deferred(code=code, retryable=retryable, reset_at_ms=reset_at_ms, llm_calls=calls, usage=usage)
-        usage = round_usage
+        log_call(request, generation)
+        reply = read_round(generation, wire)
+        usage = add_usage(usage, generation.usage)
         fields.update(reply.fields)
         message = reply.message
         if not offer or not reply.calls:
             break
         ctx = ToolCtx(context=ask.scope.context, data=_overlay(ask.scope.data, data), history=list(history),
                       run=ask.run, now=ask.now)
-        results = run_tool_calls(tools_by_id, reply.calls, ctx)
+        results = run_tool_calls(agent, tools_by_id, reply.calls, ctx)
         if round_no == 0 and not (history and isinstance(history[-1], dict) and history[-1].get("role") == "user"):
             # model-calls.md §6.7 rule 1: the message text, else the speak prompt. A blank message text counts
             # as "else" (inferred): providers drop a blank user item, and no conversation may open with the
@@ -5703,11 +5899,12 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
             text = (ask.text or "").strip() if ask.input_kind == "message" else ""
             history.append({"role": "user", "content": ask.text if text else base})
         history.append(_assistant_item(round_no, reply))
-        for i, ((name, _, _), (text, _)) in enumerate(zip(reply.calls, results)):
-            history.append({"role": "tool", "tool_call_id": f"call-{round_no}-{i}", "name": name, "content": text})
-        for _, patch in results:
-            if patch:
-                data.update(patch)
+        for i, (call, output) in enumerate(zip(reply.calls, results)):
+            history.append({"role": "tool", "tool_call_id": f"call-{round_no}-{i}", "name": call.name,
+                            "content": output.text})
+        for output in results:
+            if output.data:
+                data.update(output.data)
         round_no += 1
     text = message.strip()
     if not text:
@@ -5719,10 +5916,10 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
 def _assistant_item(round_no: int, reply: _Round) -> dict:
     """The assistant history item of a round that called tools (model-calls.md §6.7)."""
     tool_calls = []
-    for i, (name, arguments, signature) in enumerate(reply.calls):
-        call = {"id": f"call-{round_no}-{i}", "name": name, "arguments": arguments}
-        if isinstance(signature, str) and signature:
-            call["thoughtSignature"] = signature
+    for i, asked in enumerate(reply.calls):
+        call = {"id": f"call-{round_no}-{i}", "name": asked.name, "arguments": asked.arguments}
+        if isinstance(asked.thought_signature, str) and asked.thought_signature:
+            call["thoughtSignature"] = asked.thought_signature
         tool_calls.append(call)
     item = {"role": "assistant", "content": reply.message if reply.message.strip() else None,
             "tool_calls": tool_calls}
@@ -5784,13 +5981,13 @@ def _copy_args(arguments: dict) -> dict:
         return dict(arguments)
 
 
-def run_tool(tool: Tool | None, name: str, arguments: dict, ctx: ToolCtx) -> tuple[str, dict | None]:
-    """One call through its gates (model-calls.md §6.3): (what the model reads, data patch or None).
+def run_tool(tool: Tool | None, name: str, arguments: dict, ctx: ToolCtx) -> ToolOutput:
+    """One call through its gates (model-calls.md §6.3): what the model reads, and the data patch or None.
 
     Never raises: a hook or handler that raises becomes ``{"error": ...}``.
     """
     if tool is None:
-        return tool_payload({"error": f'Tool "{name}" is not available.'}), None
+        return ToolOutput(tool_payload({"error": f'Tool "{name}" is not available.'}))
     args = _copy_args(arguments)
     try:
         if tool.validate_input is not None:
@@ -5799,16 +5996,17 @@ def run_tool(tool: Tool | None, name: str, arguments: dict, ctx: ToolCtx) -> tup
                 payload = {"error": f"Validation failed: {'invalid input' if error is None else error}"}
                 if corrected is not None:
                     payload["correctedInput"] = corrected
-                return tool_payload(payload), None
+                return ToolOutput(tool_payload(payload))
         if tool.check_permissions is not None:
             allowed, reason, _ = _verdict(tool.check_permissions(args, ctx), "allowed", "reason")
             if not allowed:
                 why = "not allowed" if reason is None else reason
-                return tool_payload({"error": f"Permission denied: {why}"}), None
+                return ToolOutput(tool_payload({"error": f"Permission denied: {why}"}))
         result = tool.handler(args, ctx)
     except Exception as error:
         log.warning('tool "%s" raised: %s', tool.id, error_text(error))
-        return tool_payload({"error": error_text(error)}), None
+        log_swallowed(f'tool "{tool.id}"')
+        return ToolOutput(tool_payload({"error": error_text(error)}))
     if result is None:
         value, data = None, None
     elif isinstance(result, ToolResult):
@@ -5825,7 +6023,7 @@ def run_tool(tool: Tool | None, name: str, arguments: dict, ctx: ToolCtx) -> tup
     if data is not None and nests_deeper(data, MAX_NESTING + 1):
         log.warning('tool "%s" returned data nested deeper than %d levels; ignored', tool.id, MAX_NESTING)
         data = None
-    return tool_value_text(value, tool.max_result_size_chars), data
+    return ToolOutput(tool_value_text(value, tool.max_result_size_chars), data)
 
 
 def is_safe_call(tool: Tool | None, arguments: dict) -> bool:
@@ -5841,17 +6039,28 @@ def is_safe_call(tool: Tool | None, arguments: dict) -> bool:
             return bool(tool.is_read_only(arguments))
     except Exception as error:
         log.warning('tool "%s": a concurrency hook raised (%s); the call runs alone', tool.id, error_text(error))
+        log_swallowed(f'tool "{tool.id}" concurrency hook')
     return False
 
 
-def run_tool_calls(tools_by_id: dict, calls: list, ctx: ToolCtx) -> list[tuple[str, dict | None]]:
+def tool_pool(agent: Agent) -> Any:
+    """The agent's one thread pool for safe tool calls, created on first use and capped (issue 12)."""
+    with agent._tool_pool_lock:
+        if agent._tool_pool is None:
+            from concurrent.futures import ThreadPoolExecutor   # lazily: many agents never batch a call
+            agent._tool_pool = ThreadPoolExecutor(max_workers=TOOL_POOL_WORKERS, thread_name_prefix="falai-tool")
+        return agent._tool_pool
+
+
+def run_tool_calls(agent: Agent, tools_by_id: dict, calls: list[ToolCall], ctx: ToolCtx) -> list[ToolOutput]:
     """Run a round's calls in batches, results in call order (model-calls.md §6.4).
 
-    A run of consecutive safe calls runs together in a thread pool, one worker
-    per call; any other call runs alone. A batch starts when the previous ended.
+    A run of consecutive safe calls runs together on the agent's tool pool (at
+    most TOOL_POOL_WORKERS at once); any other call runs alone. A batch starts
+    when the previous ended.
     """
-    tools = [tools_by_id.get(name) for name, _, _ in calls]
-    safe = [is_safe_call(tool, _copy_args(args)) for tool, (_, args, _) in zip(tools, calls)]
+    tools = [tools_by_id.get(call.name) for call in calls]
+    safe = [is_safe_call(tool, _copy_args(call.arguments)) for tool, call in zip(tools, calls)]
     results: list = [None] * len(calls)
     i = 0
     while i < len(calls):
@@ -5860,12 +6069,12 @@ def run_tool_calls(tools_by_id: dict, calls: list, ctx: ToolCtx) -> list[tuple[s
             while end < len(calls) and safe[end]:
                 end += 1
         if end - i == 1:
-            results[i] = run_tool(tools[i], calls[i][0], calls[i][1], ctx)
+            results[i] = run_tool(tools[i], calls[i].name, calls[i].arguments, ctx)
         else:
-            with ThreadPoolExecutor(max_workers=end - i) as pool:
-                futures = [pool.submit(run_tool, tools[k], calls[k][0], calls[k][1], ctx) for k in range(i, end)]
-                for k, future in zip(range(i, end), futures):
-                    results[k] = future.result()
+            pool = tool_pool(agent)
+            futures = [pool.submit(run_tool, tools[k], calls[k].name, calls[k].arguments, ctx) for k in range(i, end)]
+            for k, future in zip(range(i, end), futures):
+                results[k] = future.result()
         i = end
     return results
 
@@ -5899,32 +6108,38 @@ def _is_tool_item(item: Any) -> bool:
     return isinstance(item, dict) and item.get("role") == "tool"
 
 
-def compact_history(agent: Agent, history: list) -> tuple[list, int, TokenUsage | None]:
+class Compacted(NamedTuple):
+    """What compaction returns (model-calls.md §9): a NamedTuple, so ``history, calls, usage = ...`` reads it."""
+    history: list
+    llm_calls: int              # 1 when a summary call was made (even a failed one), else 0
+    usage: TokenUsage | None
+
+
+def compact_history(agent: Agent, history: list) -> Compacted:
     """Trim the turn's history to the compaction budget (model-calls.md §9).
 
-    Returns ``(history, llm_calls, usage)``; ``(history, 0, None)`` with no
+    Returns ``Compacted(history, llm_calls, usage)``; ``(history, 0, None)`` with no
     config, ``enabled: False`` or an empty history. Layers, cheapest first:
     none, tool_result_budget, micro_compact, auto_compact (one summary call;
     when it fails, the oldest messages are dropped instead). Never raises.
     """
     config = agent.compaction
     if not isinstance(config, dict) or config.get("enabled") is False or not history:
-        return history, 0, None
-    try:
-        return _compact(agent, config, list(history))
-    except ScriptError:
-        raise
-    except Exception as error:  # a malformed config or item: keep the history as it is
+        return Compacted(history, 0, None)
+    try:                        # construction checked it; this catches one swapped in since (inferred)
+        check_compaction(config)
+    except ValueError as error:
         log.warning("compaction: skipped (%s)", error_text(error))
-        return history, 0, None
+        return Compacted(history, 0, None)
+    return _compact(agent, config, list(history))
 
 
-def _compact(agent: Agent, config: dict, history: list) -> tuple[list, int, TokenUsage | None]:
+def _compact(agent: Agent, config: dict, history: list) -> Compacted:
     threshold = config["maxTokens"] * config.get("compactionThreshold", 0.8)
     keep = config.get("preserveRecentCount", 4)
     limit = config.get("maxToolResultChars", 5000)
     if estimate_tokens(history) < threshold:
-        return history, 0, None
+        return Compacted(history, 0, None)
     edge = len(history) - min(keep, len(history))
     budgeted = list(history)
     for i in range(edge):
@@ -5933,31 +6148,30 @@ def _compact(agent: Agent, config: dict, history: list) -> tuple[list, int, Toke
             budgeted[i] = {**budgeted[i],
                            "content": f"{text[:limit]}\n\n[Truncated: {len(text)} chars total, showing first {limit}]"}
     if estimate_tokens(budgeted) < threshold:
-        return budgeted, 0, None
+        return Compacted(budgeted, 0, None)
     micro = list(budgeted)
     for i in range(edge):
         if _is_tool_item(micro[i]):
             micro[i] = {**micro[i], "content": re.sub(r"\s+", " ", _content_text(micro[i])).strip()}
     if estimate_tokens(micro) < threshold:
-        return micro, 0, None
+        return Compacted(micro, 0, None)
     while 0 < edge < len(micro) and _is_tool_item(micro[edge]):
         edge -= 1
     if edge == 0:  # nothing older than the window to summarize: a call would buy nothing (inferred)
-        return micro, 0, None
+        return Compacted(micro, 0, None)
     older, window = micro[:edge], micro[edge:]
     transcript = "\n".join(f"[{item.get('role') if isinstance(item, dict) else ''}]: {_content_text(item)}"
                            for item in older)
     request = GenerateRequest(system=None, prompt=f"{SUMMARY_REQUEST}\n\n{transcript}", history=[], context={},
                               schema=None, schema_name="compaction", tools=None, max_output_tokens=1024)
     try:
-        generation = agent.provider.generate(request)
-        log_call(request, generation)
-        summary = generation.message if isinstance(generation.message, str) else ""
+        generation = provided_generation(agent.provider.generate(request))
     except ScriptError:
         raise
     except Exception as error:
         log.warning("compaction: the summary call failed (%s); dropping the oldest messages instead",
                     error_text(error))
+        log_swallowed("compaction: the summary call")
         kept = list(window)
         total, added = sum(map(_item_chars, kept)), []   # a running sum: each item is measured once
         for item in reversed(older):
@@ -5965,8 +6179,10 @@ def _compact(agent: Agent, config: dict, history: list) -> tuple[list, int, Toke
             if -(-total // 4) >= threshold:
                 break
             added.append(item)
-        return added[::-1] + kept, 1, None
-    return [{"role": "system", "content": SUMMARY_MARKER + summary}] + window, 1, generation.usage
+        return Compacted(added[::-1] + kept, 1, None)
+    log_call(request, generation)
+    summary = generation.message if isinstance(generation.message, str) else ""
+    return Compacted([{"role": "system", "content": SUMMARY_MARKER + summary}] + window, 1, generation.usage)
 
 
 # 11. Streaming ################################################################################

@@ -1036,6 +1036,24 @@ def _check_options(owner: str, config: Any) -> dict:
     return dict(config)
 
 
+_HISTORY_KEYS = ("messages", "contents")
+_FRAGMENTS_KEPT = 10_000
+
+
+def _fragment_key(item: Any) -> tuple | None:
+    """A key that fixes a history item's JSON text: its key order, role and one text, or None for any other item."""
+    if type(item) is not dict or len(item) != 2 or type(item.get("role")) is not str:
+        return None
+    content = item.get("content")
+    if type(content) is str:
+        return tuple(item), item["role"], content
+    parts = item.get("parts")
+    if type(parts) is list and len(parts) == 1 and type(parts[0]) is dict and len(parts[0]) == 1 \
+            and type(parts[0].get("text")) is str:
+        return tuple(item), item["role"], parts[0]["text"]
+    return None
+
+
 class _HttpProvider:
     """The common HTTP pipeline of the vendor providers (the original's ``ProviderAdapter``, providers.md §3).
 
@@ -1120,6 +1138,7 @@ class _HttpProvider:
         self.retry_config = {"timeout": timeout, "retries": retries}
         self.headers = dict(headers or {})
         self.session = session if session is not None else requests.Session()
+        self._fragments: dict[tuple, str] = {}      # _body_text(): JSON text of history items seen before
         self._sleep = sleep
         self._retries = retries
         self._idle_s = timeout / 1000
@@ -1308,7 +1327,7 @@ class _HttpProvider:
         request = plan.request
         try:
             url, headers, body = self._wire(model, plan)
-            data = compact_json(body).encode("utf-8")
+            data = self._body_text(body).encode("utf-8")
         except Exception as exc:
             raise ProviderError(f"{self.name}: cannot build the request: {type(exc).__name__}: {exc}",
                                 provider=self.name, kind="invalid") from exc
@@ -1465,6 +1484,34 @@ class _HttpProvider:
 
     def _new_state(self) -> dict:
         return {}
+
+    def _body_text(self, body: dict) -> str:
+        """``compact_json(body)``, byte for byte, reusing the text of history items seen in earlier calls (issue 12).
+
+        Only the list of messages (``messages``, Gemini's ``contents``) is split:
+        a plain text item's JSON depends on nothing but its keys and text, so it
+        is keyed by them; any other item is serialized afresh.
+        """
+        name = next((key for key in _HISTORY_KEYS if isinstance(body.get(key), list)), None)
+        if name is None:
+            return compact_json(body)
+        keys = list(body)
+        at = keys.index(name)
+        head = compact_json({key: body[key] for key in keys[:at]})[:-1]
+        tail = compact_json({key: body[key] for key in keys[at + 1:]})[1:]
+        if len(self._fragments) > _FRAGMENTS_KEPT:
+            self._fragments.clear()                 # a bound, not a policy: the next calls fill it again
+        items = []
+        for item in body[name]:
+            key = _fragment_key(item)
+            text = self._fragments.get(key) if key is not None else None
+            if text is None:
+                text = compact_json(item)
+                if key is not None:
+                    self._fragments[key] = text
+            items.append(text)
+        return (f'{head}{"," if at else ""}"{name}":[{",".join(items)}]'
+                f'{"," if at + 1 < len(keys) else ""}{tail}')
 
     def _wire(self, model: str, plan: _Plan) -> tuple[str, dict, dict]:
         raise NotImplementedError

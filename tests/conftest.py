@@ -4,6 +4,26 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
+from falai import ScriptedProvider, fake_clock, falai  # noqa: E402
+
+T0 = "2026-09-20T10:00:00.000Z"
+
+
+# Shared builders (issue 12): `from conftest import T0, build, lines` in a test module.
+
+def build(flows, *, fields=None, script=None, clock=None, **options):
+    """An agent over ``flows`` on a fake clock at T0: (agent, its ScriptedProvider, the clock)."""
+    clock = clock or fake_clock(T0)
+    provider = ScriptedProvider(script=script or {})
+    agent = falai().fields(fields or {}).agent(name="Ana", provider=provider, clock=clock,
+                                               flows=flows, **options)
+    return agent, provider, clock
+
+
+def lines(r):
+    """A turn result's outcome lines as (kind, status, code)."""
+    return [(o.kind, o.status, o.code) for o in r.outcomes]
+
 
 # providers.md §9.1 rule 3: no test reaches the internet. Every connection to a
 # non-loopback address fails at once (and fails the test), so a provider left on

@@ -356,3 +356,16 @@ def test_check_agent_is_the_module_function_the_agent_calls(monkeypatch):
 def test_compaction_accepts_huge_whole_numbers():
     """Inferred: an int too large for a float is still a whole number above the minimum."""
     build(compaction={"maxTokens": 10 ** 400, "preserveRecentCount": 10 ** 400, "maxToolResultChars": 10 ** 400})
+
+
+@pytest.mark.parametrize("loops", ["5", 2.0, True, None])
+def test_max_tool_loops_that_is_not_a_whole_number_fails_at_construction(loops):
+    """model-calls.md §6.2 (issue 12): max_tool_loops is checked when the agent is built, never silently 5."""
+    with pytest.raises(FlowConfigurationError, match=r"max_tool_loops is .*: it must be a whole number"):
+        Agent(name="Ana", provider=ScriptedProvider(script={}), max_tool_loops=loops)
+
+
+@pytest.mark.parametrize("loops", [0, -1, 1, 5])
+def test_max_tool_loops_of_any_whole_number_is_accepted(loops):
+    """model-calls.md §6.2: 0 or less offers no tools; any whole number is a valid setting."""
+    assert Agent(name="Ana", provider=ScriptedProvider(script={}), max_tool_loops=loops).max_tool_loops == loops

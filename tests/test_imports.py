@@ -35,3 +35,31 @@ def test_import_is_fast_enough_to_have_no_import_time_work():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=falai.__file__.rsplit("/", 1)[0])
     assert float(out.stdout) < 1.0
+
+
+def _falai_names_used(path):
+    """Every name a module takes from falai: ``from falai import x`` and ``falai.x`` (or its alias)."""
+    import ast
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    aliases, names = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            aliases.update(alias.asname or "falai" for alias in node.names if alias.name == "falai")
+        elif isinstance(node, ast.ImportFrom) and node.module == "falai":
+            names.update(alias.name for alias in node.names)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+            names.add(node.attr)
+    return names
+
+
+def test_sibling_modules_import_only_the_api_and_their_named_helpers():
+    """issue 12: falai_providers, falai_stores and falai_cli take from falai only ``__all__``, ``__version__``
+    and the helpers falai.SIBLING_IMPORTS names for them; each named helper exists and is used."""
+    root = falai.__file__.rsplit("/", 1)[0]
+    for module, helpers in falai.SIBLING_IMPORTS.items():
+        used = _falai_names_used(f"{root}/{module}.py")
+        extra = sorted(used - set(falai.__all__) - {"__version__"} - set(helpers))
+        assert extra == [], f"{module} imports {extra} from falai: add them to SIBLING_IMPORTS or use the API"
+        assert all(hasattr(falai, name) for name in helpers)
+        assert sorted(set(helpers) - used) == [], f"{module} no longer uses {sorted(set(helpers) - used)}"

@@ -7,11 +7,11 @@ from datetime import datetime, timezone
 import pytest
 
 import falai as F
-from falai import ScriptedProvider, fake_clock, falai
+
+from conftest import T0, build, lines  # the shared builders
 
 pytestmark = pytest.mark.protocols("lean", "v4")     # the same results under both (issue 11)
 
-T0 = "2026-09-20T10:00:00.000Z"
 NOW0 = datetime(2026, 9, 20, 10, 0, tzinfo=timezone.utc)
 MS0 = 1789898400000
 REASON = "humano assumiu"
@@ -19,18 +19,6 @@ SILENCED_TEXT = "the host cannot speak right now"
 
 NOME = {"nome": {"type": "string", "ask": "Pergunte o nome."}}
 NOME_ASKED = {"nome": {"type": "string", "extract": "asked", "ask": "Pergunte o nome."}}
-
-
-def build(flows, *, fields=None, script=None, clock=None, **options):
-    clock = clock or fake_clock(T0)
-    provider = ScriptedProvider(script=script or {})
-    agent = falai().fields(fields or {}).agent(name="Ana", provider=provider, clock=clock,
-                                               flows=flows, **options)
-    return agent, provider, clock
-
-
-def lines(r):
-    return [(o.kind, o.status, o.code) for o in r.outcomes]
 
 
 def triagem(trigger=None, steps=None):

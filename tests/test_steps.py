@@ -8,11 +8,12 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 import falai as F
-from falai import ActionResult, ScriptedProvider, fake_clock, falai
+from falai import ActionResult, fake_clock
+
+from conftest import T0, build, lines  # the shared builders
 
 pytestmark = pytest.mark.protocols("lean", "v4")     # the same results under both (issue 11)
 
-T0 = "2026-09-20T10:00:00.000Z"
 NOW0 = datetime(2026, 9, 20, 10, 0, tzinfo=timezone.utc)
 MS0 = 1789898400000
 HOUR = 3_600_000
@@ -21,20 +22,8 @@ UNRECOGNISED = ('action "acao" returned no result it understands. Return {"ok": 
                 '{"failed": reason} or {"defer": "1h", "detail": reason}.')
 
 
-def build(flows, *, fields=None, script=None, clock=None, **options):
-    clock = clock or fake_clock(T0)
-    provider = ScriptedProvider(script=script or {})
-    agent = falai().fields(fields or {}).agent(name="Ana", provider=provider, clock=clock,
-                                               flows=flows, **options)
-    return agent, provider, clock
-
-
 def action(run, **parameters):
     return F.Action(parameters=parameters, run=run)
-
-
-def lines(r):
-    return [(o.kind, o.status, o.code) for o in r.outcomes]
 
 
 def line_of(r, kind, status=None):

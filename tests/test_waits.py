@@ -11,11 +11,12 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 import falai as F
-from falai import ProviderError, ScriptedProvider, fake_clock, falai
+from falai import ProviderError, fake_clock
+
+from conftest import T0, build, lines  # the shared builders
 
 pytestmark = pytest.mark.protocols("lean", "v4")     # the same results under both (issue 11)
 
-T0 = "2026-09-20T10:00:00.000Z"
 NOW0 = datetime(2026, 9, 20, 10, 0, tzinfo=timezone.utc)
 MS0 = 1789898400000
 SEC, MIN, HOUR, DAY = 1000, 60_000, 3_600_000, 86_400_000
@@ -35,18 +36,6 @@ def iso(dt):
 
 def at_ms(ms):
     return NOW0 + timedelta(milliseconds=ms - MS0)
-
-
-def build(flows, *, fields=None, script=None, clock=None, **options):
-    clock = clock or fake_clock(T0)
-    provider = ScriptedProvider(script=script or {})
-    agent = falai().fields(fields or {}).agent(name="Ana", provider=provider, clock=clock,
-                                               flows=flows, **options)
-    return agent, provider, clock
-
-
-def lines(r):
-    return [(o.kind, o.status, o.code) for o in r.outcomes]
 
 
 def only_line(r, code):
