@@ -101,6 +101,7 @@ DEFAULT_UP_TO = "30d"          # an event wait's default upTo (runtime.md §3.6.
 DEFAULT_MAX_ASKS = 3           # a collect step's default maxAsks (flows.md §2.2)
 DEFAULT_MAX_TOOL_LOOPS = 5     # the agent's default max_tool_loops (model-calls.md §6.2)
 TOOL_POOL_WORKERS = 8          # safe tool calls running at once, per agent (model-calls.md §6.4; issue 12)
+FIELD_ENVELOPES_KEPT = 256     # field-envelope schemas an agent keeps for reuse, a bound on memory (issue 12)
 RETRY_LADDER = ("1m", "5m", "15m", "1h", "6h")   # a talk step's speak retry wakes (runtime.md §10.2, §13)
 
 
@@ -1314,6 +1315,7 @@ class Agent:
         self.max_candidates = max_candidates
         self._lean_parts: dict = {}      # the agent-constant parts of lean prompts, built on first use
         self._flow_facts: dict[int, tuple[dict, FlowFacts]] = {}   # flow_facts(), built on first use
+        self._field_envelopes: dict[tuple, dict] = {}   # _fields_envelope(), built on first use
         self._tool_pool: Any = None      # tool_pool(), created on the first batch of safe tool calls
         self._tool_pool_lock = threading.Lock()
         if debug:
@@ -4987,9 +4989,24 @@ def understand_envelope(agent: Agent, ask: UnderstandAsk, scope: Scope) -> _Enve
         properties["branches"] = closed_object({
             alias: {"type": ["boolean", "null"], "description": when} for alias, when in branches})
     if fields:
-        properties["fields"] = nullable_envelope({alias: agent.fields.get(slug) or {"type": "string"}
-                                                  for alias, slug in fields})
+        properties["fields"] = _fields_envelope(agent, fields)
     return _Envelope(closed_object(properties), aliases, cand, ment, branches, fields)
+
+
+def _fields_envelope(agent: Agent, fields: list[tuple[str, str]]) -> dict:
+    """The nullable envelope of the asked fields under their aliases (§2.7), built once per agent for each list.
+
+    The agent's field definitions never change after construction, so the
+    schema of the same (alias, slug) list is the same on every turn (issue 12).
+    """
+    key = tuple(fields)
+    envelope = agent._field_envelopes.get(key)
+    if envelope is None:
+        if len(agent._field_envelopes) >= FIELD_ENVELOPES_KEPT:
+            agent._field_envelopes.clear()          # a bound, not a policy: the next turns fill it again
+        envelope = nullable_envelope({alias: agent.fields.get(slug) or {"type": "string"} for alias, slug in fields})
+        agent._field_envelopes[key] = envelope
+    return envelope
 
 
 def _understand_prompt_v4(agent: Agent, ask: UnderstandAsk, scope: Scope, envelope: _Envelope,
