@@ -3391,7 +3391,7 @@ def decide(turn: Turn, understood: Understood) -> None:
     if not turn.floor_from_ingest:
         route, route_trigger = choose_route(turn, judgement, found, asker)
     for flow in turn.agent.flows:
-        trigger = first_trigger(flow, "mention")
+        trigger = flow_facts(turn.agent, flow).mention
         if trigger is None:
             continue
         if not trigger["mention"]:
@@ -3898,6 +3898,8 @@ def claim_refusal(turn: Turn, key: str, repeat: Any) -> str | None:
 
 def repeat_allows(turn: Turn, flow: dict, trigger: dict | None, kind: str, trigger_key: str) -> bool:
     """The claim test of a start, without writing (runtime.md §6.1)."""
+    if not turn.session.claims and not turn.held_claims:
+        return True                 # no claim is held, so none refuses (spares the key on every flow, issue 12)
     repeat = repeat_of(trigger, kind)
     return claim_refusal(turn, dedupe_key(flow, anchor_of(turn, flow), repeat, trigger_key), repeat) is None
 
