@@ -544,34 +544,35 @@ class ProviderError(FalaiError):
         return f"ProviderError({str(self)!r}, provider={self.provider!r}, kind={self.kind!r}, status={self.status!r})"
 
 
-# providers.md §8.3: the text patterns of the classification, first match wins.
-_CONTEXT = re.compile(
+# providers.md §8.3: the text patterns of the classification, first match wins. They stay text, compiled
+# (and cached) by re on the first failure, so importing falai compiles none of them (issue 12).
+_CONTEXT = (
     r"context[_ ]length[_ ]exceeded|maximum context length|context window|prompt is too long|"
     r"input is too long|too many (input )?tokens|reduce the length of the (messages|prompt|input)|"
-    r"exceeds? the (model'?s? )?maximum (input |prompt |context )?(tokens?|length|context)", re.I)
-_ENTITLEMENT = re.compile(
+    r"exceeds? the (model'?s? )?maximum (input |prompt |context )?(tokens?|length|context)")
+_ENTITLEMENT = (
     r"plan does(n't| not) (include|support)|not included (in|with) your .{0,40}plan|"
-    r"upgrade to .{0,40}(or higher|plan)|no api access", re.I)
-_QUOTA = re.compile(
+    r"upgrade to .{0,40}(or higher|plan)|no api access")
+_QUOTA = (
     r"insufficient[_ ]quota|exceeded your current quota|insufficient (balance|credits?)|"
     r"credit balance is too low|(no|out of) credits|usage limits? (reached|exceeded|hit)|"
     r"reached your (usage|weekly|monthly|daily) limit|(weekly|monthly|daily|plan) usage limit|"
     r"purchase extra usage|upgrade your plan|quota.{0,80}(exhausted|exceeded|will be refreshed)|"
-    r"balance (is )?(too low|not enough|insufficient)|余额不足|欠费|额度不足|额度已用完", re.I)
-_MODEL = re.compile(r"models?/?[^.{\n]{0,40}?(not found|does not exist|unknown)|no model named|"
-                    r"unsupported model", re.I)
-_AUTH = re.compile(
+    r"balance (is )?(too low|not enough|insufficient)|余额不足|欠费|额度不足|额度已用完")
+_MODEL = (r"models?/?[^.{\n]{0,40}?(not found|does not exist|unknown)|no model named|"
+          r"unsupported model")
+_AUTH = (
     r"invalid (x-api-key|api[ _-]?key|token|credentials?)|api[ _-]?key (is )?(not valid|invalid|incorrect)|"
     r"unauthorized|UNAUTHENTICATED|PERMISSION_DENIED|authentication[_ ](failed|invalid|error)|"
-    r"account (disabled|suspended|deactivated|banned)", re.I)
-_CONTENT = re.compile(r"content[_ ]filter|content policy|safety|PROHIBITED_CONTENT|blocked|refusal", re.I)
-_RATE = re.compile(r"rate[_ -]?limit|too many requests|RESOURCE_EXHAUSTED", re.I)
-_OVERLOAD = re.compile(r"overloaded|\bunavailable\b|internal error|\bcapacity\b|\"code\":\s*5\d\d", re.I)
-_OVERLOAD_EXACT = re.compile(r"UNAVAILABLE|\bINTERNAL\b")
-_NETWORK = re.compile(
+    r"account (disabled|suspended|deactivated|banned)")
+_CONTENT = r"content[_ ]filter|content policy|safety|PROHIBITED_CONTENT|blocked|refusal"
+_RATE = r"rate[_ -]?limit|too many requests|RESOURCE_EXHAUSTED"
+_OVERLOAD = r"overloaded|\bunavailable\b|internal error|\bcapacity\b|\"code\":\s*5\d\d"
+_OVERLOAD_EXACT = r"UNAVAILABLE|\bINTERNAL\b"
+_NETWORK = (
     r"failed to fetch|fetch failed|network error|connection (error|closed|refused|reset)|socket hang up|"
     r"premature close|stream (ended|closed) unexpectedly|ECONNRESET|ECONNREFUSED|ECONNABORTED|ETIMEDOUT|"
-    r"EPIPE|ENETUNREACH|ENETDOWN|ENOTFOUND|EHOSTUNREACH|EAI_AGAIN", re.I)
+    r"EPIPE|ENETUNREACH|ENETDOWN|ENOTFOUND|EHOSTUNREACH|EAI_AGAIN")
 _NETWORK_CLASSES = {("requests", "ConnectionError"), ("requests", "ChunkedEncodingError"),
                     ("urllib3", "ProtocolError"), ("urllib3", "NewConnectionError"),
                     ("http", "IncompleteRead"), ("http", "RemoteDisconnected")}
@@ -627,20 +628,20 @@ def classify_error(exc: BaseException | None = None, status: int | None = None, 
             return "timeout"
         chain_text = " ".join(error_text(e) for e in chain)
         if (marks & _NETWORK_CLASSES or any(isinstance(e, ConnectionError) for e in chain)
-                or _NETWORK.search(chain_text)):
+                or re.search(_NETWORK, chain_text, re.I)):
             return "network"
     if status == 408 or any(type(e).__name__ == "TimeoutError" for e in chain):
         return "timeout"
     if status is None or status < 500:
-        if _CONTEXT.search(text):
+        if re.search(_CONTEXT, text, re.I):
             return "context"
-        if _ENTITLEMENT.search(text):
+        if re.search(_ENTITLEMENT, text, re.I):
             return "entitlement"
-        if _QUOTA.search(text):
+        if re.search(_QUOTA, text, re.I):
             return "quota"
-    if _MODEL.search(text):
+    if re.search(_MODEL, text, re.I):
         return "model"
-    if status in (401, 403) or _AUTH.search(text):
+    if status in (401, 403) or re.search(_AUTH, text, re.I):
         return "auth"
     if status == 402:
         return "quota"
@@ -648,13 +649,13 @@ def classify_error(exc: BaseException | None = None, status: int | None = None, 
         return "model"
     if status == 429:
         return "rate"
-    if _CONTENT.search(text):
+    if re.search(_CONTENT, text, re.I):
         return "content"
     if status is not None and (status in (409, 425, 529) or status >= 500):
         return "overload"
-    if _RATE.search(text):
+    if re.search(_RATE, text, re.I):
         return "rate"
-    if _OVERLOAD.search(text) or _OVERLOAD_EXACT.search(text):
+    if re.search(_OVERLOAD, text, re.I) or re.search(_OVERLOAD_EXACT, text):
         return "overload"
     if re.search(r"timed out|timeout", text, re.I):
         return "timeout"
