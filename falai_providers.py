@@ -1778,9 +1778,10 @@ class GeminiProvider(_HttpProvider):
     def _sign_current_turn(contents: list[dict]) -> None:
         """§4.7 rule 4: unsigned calls after the last plain user text get Google's placeholder."""
         start = 0
-        for i, content in enumerate(contents):
-            if content["role"] == "user" and any("text" in p for p in content["parts"]):
+        for i in range(len(contents) - 1, -1, -1):      # from the end: only the current turn is read
+            if contents[i]["role"] == "user" and any("text" in p for p in contents[i]["parts"]):
                 start = i + 1
+                break
         for content in contents[start:]:
             if content["role"] != "model":
                 continue
