@@ -1843,11 +1843,9 @@ class _FlowNames:
                     else getattr(tool, "id", None) for tool in tools]
         flows = registries.get("flows")
         flow_ids = None
-        if flows is not None:
-            flow_ids = []
-            for flow in flows:
-                if isinstance(flow, dict) and isinstance(flow.get("id"), str) and flow["id"] not in flow_ids:
-                    flow_ids.append(flow.get("id"))
+        if flows is not None:      # each id once, in order (one pass: an agent checks every flow with this)
+            flow_ids = list(dict.fromkeys(flow["id"] for flow in flows
+                                          if isinstance(flow, dict) and isinstance(flow.get("id"), str)))
         return cls(fields=registries.get("fields") or {}, actions=registries.get("actions") or {},
                    events=registries.get("events") or {}, conditions=registries.get("conditions") or {},
                    tool_ids=tool_ids, flow_ids=flow_ids)
