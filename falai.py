@@ -101,6 +101,7 @@ DEFAULT_UP_TO = "30d"          # an event wait's default upTo (runtime.md §3.6.
 DEFAULT_MAX_ASKS = 3           # a collect step's default maxAsks (flows.md §2.2)
 DEFAULT_MAX_TOOL_LOOPS = 5     # the agent's default max_tool_loops (model-calls.md §6.2)
 TOOL_POOL_WORKERS = 8          # safe tool calls running at once, per agent (model-calls.md §6.4; issue 12)
+FIELD_ENVELOPES_KEPT = 256     # field-envelope schemas an agent keeps for reuse, a bound on memory (issue 12)
 RETRY_LADDER = ("1m", "5m", "15m", "1h", "6h")   # a talk step's speak retry wakes (runtime.md §10.2, §13)
 
 
@@ -543,34 +544,35 @@ class ProviderError(FalaiError):
         return f"ProviderError({str(self)!r}, provider={self.provider!r}, kind={self.kind!r}, status={self.status!r})"
 
 
-# providers.md §8.3: the text patterns of the classification, first match wins.
-_CONTEXT = re.compile(
+# providers.md §8.3: the text patterns of the classification, first match wins. They stay text, compiled
+# (and cached) by re on the first failure, so importing falai compiles none of them (issue 12).
+_CONTEXT = (
     r"context[_ ]length[_ ]exceeded|maximum context length|context window|prompt is too long|"
     r"input is too long|too many (input )?tokens|reduce the length of the (messages|prompt|input)|"
-    r"exceeds? the (model'?s? )?maximum (input |prompt |context )?(tokens?|length|context)", re.I)
-_ENTITLEMENT = re.compile(
+    r"exceeds? the (model'?s? )?maximum (input |prompt |context )?(tokens?|length|context)")
+_ENTITLEMENT = (
     r"plan does(n't| not) (include|support)|not included (in|with) your .{0,40}plan|"
-    r"upgrade to .{0,40}(or higher|plan)|no api access", re.I)
-_QUOTA = re.compile(
+    r"upgrade to .{0,40}(or higher|plan)|no api access")
+_QUOTA = (
     r"insufficient[_ ]quota|exceeded your current quota|insufficient (balance|credits?)|"
     r"credit balance is too low|(no|out of) credits|usage limits? (reached|exceeded|hit)|"
     r"reached your (usage|weekly|monthly|daily) limit|(weekly|monthly|daily|plan) usage limit|"
     r"purchase extra usage|upgrade your plan|quota.{0,80}(exhausted|exceeded|will be refreshed)|"
-    r"balance (is )?(too low|not enough|insufficient)|余额不足|欠费|额度不足|额度已用完", re.I)
-_MODEL = re.compile(r"models?/?[^.{\n]{0,40}?(not found|does not exist|unknown)|no model named|"
-                    r"unsupported model", re.I)
-_AUTH = re.compile(
+    r"balance (is )?(too low|not enough|insufficient)|余额不足|欠费|额度不足|额度已用完")
+_MODEL = (r"models?/?[^.{\n]{0,40}?(not found|does not exist|unknown)|no model named|"
+          r"unsupported model")
+_AUTH = (
     r"invalid (x-api-key|api[ _-]?key|token|credentials?)|api[ _-]?key (is )?(not valid|invalid|incorrect)|"
     r"unauthorized|UNAUTHENTICATED|PERMISSION_DENIED|authentication[_ ](failed|invalid|error)|"
-    r"account (disabled|suspended|deactivated|banned)", re.I)
-_CONTENT = re.compile(r"content[_ ]filter|content policy|safety|PROHIBITED_CONTENT|blocked|refusal", re.I)
-_RATE = re.compile(r"rate[_ -]?limit|too many requests|RESOURCE_EXHAUSTED", re.I)
-_OVERLOAD = re.compile(r"overloaded|\bunavailable\b|internal error|\bcapacity\b|\"code\":\s*5\d\d", re.I)
-_OVERLOAD_EXACT = re.compile(r"UNAVAILABLE|\bINTERNAL\b")
-_NETWORK = re.compile(
+    r"account (disabled|suspended|deactivated|banned)")
+_CONTENT = r"content[_ ]filter|content policy|safety|PROHIBITED_CONTENT|blocked|refusal"
+_RATE = r"rate[_ -]?limit|too many requests|RESOURCE_EXHAUSTED"
+_OVERLOAD = r"overloaded|\bunavailable\b|internal error|\bcapacity\b|\"code\":\s*5\d\d"
+_OVERLOAD_EXACT = r"UNAVAILABLE|\bINTERNAL\b"
+_NETWORK = (
     r"failed to fetch|fetch failed|network error|connection (error|closed|refused|reset)|socket hang up|"
     r"premature close|stream (ended|closed) unexpectedly|ECONNRESET|ECONNREFUSED|ECONNABORTED|ETIMEDOUT|"
-    r"EPIPE|ENETUNREACH|ENETDOWN|ENOTFOUND|EHOSTUNREACH|EAI_AGAIN", re.I)
+    r"EPIPE|ENETUNREACH|ENETDOWN|ENOTFOUND|EHOSTUNREACH|EAI_AGAIN")
 _NETWORK_CLASSES = {("requests", "ConnectionError"), ("requests", "ChunkedEncodingError"),
                     ("urllib3", "ProtocolError"), ("urllib3", "NewConnectionError"),
                     ("http", "IncompleteRead"), ("http", "RemoteDisconnected")}
@@ -626,20 +628,20 @@ def classify_error(exc: BaseException | None = None, status: int | None = None, 
             return "timeout"
         chain_text = " ".join(error_text(e) for e in chain)
         if (marks & _NETWORK_CLASSES or any(isinstance(e, ConnectionError) for e in chain)
-                or _NETWORK.search(chain_text)):
+                or re.search(_NETWORK, chain_text, re.I)):
             return "network"
     if status == 408 or any(type(e).__name__ == "TimeoutError" for e in chain):
         return "timeout"
     if status is None or status < 500:
-        if _CONTEXT.search(text):
+        if re.search(_CONTEXT, text, re.I):
             return "context"
-        if _ENTITLEMENT.search(text):
+        if re.search(_ENTITLEMENT, text, re.I):
             return "entitlement"
-        if _QUOTA.search(text):
+        if re.search(_QUOTA, text, re.I):
             return "quota"
-    if _MODEL.search(text):
+    if re.search(_MODEL, text, re.I):
         return "model"
-    if status in (401, 403) or _AUTH.search(text):
+    if status in (401, 403) or re.search(_AUTH, text, re.I):
         return "auth"
     if status == 402:
         return "quota"
@@ -647,13 +649,13 @@ def classify_error(exc: BaseException | None = None, status: int | None = None, 
         return "model"
     if status == 429:
         return "rate"
-    if _CONTENT.search(text):
+    if re.search(_CONTENT, text, re.I):
         return "content"
     if status is not None and (status in (409, 425, 529) or status >= 500):
         return "overload"
-    if _RATE.search(text):
+    if re.search(_RATE, text, re.I):
         return "rate"
-    if _OVERLOAD.search(text) or _OVERLOAD_EXACT.search(text):
+    if re.search(_OVERLOAD, text, re.I) or re.search(_OVERLOAD_EXACT, text):
         return "overload"
     if re.search(r"timed out|timeout", text, re.I):
         return "timeout"
@@ -1314,6 +1316,7 @@ class Agent:
         self.max_candidates = max_candidates
         self._lean_parts: dict = {}      # the agent-constant parts of lean prompts, built on first use
         self._flow_facts: dict[int, tuple[dict, FlowFacts]] = {}   # flow_facts(), built on first use
+        self._field_envelopes: dict[tuple, dict] = {}   # _fields_envelope(), built on first use
         self._tool_pool: Any = None      # tool_pool(), created on the first batch of safe tool calls
         self._tool_pool_lock = threading.Lock()
         if debug:
@@ -1840,11 +1843,9 @@ class _FlowNames:
                     else getattr(tool, "id", None) for tool in tools]
         flows = registries.get("flows")
         flow_ids = None
-        if flows is not None:
-            flow_ids = []
-            for flow in flows:
-                if isinstance(flow, dict) and isinstance(flow.get("id"), str) and flow["id"] not in flow_ids:
-                    flow_ids.append(flow.get("id"))
+        if flows is not None:      # each id once, in order (one pass: an agent checks every flow with this)
+            flow_ids = list(dict.fromkeys(flow["id"] for flow in flows
+                                          if isinstance(flow, dict) and isinstance(flow.get("id"), str)))
         return cls(fields=registries.get("fields") or {}, actions=registries.get("actions") or {},
                    events=registries.get("events") or {}, conditions=registries.get("conditions") or {},
                    tool_ids=tool_ids, flow_ids=flow_ids)
@@ -3389,7 +3390,7 @@ def decide(turn: Turn, understood: Understood) -> None:
     if not turn.floor_from_ingest:
         route, route_trigger = choose_route(turn, judgement, found, asker)
     for flow in turn.agent.flows:
-        trigger = first_trigger(flow, "mention")
+        trigger = flow_facts(turn.agent, flow).mention
         if trigger is None:
             continue
         if not trigger["mention"]:
@@ -3896,6 +3897,8 @@ def claim_refusal(turn: Turn, key: str, repeat: Any) -> str | None:
 
 def repeat_allows(turn: Turn, flow: dict, trigger: dict | None, kind: str, trigger_key: str) -> bool:
     """The claim test of a start, without writing (runtime.md §6.1)."""
+    if not turn.session.claims and not turn.held_claims:
+        return True                 # no claim is held, so none refuses (spares the key on every flow, issue 12)
     repeat = repeat_of(trigger, kind)
     return claim_refusal(turn, dedupe_key(flow, anchor_of(turn, flow), repeat, trigger_key), repeat) is None
 
@@ -4987,9 +4990,24 @@ def understand_envelope(agent: Agent, ask: UnderstandAsk, scope: Scope) -> _Enve
         properties["branches"] = closed_object({
             alias: {"type": ["boolean", "null"], "description": when} for alias, when in branches})
     if fields:
-        properties["fields"] = nullable_envelope({alias: agent.fields.get(slug) or {"type": "string"}
-                                                  for alias, slug in fields})
+        properties["fields"] = _fields_envelope(agent, fields)
     return _Envelope(closed_object(properties), aliases, cand, ment, branches, fields)
+
+
+def _fields_envelope(agent: Agent, fields: list[tuple[str, str]]) -> dict:
+    """The nullable envelope of the asked fields under their aliases (§2.7), built once per agent for each list.
+
+    The agent's field definitions never change after construction, so the
+    schema of the same (alias, slug) list is the same on every turn (issue 12).
+    """
+    key = tuple(fields)
+    envelope = agent._field_envelopes.get(key)
+    if envelope is None:
+        if len(agent._field_envelopes) >= FIELD_ENVELOPES_KEPT:
+            agent._field_envelopes.clear()          # a bound, not a policy: the next turns fill it again
+        envelope = nullable_envelope({alias: agent.fields.get(slug) or {"type": "string"} for alias, slug in fields})
+        agent._field_envelopes[key] = envelope
+    return envelope
 
 
 def _understand_prompt_v4(agent: Agent, ask: UnderstandAsk, scope: Scope, envelope: _Envelope,

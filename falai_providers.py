@@ -601,6 +601,15 @@ def _normalize_messages(request: GenerateRequest) -> list[dict]:
     if isinstance(request.system, str) and request.system.strip():
         messages.append({"role": "system", "content": request.system})
     for item in request.history or []:
+        if type(item) is dict and len(item) == 2 and type(item.get("content")) is str:
+            # The common plain text item, taken the way the branches below take it (issue 12).
+            role = item.get("role")
+            if role == "user":
+                messages.append({"role": "user", "content": item["content"]})
+                continue
+            if role == "assistant":
+                messages.append({"role": "assistant", "content": item["content"], "toolCalls": []})
+                continue
         role = item.get("role") if isinstance(item, dict) else None
         if role == "system":
             text = _as_text(item.get("content"))
@@ -1730,6 +1739,10 @@ class GeminiProvider(_HttpProvider):
         answering = False         # the last content holds functionResponse parts
         for message in messages:
             role = message["role"]
+            if role == "assistant" and not message["toolCalls"] and message["content"]:
+                answering = False
+                contents.append({"role": "model", "parts": [{"text": message["content"]}]})   # a plain reply
+                continue
             if role == "user":
                 answering = False
                 if message["content"]:
@@ -1765,9 +1778,10 @@ class GeminiProvider(_HttpProvider):
     def _sign_current_turn(contents: list[dict]) -> None:
         """§4.7 rule 4: unsigned calls after the last plain user text get Google's placeholder."""
         start = 0
-        for i, content in enumerate(contents):
-            if content["role"] == "user" and any("text" in p for p in content["parts"]):
+        for i in range(len(contents) - 1, -1, -1):      # from the end: only the current turn is read
+            if contents[i]["role"] == "user" and any("text" in p for p in contents[i]["parts"]):
                 start = i + 1
+                break
         for content in contents[start:]:
             if content["role"] != "model":
                 continue
