@@ -5040,11 +5040,7 @@ def _understand_prompt_v4(agent: Agent, ask: UnderstandAsk, scope: Scope, envelo
                  "are alternatives: one match is enough. An exclusion overrides any match."]
         for alias, flow in ment:
             lines.append(f"- {alias} — {_named(flow, scope)}")
-            plain, excluded = _phrases([_mention_trigger(flow)], "mention", scope)
-            if plain:
-                lines.append(f"  Counts when: {'; '.join(plain)}")
-            if excluded:
-                lines.append(f"  Does not count when: {'; '.join(excluded)}")
+            lines += _mention_phrase_lines(flow, scope)
             extract = _mention_extract(flow)
             if extract:
                 lines.append("  When true, also extract these values from the message:")
@@ -5190,13 +5186,15 @@ def _lean_flow_entry(flow: dict, scope: Scope) -> list[str]:
     return lines
 
 
-def _lean_mention_entry(flow: dict, scope: Scope) -> list[str]:
-    lines = [_lean_title(flow, scope)]
+def _mention_phrase_lines(flow: dict, scope: Scope) -> list[str]:
+    """A mention's "Counts when" / "Does not count when" lines, shared by both protocols."""
     plain, excluded = _phrases([_mention_trigger(flow)], "mention", scope)
-    if plain:
-        lines.append(f"  Counts when: {'; '.join(plain)}")
-    if excluded:
-        lines.append(f"  Does not count when: {'; '.join(excluded)}")
+    return ([f"  Counts when: {'; '.join(plain)}"] if plain else []) + (
+        [f"  Does not count when: {'; '.join(excluded)}"] if excluded else [])
+
+
+def _lean_mention_entry(flow: dict, scope: Scope) -> list[str]:
+    lines = [_lean_title(flow, scope)] + _mention_phrase_lines(flow, scope)
     extract = _mention_extract(flow)
     if extract:
         lines.append("  Values: " + "; ".join(field_line(name, d) for name, d in extract.items()))
