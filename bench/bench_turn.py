@@ -21,29 +21,19 @@ import time
 import tracemalloc
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 from falai import GenerateRequest, MemoryStore, compact_json, ScriptedProvider, Tool, falai, fake_clock  # noqa: E402
 from falai_stores import SQLiteStore  # noqa: E402
+from request_bodies import TRIAGE_FIELDS, TRIAGE_FLOWS  # noqa: E402  (the triage agent bench_tokens measures too)
 
 REPEAT = 300
 
 
 def agent_for(script_factory, **options):
-    f = falai().fields({
-        "nome": {"type": "string", "ask": "Pergunte o nome."},
-        "empresa": {"type": "string", "ask": "Pergunte a empresa."},
-        "porte": {"type": "string", "enum": ["1-10", "11-50", "51+"], "ask": "Pergunte o porte da empresa."},
-        "cidade": {"type": "string"},
-    })
-    flows = [
-        {"id": "triagem", "name": "Triagem", "description": "Quer conhecer o produto.",
-         "on": [{"message": ["quer saber como funciona", "pede orçamento"]}],
-         "steps": [{"id": "quem", "collect": ["nome", "empresa"]}, {"id": "porte", "collect": ["porte"]},
-                   {"id": "fim", "say": "Obrigado, {{data.nome}}!"}]},
-        {"id": "suporte", "name": "Suporte", "on": [{"message": ["tem um problema"]}],
-         "steps": [{"id": "q", "prompt": "Ajude."}]},
-        {"id": "lembrete", "name": "Lembrete", "steps": [{"id": "w", "wait": "1d"}, {"id": "s", "say": "Oi!"}]},
-    ]
+    f = falai().fields(TRIAGE_FIELDS)
+    flows = [*TRIAGE_FLOWS,
+             {"id": "lembrete", "name": "Lembrete", "steps": [{"id": "w", "wait": "1d"}, {"id": "s", "say": "Oi!"}]}]
     tools = [Tool(id="preco", handler=lambda a, c: {"value": {"preco": 420}}, is_read_only=lambda a: True,
                   parameters={"type": "object", "properties": {"cidade": {"type": "string"}}})]
     return f.agent(name="Ana", provider=ScriptedProvider(script=script_factory()), flows=flows, tools=tools,

@@ -10,19 +10,11 @@ from dataclasses import dataclass, field
 import pytest
 
 import falai as F
-from falai import ScriptedProvider, fake_clock, falai
+from falai import fake_clock
 from falai_stores import PostgresStore, RedisStore, SQLiteStore
 from test_stores import postgres_connection, redis_client, unique_name
 
-T0 = "2026-09-20T10:00:00.000Z"
-
-
-def build(flows, *, fields=None, script=None, clock=None, **options):
-    clock = clock or fake_clock(T0)
-    provider = ScriptedProvider(script=script or {})
-    agent = falai().fields(fields or {}).agent(name="Ana", provider=provider, clock=clock,
-                                               flows=flows, **options)
-    return agent, provider, clock
+from conftest import build
 
 
 def say_flow(text, **extra):
