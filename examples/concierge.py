@@ -29,7 +29,8 @@ import os
 import re
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # run from a checkout too
+if __name__ == "__main__":          # run from a checkout too; imported (tests/e2e_concierge.py), it changes nothing
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from falai import (MemoryStore, ProviderError, ScriptedProvider, SessionConflictError, Tool,  # noqa: E402
                    ToolValidationResult, falai)
@@ -39,7 +40,7 @@ PRICES = {"curitiba": 420, "são paulo": 510, "rio de janeiro": 580, "salvador":
           "florianópolis": 450, "porto alegre": 400, "belo horizonte": 380}
 
 
-# The agent: the Tool seed page's example, as written ----------------------------------------
+# The agent: the Tool seed page's example; its fields and flow as written -----------------
 
 def preco(args: dict, ctx) -> dict:
     """Nightly price in a city (the model reads ``value``)."""
@@ -53,12 +54,13 @@ def reservar(args: dict, ctx) -> dict:
     return {"value": {"codigo": codigo}, "data": {"reserva": codigo}}
 
 
-def build_agent(provider):
-    f = falai().fields({
-        "cidade": {"type": "string", "ask": "Pergunte em qual cidade a pessoa quer ficar."},
-        "reserva": {"type": "string", "description": "Código da reserva"},
-    })
-    tools = [
+PERSONA = "Você é o concierge de uma rede de hotéis: cordial, breve, em português do Brasil."
+GREETING = "Apresente-se e ofereça ajuda com uma reserva de quarto."
+
+
+def demo_tools() -> list:
+    """The demo's preco and reservar: the seed page's, with a price table, preco read-only and a short code."""
+    return [
         Tool(id="preco", description="Preço da diária em uma cidade.", handler=preco,
              parameters={"type": "object", "properties": {"cidade": {"type": "string"}}, "required": ["cidade"]},
              is_read_only=lambda args: True),
@@ -68,10 +70,19 @@ def build_agent(provider):
              validate_input=lambda args, ctx: ToolValidationResult(valid=bool(str(args.get("cidade", "")).strip()),
                                                                    error="Informe a cidade.")),
     ]
+
+
+def build_agent(provider, *, tools: list | None = None, persona: str | None = PERSONA,
+                greeting: str | None = GREETING, **options):
+    """The Concierge on ``provider``: the seed page's fields and flow hospedagem, with the demo's tools, persona
+    and idle greeting unless given; ``options`` go to ``f.agent`` (the tests pass a clock, max_tool_loops, ...)."""
+    f = falai().fields({
+        "cidade": {"type": "string", "ask": "Pergunte em qual cidade a pessoa quer ficar."},
+        "reserva": {"type": "string", "description": "Código da reserva"},
+    })
     return f.agent(
-        name="Concierge", provider=provider, tools=tools,
-        persona="Você é o concierge de uma rede de hotéis: cordial, breve, em português do Brasil.",
-        idle={"prompt": "Apresente-se e ofereça ajuda com uma reserva de quarto."},
+        name="Concierge", provider=provider, tools=demo_tools() if tools is None else tools, persona=persona,
+        idle={"prompt": greeting} if greeting else None,
         flows=[f.flow({
             "id": "hospedagem", "name": "Hospedagem", "on": [{"message": ["quer reservar um quarto"]}],
             "steps": [
@@ -80,7 +91,7 @@ def build_agent(provider):
                  "tools": ["preco"]},
                 {"id": "confirma", "prompt": "Se a pessoa confirmou, reserve e informe o código.",
                  "collect": ["reserva"], "tools": ["reservar"]},
-            ]})])
+            ]})], **options)
 
 
 # The offline stand-in for a model ----------------------------------------------------------

@@ -1,16 +1,18 @@
-"""Shared setup of the end-to-end tests (tests/test_e2e_*.py).
+"""Shared setup of the end-to-end tests (tests/test_e2e_*.py) and the seed page tests (tests/test_seed_examples.py).
 
-The seed Concierge (the Tool page's example, as in tests/test_seed_examples.py)
-built on a real provider class that talks over real HTTP to the local fake vendor
-server (tests/fake_model_server.py). Nothing here talks to the internet: every
-provider gets ``base_url=fake.url`` (providers.md §9.1).
+The seed Concierge (the Tool page's example): the agent of examples/concierge.py
+with the page's own tools. The end-to-end tests build it on a real provider class
+that talks over real HTTP to the local fake vendor server (tests/fake_model_server.py).
+Nothing here talks to the internet: every provider gets ``base_url=fake.url``
+(providers.md §9.1).
 """
 from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
 
-from falai import Tool, ToolValidationResult, falai, fake_clock
+from examples.concierge import build_agent
+from falai import Tool, ToolValidationResult, fake_clock
 
 CLOCK = "2026-09-20T10:00:00.000Z"
 
@@ -68,23 +70,19 @@ def pieces(text: str, n: int = 3) -> list[str]:
     return [text[i:i + size] for i in range(0, len(text), size)]
 
 
-def concierge(provider, *, clock: str = CLOCK, handled: list | None = None, **options):
-    """The Tool page's Concierge: fields cidade and reserva, tools preco and reservar, flow hospedagem.
+def seed_tools(handled: list) -> list:
+    """The Tool page's preco and reservar as the page writes them, each call recorded in ``handled``.
 
-    ``handled`` (a list) records every handler call as ``(tool id, args)``.
+    Restated rather than taken from examples/concierge.py: the demo's tools depart from the page on purpose
+    (a price table, a read-only preco, a short code), and these tests check what the page says the model
+    reads: ``{"precoNoite":420}`` and the code of the agent's clock in full.
     """
-    f = falai().fields({
-        "cidade": {"type": "string", "ask": "Pergunte em qual cidade a pessoa quer ficar."},
-        "reserva": {"type": "string", "description": "Código da reserva"},
-    })
-    seen = handled if handled is not None else []
-
     def preco_handler(args, ctx):
-        seen.append(("preco", dict(args)))
+        handled.append(("preco", dict(args)))
         return {"value": {"precoNoite": 420}}
 
     def reservar_handler(args, ctx):
-        seen.append(("reservar", dict(args)))
+        handled.append(("reservar", dict(args)))
         codigo = "RES-" + format(int(ctx.now.timestamp() * 1000), "x").upper()
         return {"value": {"codigo": codigo}, "data": {"reserva": codigo}}
 
@@ -96,16 +94,17 @@ def concierge(provider, *, clock: str = CLOCK, handled: list | None = None, **op
                     if isinstance(args.get("cidade"), str) and args["cidade"]
                     else ToolValidationResult(valid=False, error="Informe a cidade."),
                     handler=reservar_handler)
-    return f.agent(name="Concierge", provider=provider, tools=[preco, reservar], clock=fake_clock(clock),
-                   flows=[f.flow({
-                       "id": "hospedagem", "name": "Hospedagem", "on": [{"message": ["quer reservar um quarto"]}],
-                       "steps": [
-                           {"id": "onde", "collect": ["cidade"]},
-                           {"id": "oferta", "prompt": "Apresente o preço da diária. Pergunte se pode reservar.",
-                            "tools": ["preco"]},
-                           {"id": "confirma", "prompt": "Se a pessoa confirmou, reserve e informe o código.",
-                            "collect": ["reserva"], "tools": ["reservar"]},
-                       ]})], **options)
+    return [preco, reservar]
+
+
+def concierge(provider, *, clock: str = CLOCK, handled: list | None = None, **options):
+    """The Tool page's Concierge: fields cidade and reserva, tools preco and reservar, flow hospedagem.
+
+    The example's agent with the page's tools and, as on the page, no persona and no idle greeting.
+    ``handled`` (a list) records every handler call as ``(tool id, args)``.
+    """
+    return build_agent(provider, tools=seed_tools(handled if handled is not None else []), persona=None,
+                       greeting=None, clock=fake_clock(clock), **options)
 
 
 def real_now_iso() -> str:

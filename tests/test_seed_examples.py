@@ -1,46 +1,17 @@
 """The two seed pages, run as written (docs/spec/seeds: Tool and Agent)."""
 import time
 
-from falai import (ScriptedProvider, Tool, ToolResult, ToolValidationResult, falai, fake_clock)
+from e2e_concierge import concierge as seed_concierge
+from falai import ScriptedProvider, Tool, ToolResult, falai
 import pytest
 
 pytestmark = pytest.mark.protocols("lean", "v4")     # the same results under both (issue 11)
 
 
 def concierge(script, **options):
-    """The Tool page's Concierge: fields cidade and reserva, tools preco and reservar, flow hospedagem."""
-    f = falai().fields({
-        "cidade": {"type": "string", "ask": "Pergunte em qual cidade a pessoa quer ficar."},
-        "reserva": {"type": "string", "description": "Código da reserva"},
-    })
-    preco = Tool(id="preco", description="Preço da diária em uma cidade.",
-                 parameters={"type": "object", "properties": {"cidade": {"type": "string"}}, "required": ["cidade"]},
-                 handler=lambda args, ctx: {"value": {"precoNoite": 420}})
-
-    def reservar_handler(args, ctx):
-        codigo = "RES-" + format(int(ctx.now.timestamp() * 1000), "x").upper()
-        return {"value": {"codigo": codigo}, "data": {"reserva": codigo}}
-
-    reservar = Tool(id="reservar", description="Confirma a reserva e devolve o código.",
-                    parameters={"type": "object", "properties": {"cidade": {"type": "string"}},
-                                "required": ["cidade"]},
-                    is_destructive=lambda args: True,
-                    validate_input=lambda args, ctx: ToolValidationResult(valid=True)
-                    if isinstance(args.get("cidade"), str) and args["cidade"]
-                    else ToolValidationResult(valid=False, error="Informe a cidade."),
-                    handler=reservar_handler)
+    """The Tool page's Concierge (tests/e2e_concierge.py: the example's agent with the page's tools) on a script."""
     provider = ScriptedProvider(script=script)
-    agent = f.agent(name="Concierge", provider=provider, tools=[preco, reservar],
-                    clock=fake_clock("2026-09-20T10:00:00.000Z"), flows=[f.flow({
-                        "id": "hospedagem", "name": "Hospedagem", "on": [{"message": ["quer reservar um quarto"]}],
-                        "steps": [
-                            {"id": "onde", "collect": ["cidade"]},
-                            {"id": "oferta", "prompt": "Apresente o preço da diária. Pergunte se pode reservar.",
-                             "tools": ["preco"]},
-                            {"id": "confirma", "prompt": "Se a pessoa confirmou, reserve e informe o código.",
-                             "collect": ["reserva"], "tools": ["reservar"]},
-                        ]})], **options)
-    return agent, provider
+    return seed_concierge(provider, **options), provider
 
 
 def test_the_concierge_books_a_room_in_two_turns():
