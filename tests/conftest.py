@@ -4,17 +4,17 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from falai import ScriptedProvider, fake_clock, falai  # noqa: E402
+from falai import GenerateRequest, ScriptedProvider, fake_clock, falai  # noqa: E402
 
 T0 = "2026-09-20T10:00:00.000Z"
 
 
 # Shared builders (issue 12): `from conftest import T0, build, lines` in a test module.
 
-def build(flows, *, fields=None, script=None, clock=None, **options):
+def build(flows, *, fields=None, script=None, clock=None, usage=False, **options):
     """An agent over ``flows`` on a fake clock at T0: (agent, its ScriptedProvider, the clock)."""
     clock = clock or fake_clock(T0)
-    provider = ScriptedProvider(script=script or {})
+    provider = ScriptedProvider(script=script or {}, usage=usage)
     agent = falai().fields(fields or {}).agent(name="Ana", provider=provider, clock=clock,
                                                flows=flows, **options)
     return agent, provider, clock
@@ -23,6 +23,24 @@ def build(flows, *, fields=None, script=None, clock=None, **options):
 def lines(r):
     """A turn result's outcome lines as (kind, status, code)."""
     return [(o.kind, o.status, o.code) for o in r.outcomes]
+
+
+def sections(prompt):
+    """A prompt's ``## `` sections: heading -> body, in order."""
+    out = {}
+    for block in prompt.split("\n## "):
+        block = block[3:] if block.startswith("## ") else block
+        heading, _, body = block.partition("\n")
+        out[heading] = body.rstrip("\n")
+    return out
+
+
+def req(**kw):
+    """A GenerateRequest for a provider test: no system text, prompt "PROMPT", an empty history unless given."""
+    kw.setdefault("system", None)
+    kw.setdefault("prompt", "PROMPT")
+    kw.setdefault("history", [])
+    return GenerateRequest(**kw)
 
 
 # providers.md §9.1 rule 3: no test reaches the internet. Every connection to a

@@ -3,16 +3,16 @@
 Spec: runtime.md §5 (the start order), §6, §8, §13 (limits); flows.md §3.2, §3.3, §4.7.
 """
 import copy
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import pytest
 
+import conftest
 import falai as F
-from falai import ScriptedProvider, fake_clock, falai
+from conftest import T0
 
 pytestmark = pytest.mark.protocols("lean", "v4")     # the same results under both (issue 11)
 
-T0 = "2026-09-20T10:00:00.000Z"
 NOW0 = datetime(2026, 9, 20, 10, 0, tzinfo=timezone.utc)
 
 
@@ -20,13 +20,10 @@ def iso(dt):
     return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
 
 
-def build(flows, *, fields=None, script=None, clock=None, **options):
-    clock = clock or fake_clock(T0)
-    provider = ScriptedProvider(script=script or {})
+def build(flows, **options):
+    """conftest's build, with an event "e" registered unless the test names its own."""
     options.setdefault("events", {"e": F.EventDef()})
-    agent = falai().fields(fields or {}).agent(name="Ana", provider=provider, clock=clock,
-                                               flows=flows, **options)
-    return agent, provider, clock
+    return conftest.build(flows, **options)
 
 
 def flow(fid="f", on=None, steps=None, **keys):

@@ -9,12 +9,11 @@ the understand call happened and what it offered (`provider.calls[i].schema` and
 asker, stack and hand-back, another-reply, `understand: True`, staying) is tests/test_conformance_run_phase.py.
 """
 import pytest
-from falai import Action, ScriptedProvider, falai, fake_clock
+import conftest
+from conftest import T0
+from falai import Action
 
 pytestmark = pytest.mark.protocols("lean", "v4")     # the same judgements under both (issue 11)
-
-
-T0 = "2026-09-20T10:00:00.000Z"
 
 
 FIELDS = {
@@ -31,12 +30,9 @@ FIELDS = {
 }
 
 
-def build(flows, script=None, *, fields=None, clock=None, **options):
-    provider = ScriptedProvider(script=script or {})
-    clock = clock or fake_clock(T0)
-    agent = falai().fields(fields or FIELDS).agent(name="Ana", provider=provider, clock=clock, flows=flows,
-                                                   **options)
-    return agent, provider, clock
+def build(flows, script=None, *, fields=None, **options):
+    """conftest's build over this review's FIELDS, the script second."""
+    return conftest.build(flows, script=script, fields=fields or FIELDS, **options)
 
 
 def understand_calls(provider):

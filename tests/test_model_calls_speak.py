@@ -5,6 +5,7 @@ from datetime import datetime, timezone
 import pytest
 
 import falai as F
+from conftest import sections
 from falai import Generation, GenerationChunk, ProviderError, ScriptedProvider, TokenUsage
 
 pytestmark = pytest.mark.protocols("v4")     # the v4 prompts and envelopes (model-calls.md); "lean": test_protocol.py
@@ -65,15 +66,6 @@ def drive(gen):
 
 def speak(agent, ask, streaming=False):
     return drive(F.speak(agent, ask, streaming))
-
-
-def sections(prompt):
-    out = {}
-    for block in prompt.split("\n## "):
-        block = block[3:] if block.startswith("## ") else block
-        heading, _, body = block.partition("\n")
-        out[heading] = body.rstrip("\n")
-    return out
 
 
 def first_request(ask, reply=None, **options):

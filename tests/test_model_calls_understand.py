@@ -5,6 +5,7 @@ import logging
 import pytest
 
 import falai as F
+from conftest import sections
 from falai import Generation, ProviderError, ScriptedProvider, TokenUsage
 
 pytestmark = pytest.mark.protocols("v4")     # the v4 prompts and envelopes (model-calls.md); "lean": test_protocol.py
@@ -55,16 +56,6 @@ def full_ask(**changes):
     for key, value in changes.items():
         setattr(ask, key, value)
     return ask
-
-
-def sections(prompt):
-    """heading -> body, in order."""
-    out = {}
-    for block in prompt.split("\n## "):
-        block = block[3:] if block.startswith("## ") else block
-        heading, _, body = block.partition("\n")
-        out[heading] = body.rstrip("\n")
-    return out
 
 
 def call(ask, reply=None, **options):

@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from falai import GenerateRequest, ProviderError, ToolCallRequest
+from conftest import req
+from falai import ProviderError, ToolCallRequest
 from falai_providers import AnthropicProvider, schema_prompt
 from fake_model_server import (anthropic_events, anthropic_refusal_events, anthropic_thinking_tool_events,
                                anthropic_tool_events)
@@ -21,13 +22,6 @@ def claude(fake, **kw):
     kw.setdefault("retry_config", {"timeout": 3000, "retries": 1})
     kw.setdefault("model", "claude-haiku-4-5")
     return AnthropicProvider(api_key="test-key", base_url=fake.url, **kw)
-
-
-def req(**kw):
-    kw.setdefault("system", None)
-    kw.setdefault("prompt", "PROMPT")
-    kw.setdefault("history", [])
-    return GenerateRequest(**kw)
 
 
 def ok(fake, text="ok", **kw):

@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from falai import GenerateRequest, ProviderError, ToolCallRequest
+from conftest import req
+from falai import ProviderError, ToolCallRequest
 from falai_providers import GeminiProvider, schema_prompt
 from fake_model_server import gemini_frame
 
@@ -18,13 +19,6 @@ def gemini(fake, model="models/gemini-3.8-flash", **kw):
     kw.setdefault("sleep", lambda s: None)
     kw.setdefault("retry_config", {"timeout": 3000, "retries": 1})
     return GeminiProvider(api_key="test-key", model=model, base_url=fake.url, **kw)
-
-
-def req(**kw):
-    kw.setdefault("system", None)
-    kw.setdefault("prompt", "PROMPT")
-    kw.setdefault("history", [])
-    return GenerateRequest(**kw)
 
 
 def ok(fake, text="ok"):

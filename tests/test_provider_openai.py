@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from falai import GenerateRequest, ProviderError, ToolCallRequest
+from conftest import req
+from falai import ProviderError, ToolCallRequest
 from falai_providers import OpenAICompatibleProvider, schema_prompt
 from fake_model_server import openai_frame
 
@@ -23,13 +24,6 @@ def openai(fake, **kw):
     name = kw.get("name", "openai")
     fake.chat_dialect = name if name in ("openai", "openrouter", "deepseek") else "generic"   # the strict rules
     return OpenAICompatibleProvider(base_url=fake.url + "/v1", **kw)
-
-
-def req(**kw):
-    kw.setdefault("system", None)
-    kw.setdefault("prompt", "PROMPT")
-    kw.setdefault("history", [])
-    return GenerateRequest(**kw)
 
 
 def ok(fake, text="ok"):

@@ -2,7 +2,7 @@
 clearing and re-asking (flows.md §2, §5.3; runtime.md §3.6.3, §3.8)."""
 import pytest
 
-from falai import ScriptedProvider, falai, fake_clock
+import conftest
 
 pytestmark = pytest.mark.protocols("lean", "v4")     # the same results under both (issue 11)
 
@@ -15,10 +15,8 @@ FIELDS = {
 
 
 def build(flows, script, **options):
-    provider = ScriptedProvider(script=script)
-    f = falai().fields(options.pop("fields", FIELDS))
-    agent = f.agent(name="Ana", provider=provider, clock=fake_clock("2026-09-20T10:00:00.000Z"),
-                    flows=flows, **options)
+    """conftest's build over this file's FIELDS: (agent, its ScriptedProvider)."""
+    agent, provider, _ = conftest.build(flows, script=script, fields=options.pop("fields", FIELDS), **options)
     return agent, provider
 
 

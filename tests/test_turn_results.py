@@ -8,13 +8,14 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+import conftest
 import falai as F
+from conftest import T0, lines
 from falai import (OUTCOME_MESSAGES, EndedRun, OutboundMessage, Run, ScheduleEntry, ScriptedProvider, Session,
-                   SkippedTrigger, StartedRun, StepOutcome, TokenUsage, TurnResult, fake_clock, falai)
+                   SkippedTrigger, StartedRun, StepOutcome, TokenUsage, TurnResult, falai)
 
 pytestmark = pytest.mark.protocols("lean", "v4")     # the same results under both (issue 11)
 
-T0 = "2026-09-20T10:00:00.000Z"
 NOW0 = datetime(2026, 9, 20, 10, 0, tzinfo=timezone.utc)
 MS0 = 1789898400000
 
@@ -61,17 +62,10 @@ SPEC_MESSAGES = {
 }
 
 
-def build(flows, *, fields=None, script=None, clock=None, usage=False, **options):
-    clock = clock or fake_clock(T0)
-    provider = ScriptedProvider(script=script or {}, usage=usage)
+def build(flows, **options):
+    """conftest's build, with an event "e" registered unless the test names its own."""
     options.setdefault("events", {"e": F.EventDef()})
-    agent = falai().fields(fields or {}).agent(name="Ana", provider=provider, clock=clock,
-                                               flows=flows, **options)
-    return agent, provider, clock
-
-
-def lines(r):
-    return [(o.kind, o.status, o.code) for o in r.outcomes]
+    return conftest.build(flows, **options)
 
 
 def fields_of(outcome):

@@ -1,6 +1,7 @@
 """Routing, the floor, suspension and hand-back, mentions, branches and the idle speaker
 (flows.md §4.1-§4.3, §6; runtime.md §3.4-§3.6, §4.4-§4.7)."""
-from falai import Action, ScriptedProvider, falai, fake_clock
+import conftest
+from falai import Action
 import pytest
 
 pytestmark = pytest.mark.protocols("lean", "v4")     # the same results under both (issue 11)
@@ -19,9 +20,8 @@ GERAL = {"id": "geral", "name": "Geral", "on": [{"message": []}],
 
 
 def build(flows, script, **options):
-    provider = ScriptedProvider(script=script)
-    agent = falai().fields(options.pop("fields", FIELDS)).agent(
-        name="Ana", provider=provider, clock=fake_clock("2026-09-20T10:00:00.000Z"), flows=flows, **options)
+    """conftest's build over this file's FIELDS: (agent, its ScriptedProvider)."""
+    agent, provider, _ = conftest.build(flows, script=script, fields=options.pop("fields", FIELDS), **options)
     return agent, provider
 
 

@@ -1,6 +1,6 @@
 """turn_stream(): deltas while the reply is phrased, then one done chunk with the same result
 (runtime.md §16, model-calls.md §8)."""
-from falai import Generation, GenerationChunk, ScriptedProvider, TurnStreamChunk, falai, fake_clock
+from falai import GenerationChunk, ScriptedProvider, TurnStreamChunk, falai, fake_clock
 import pytest
 
 pytestmark = pytest.mark.protocols("lean", "v4")     # the same results under both (issue 11)

@@ -2,7 +2,9 @@
 the `with` check, matching, the mismatch rule; flows.md §14.2, §14.3, §9.2)."""
 import pytest
 
-from falai import Action, Condition, EventDef, FlowConfigurationError, Tool, validate_flow
+import test_validation
+from falai import Action, Condition, EventDef, Tool, validate_flow
+from test_validation import flow
 
 FIELDS = {
     "nome": {"type": "string", "ask": "Pergunte o nome."},
@@ -38,14 +40,9 @@ REGISTRIES = {
 }
 
 
-def flow(*steps, **keys):
-    return {"id": "fx", "name": "FX", "steps": list(steps) or [{"id": "a", "say": "Oi"}], **keys}
-
-
 def error_of(spec, registries=REGISTRIES):
-    with pytest.raises(FlowConfigurationError) as caught:
-        validate_flow(spec, registries)
-    return str(caught.value)
+    """test_validation's error_of over this file's registries."""
+    return test_validation.error_of(spec, registries)
 
 
 def step_error(*steps, registries=REGISTRIES):
