@@ -49,20 +49,33 @@ def test_a_routed_say_only_flow_answers_so_the_kept_asker_writes_another_reply()
 # §3.6 steps 1 and 3, §4.5-§4.6: resuming the stack and the hand-back ----------------------------------------------
 
 
-def test_an_asker_that_leaves_in_decide_lets_the_start_of_run_resume_the_stack_with_its_if_branches():
-    """runtime.md §3.6 step 1, §4.5: the asker's branch ends it in Decide, so nobody asks when Run begins: the
-    most recently suspended run returns to asking and, on this message turn, its `if` branches are judged."""
-    a = flow("a", on=[{"message": ["quer A"]}], steps=[
-        {"id": "q", "collect": ["cpf"], "branches": [{"if": {"known": ["plano"]}, "then": "pro"}]},
-        {"id": "x", "say": "Nunca."}, {"id": "pro", "say": "A: plano pro!"}])
-    b = flow("b", on=[{"message": ["quer B"]}], steps=[
-        {"id": "q", "collect": ["x"], "branches": [{"if": {"known": ["plano"]}, "then": "end"}]}])
-    agent, _, clock = build([a, b], {"understand": [{"flows": {"a": 90}}, {"flows": {"b": 90}},
-                                                    {"fields": {"plano": "pro"}}],
-                                     "speak": [{"message": "CPF?"}, {"message": "x?"}]})
+def b_suspends_a(a_steps, b_steps, understand3, speak3=(), **options):
+    """Flow a starts on "quero A" (m1) and asks "CPF?"; a second later "quero B" (m2) starts b, whose talk step
+    asks "x?" and suspends a (runtime.md §4.4). ``understand3`` and ``speak3`` script the turn the test takes
+    next. Returns (agent, provider, clock, the m2 result)."""
+    a = flow("a", on=[{"message": ["quer A"]}], steps=a_steps)
+    b = flow("b", on=[{"message": ["quer B"]}], steps=b_steps)
+    agent, provider, clock = build([a, b], {
+        "understand": [{"flows": {"a": 90}}, {"flows": {"b": 90}}, understand3],
+        "speak": [{"message": "CPF?"}, {"message": "x?"}, *speak3]}, **options)
     r = agent.turn(session_id="s1", message="quero A", id="m1")
     clock.advance("1s")
     r = agent.turn(session_id="s1", session=r.session, message="quero B", id="m2")
+    return agent, provider, clock, r
+
+
+# b collects x, then runs `anotar`: the tests of a's `if` branch on x read its log.
+B_ASKS_X_THEN_ANOTAR = [{"id": "q", "collect": ["x"]}, {"id": "d", "do": "anotar"}]
+
+
+def test_an_asker_that_leaves_in_decide_lets_the_start_of_run_resume_the_stack_with_its_if_branches():
+    """runtime.md §3.6 step 1, §4.5: the asker's branch ends it in Decide, so nobody asks when Run begins: the
+    most recently suspended run returns to asking and, on this message turn, its `if` branches are judged."""
+    agent, _, _, r = b_suspends_a(
+        [{"id": "q", "collect": ["cpf"], "branches": [{"if": {"known": ["plano"]}, "then": "pro"}]},
+         {"id": "x", "say": "Nunca."}, {"id": "pro", "say": "A: plano pro!"}],
+        [{"id": "q", "collect": ["x"], "branches": [{"if": {"known": ["plano"]}, "then": "end"}]}],
+        {"fields": {"plano": "pro"}})
     r = agent.turn(session_id="s1", session=r.session, message="sou do plano pro", id="m3")
     assert [(o.run_id, o.code, o.next) for o in r.outcomes if o.code == "branch"] == [
         ("b#m2", "branch", "end"), ("a#m1", "branch", "pro")]
@@ -73,17 +86,11 @@ def test_a_run_resumed_at_the_start_of_run_has_no_when_branch_judged_even_if_the
     """runtime.md §3.6 step 1 ("`when` branches cannot fire: there is no judgement for it"), flows.md §6 rule 5:
     the suspended run's `when` branch is not in the call (it was not the floor run), and a reply that still
     answers it true under its real key does not move it; it asks again instead."""
-    a = flow("a", on=[{"message": ["quer A"]}], steps=[
-        {"id": "q", "collect": ["cpf"], "branches": [{"when": "a pessoa desiste", "then": "fim"}]},
-        {"id": "fim", "say": "Tchau."}])
-    b = flow("b", on=[{"message": ["quer B"]}], steps=[
-        {"id": "q", "collect": ["x"], "branches": [{"if": {"known": ["plano"]}, "then": "end"}]}])
-    agent, provider, clock = build([a, b], {
-        "understand": [{"flows": {"a": 90}}, {"flows": {"b": 90}}, {"branches": {"a#m1/q/0": True}}],
-        "speak": [{"message": "CPF?"}, {"message": "x?"}, {"message": "Voltando: CPF?"}]})
-    r = agent.turn(session_id="s1", message="quero A", id="m1")
-    clock.advance("1s")
-    r = agent.turn(session_id="s1", session=r.session, message="quero B", id="m2")
+    agent, provider, _, r = b_suspends_a(
+        [{"id": "q", "collect": ["cpf"], "branches": [{"when": "a pessoa desiste", "then": "fim"}]},
+         {"id": "fim", "say": "Tchau."}],
+        [{"id": "q", "collect": ["x"], "branches": [{"if": {"known": ["plano"]}, "then": "end"}]}],
+        {"branches": {"a#m1/q/0": True}}, [{"message": "Voltando: CPF?"}])
     r.session.data["plano"] = "pro"
     r = agent.turn(session_id="s1", session=r.session, message="desisto", id="m3")
     assert section(understand_calls(provider)[2], "branches") is None
@@ -123,17 +130,11 @@ def test_hand_back_walks_down_the_whole_stack_until_a_run_answers():
 def test_the_hand_back_judges_a_resumed_runs_if_branches_first():
     """runtime.md §3.6 step 3 ("resume ..., branches included"), §4.5: the run handed the message has its talk
     step's `if` branches judged before it moves."""
-    a = flow("a", on=[{"message": ["quer A"]}], steps=[
-        {"id": "q", "collect": ["cpf"], "branches": [{"if": {"known": ["x"]}, "then": "pronto"}]},
-        {"id": "pronto", "say": "Com x, seguimos."}])
-    b = flow("b", on=[{"message": ["quer B"]}], steps=[{"id": "q", "collect": ["x"]}, {"id": "d", "do": "anotar"}])
     anotar, log = noop()
-    agent, _, clock = build([a, b], {
-        "understand": [{"flows": {"a": 90}}, {"flows": {"b": 90}}, {"fields": {"x": "1"}}],
-        "speak": [{"message": "CPF?"}, {"message": "x?"}]}, actions={"anotar": anotar})
-    r = agent.turn(session_id="s1", message="quero A", id="m1")
-    clock.advance("1s")
-    r = agent.turn(session_id="s1", session=r.session, message="quero B", id="m2")
+    agent, _, clock, r = b_suspends_a(
+        [{"id": "q", "collect": ["cpf"], "branches": [{"if": {"known": ["x"]}, "then": "pronto"}]},
+         {"id": "pronto", "say": "Com x, seguimos."}],
+        B_ASKS_X_THEN_ANOTAR, {"fields": {"x": "1"}}, actions={"anotar": anotar})
     clock.advance("1s")
     r = agent.turn(session_id="s1", session=r.session, message="x é 1", id="m3")
     assert [(o.run_id, o.code, o.next) for o in r.outcomes if o.code == "branch"] == [("a#m1", "branch", "pronto")]
@@ -143,14 +144,8 @@ def test_the_hand_back_judges_a_resumed_runs_if_branches_first():
 def test_no_hand_back_after_a_say_answered_the_message():
     """runtime.md §3.6 step 3: the loop runs only "while ... nobody has spoken yet": a `say` counts, so the
     suspended run stays suspended until Settle's resume (§3.8 item 5), which judges no branch and speaks not."""
-    a = flow("a", on=[{"message": ["quer A"]}], steps=[{"id": "q", "collect": ["cpf"]}])
-    b = flow("b", on=[{"message": ["quer B"]}], steps=[{"id": "q", "collect": ["x"]}, {"id": "s", "say": "Ok!"}])
-    agent, _, clock = build([a, b], {
-        "understand": [{"flows": {"a": 90}}, {"flows": {"b": 90}}, {"fields": {"x": "1"}}],
-        "speak": [{"message": "CPF?"}, {"message": "x?"}]})
-    r = agent.turn(session_id="s1", message="quero A", id="m1")
-    clock.advance("1s")
-    r = agent.turn(session_id="s1", session=r.session, message="quero B", id="m2")
+    agent, _, _, r = b_suspends_a([{"id": "q", "collect": ["cpf"]}],
+                                  [{"id": "q", "collect": ["x"]}, {"id": "s", "say": "Ok!"}], {"fields": {"x": "1"}})
     r = agent.turn(session_id="s1", session=r.session, message="x é 1", id="m3")
     assert [m.text for m in r.messages] == ["Ok!"] and r.llm_calls == 1
     assert status(r) == [("a#m1", "asking")] and [o.run_id for o in r.outcomes].count("a#m1") == 0
@@ -191,6 +186,9 @@ def test_a_runs_own_say_does_not_block_its_talk_step():
 
 
 QUIET = {"reason": "humano assumiu", "understand": True}
+# a asks the CPF; its `if` branch on x, once x is known, leads to `anotar`.
+A_IF_X_THEN_ANOTAR = [{"id": "q", "collect": ["cpf"], "branches": [{"if": {"known": ["x"]}, "then": "d"}]},
+                      {"id": "d", "do": "anotar"}]
 
 
 def test_understand_true_fires_the_askers_when_branch_and_a_fresh_talk_step_then_ends_silenced():
@@ -242,17 +240,9 @@ def test_understand_true_makes_no_hand_back():
     """runtime.md §3.6 step 3: the hand-back loop runs only on a message turn "that is not silenced": the asker
     finishes silently and the suspended run comes back only through Settle's resume (§3.8 item 5), which judges
     no branch, so its `if` branch that now holds does not fire (a hand-back would have fired it, §4.5)."""
-    a = flow("a", on=[{"message": ["quer A"]}], steps=[
-        {"id": "q", "collect": ["cpf"], "branches": [{"if": {"known": ["x"]}, "then": "d"}]},
-        {"id": "d", "do": "anotar"}])
-    b = flow("b", on=[{"message": ["quer B"]}], steps=[{"id": "q", "collect": ["x"]}, {"id": "d", "do": "anotar"}])
     anotar, log = noop()
-    agent, _, clock = build([a, b], {
-        "understand": [{"flows": {"a": 90}}, {"flows": {"b": 90}}, {"fields": {"x": "1"}}],
-        "speak": [{"message": "CPF?"}, {"message": "x?"}]}, actions={"anotar": anotar})
-    r = agent.turn(session_id="s1", message="quero A", id="m1")
-    clock.advance("1s")
-    r = agent.turn(session_id="s1", session=r.session, message="quero B", id="m2")
+    agent, _, _, r = b_suspends_a(A_IF_X_THEN_ANOTAR, B_ASKS_X_THEN_ANOTAR, {"fields": {"x": "1"}},
+                                  actions={"anotar": anotar})
     r = agent.turn(session_id="s1", session=r.session, message="x é 1", id="m3", silenced=QUIET)
     assert log == ["b#m2:d:1"] and r.messages == [] and status(r) == [("a#m1", "asking")]
     assert [o.run_id for o in r.outcomes if o.run_id == "a#m1"] == []
@@ -261,17 +251,9 @@ def test_understand_true_makes_no_hand_back():
 def test_without_silence_the_same_message_is_handed_back_and_fires_the_resumed_runs_if_branch():
     """The control case of the test above (runtime.md §3.6 step 3, §4.5-§4.6): unsilenced, the hand-back resumes
     the suspended run with its `if` branches judged, so the branch fires and its `do` runs."""
-    a = flow("a", on=[{"message": ["quer A"]}], steps=[
-        {"id": "q", "collect": ["cpf"], "branches": [{"if": {"known": ["x"]}, "then": "d"}]},
-        {"id": "d", "do": "anotar"}])
-    b = flow("b", on=[{"message": ["quer B"]}], steps=[{"id": "q", "collect": ["x"]}, {"id": "d", "do": "anotar"}])
     anotar, log = noop()
-    agent, _, clock = build([a, b], {
-        "understand": [{"flows": {"a": 90}}, {"flows": {"b": 90}}, {"fields": {"x": "1"}}],
-        "speak": [{"message": "CPF?"}, {"message": "x?"}]}, actions={"anotar": anotar}, idle="silent")
-    r = agent.turn(session_id="s1", message="quero A", id="m1")
-    clock.advance("1s")
-    r = agent.turn(session_id="s1", session=r.session, message="quero B", id="m2")
+    agent, _, _, r = b_suspends_a(A_IF_X_THEN_ANOTAR, B_ASKS_X_THEN_ANOTAR, {"fields": {"x": "1"}},
+                                  actions={"anotar": anotar}, idle="silent")
     r = agent.turn(session_id="s1", session=r.session, message="x é 1", id="m3")
     assert log == ["b#m2:d:1", "a#m1:d:1"] and r.session.runs == []
 

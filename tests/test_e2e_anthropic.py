@@ -189,36 +189,26 @@ def test_an_in_band_overload_mid_stream_defers_and_keeps_the_deltas(fake):
     assert len(fake.requests) == 2
 
 
-def test_a_quota_429_with_a_reset_time_defers_to_the_reset(fake):
+@pytest.mark.parametrize("retry_after", [
+    pytest.param({}, id="the-reset-alone"),
+    pytest.param({"retry-after": "60"}, id="retry-after-beside-the-reset-still-defers-to-the-reset"),
+])
+def test_a_quota_429_with_a_reset_time_defers_to_the_reset(fake, retry_after):
     """runtime.md §10.2: `quota` is retryable only when the error states a reset time, and a later
-    `reset_at_ms` moves the wake (providers.md §8.1: anthropic-ratelimit-unified-reset)."""
+    `reset_at_ms` moves the wake (providers.md §8.1: anthropic-ratelimit-unified-reset). Anthropic sends
+    `retry-after` beside its `anthropic-ratelimit-*-reset` headers: `reset_at_ms` "can be far beyond
+    retry_after_ms", both are filled, and the wake still moves to the reset (providers.md §8.1)."""
     now = real_now_iso()
     reset_s = ms_of(now) // 1000 + 5 * 3600
     agent = concierge(claude(fake), clock=now)
     fake.sse(*text_events(UNDERSTAND1))
     fake.error(429, {"type": "error", "error": {"type": "rate_limit_error",
                                                 "message": "You have reached your usage limit for this 5h window."}},
-               headers={"anthropic-ratelimit-unified-reset": str(reset_s)})
+               headers={**retry_after, "anthropic-ratelimit-unified-reset": str(reset_s)})
     r = agent.turn(session_id="demo", message=M1, id="m1")
     assert (r.outcomes[-1].status, r.outcomes[-1].code) == ("deferred", "provider-quota")
     assert r.schedule == [ScheduleEntry(key=f"hospedagem#m1:oferta:1:retry:{reset_s * 1000}",
                                         at=at_of(reset_s * 1000))]
-
-
-def test_a_quota_429_with_retry_after_and_a_reset_time_still_defers_to_the_reset(fake):
-    """providers.md §8.1 (`reset_at_ms` "can be far beyond retry_after_ms": both are filled), runtime.md §10.2:
-    a quota error that states a reset time is retryable and its wake moves to the reset. Anthropic sends
-    `retry-after` beside its `anthropic-ratelimit-*-reset` headers."""
-    now = real_now_iso()
-    reset_s = ms_of(now) // 1000 + 5 * 3600
-    agent = concierge(claude(fake), clock=now)
-    fake.sse(*text_events(UNDERSTAND1))
-    fake.error(429, {"type": "error", "error": {"type": "rate_limit_error",
-                                                "message": "You have reached your usage limit for this 5h window."}},
-               headers={"retry-after": "60", "anthropic-ratelimit-unified-reset": str(reset_s)})
-    r = agent.turn(session_id="demo", message=M1, id="m1")
-    assert (r.outcomes[-1].status, r.outcomes[-1].code) == ("deferred", "provider-quota")
-    assert r.schedule[0].key == f"hospedagem#m1:oferta:1:retry:{reset_s * 1000}"
 
 
 def test_a_blank_message_with_a_tool_round_still_opens_with_a_user_message(fake):

@@ -419,33 +419,25 @@ def test_a_429_then_success_answers_in_the_same_turn(fake):
     assert r.messages[0].text == REPLY1 and r.llm_calls == 2 and r.schedule == []
 
 
-def test_a_reset_header_later_than_the_rung_moves_the_wake(fake):
-    """runtime.md §10.2 step 3: a `reset_at_ms` later than the rung moves the wake to it (providers.md §8.1:
-    vendor reset headers; §3.8: a wait over 30 s ends the in-provider retries)."""
+@pytest.mark.parametrize("reset_in_s, moves", [
+    pytest.param(7200, True, id="a-reset-later-than-the-rung-moves-the-wake"),
+    pytest.param(40, False, id="an-earlier-reset-leaves-the-wake-on-the-60s-rung"),
+])
+def test_only_a_reset_header_later_than_the_rung_moves_the_wake(fake, reset_in_s, moves):
+    """runtime.md §10.2 step 3: a `reset_at_ms` later than the rung moves the wake to it; an earlier one leaves
+    it on the rung (providers.md §8.1: vendor reset headers; §3.8: a wait over 30 s ends the in-provider
+    retries)."""
     now = real_now_iso()
-    reset_s = ms_of(now) // 1000 + 7200
+    reset_s = ms_of(now) // 1000 + reset_in_s
     agent = concierge(gemini(fake), clock=now)
     understood(fake)
     fake.error(429, {"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED"}},
                headers={"x-ratelimit-reset": str(reset_s)})
     r = agent.turn(session_id="demo", message=M1, id="m1")
     assert len(fake.requests) == 2
-    at = reset_s * 1000
+    at = reset_s * 1000 if moves else ms_of(now) + 60_000
     assert r.schedule == [ScheduleEntry(key=f"hospedagem#m1:oferta:1:retry:{at}", at=at_of(at))]
     assert r.outcomes[-1].until == iso_of(at) and r.outcomes[-1].code == "provider-unavailable"
-
-
-def test_a_reset_header_earlier_than_the_rung_leaves_the_wake_on_the_rung(fake):
-    """runtime.md §10.2 step 3: only a later reset moves the wake."""
-    now = real_now_iso()
-    reset_s = ms_of(now) // 1000 + 40
-    agent = concierge(gemini(fake), clock=now)
-    understood(fake)
-    fake.error(429, {"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED"}},
-               headers={"x-ratelimit-reset": str(reset_s)})
-    r = agent.turn(session_id="demo", message=M1, id="m1")
-    at = ms_of(now) + 60_000
-    assert r.schedule[0].key == f"hospedagem#m1:oferta:1:retry:{at}"
 
 
 def test_a_per_day_quota_429_ends_the_run_failed_with_provider_quota(fake):

@@ -75,6 +75,7 @@ def test_an_empty_history_gives_no_events():
     assert history_to_events([]) == []
 
 
+# Malformed history items (name, history, index, reason): the test that reads them follows EVENT_ERRORS below.
 HISTORY_ERRORS = [
     ("not-a-dict", ["oi"], 0, "expected an object"),
     ("unknown-role", [{"role": "bot", "content": "x"}], 0, 'unknown role "bot"'),
@@ -95,17 +96,6 @@ HISTORY_ERRORS = [
     ("system-content-missing", [{"role": "system"}], 0, "a system item needs text content"),
     ("second-item", [{"role": "user", "content": "ok"}, {"role": "user"}], 1, "a user item needs text content"),
 ]
-
-
-@pytest.mark.parametrize("history, index, reason", [(h, i, r) for _, h, i, r in HISTORY_ERRORS],
-                         ids=[name for name, _, _, _ in HISTORY_ERRORS])
-def test_a_malformed_history_item_raises_value_error_naming_its_index(history, index, reason):
-    """model-calls.md §11.2: the message starts `Error converting history item at index <i>: ` then the reason."""
-    with pytest.raises(ValueError) as caught:
-        history_to_events(history)
-    message = str(caught.value)
-    assert message.startswith(f"Error converting history item at index {index}: ")
-    assert reason in message
 
 
 @pytest.mark.parametrize("history", [None, {"role": "user"}, "oi", ({"role": "user", "content": "x"},)])
@@ -211,14 +201,18 @@ EVENT_ERRORS = [
 ]
 
 
-@pytest.mark.parametrize("events, index, reason", [(e, i, r) for _, e, i, r in EVENT_ERRORS],
-                         ids=[name for name, _, _, _ in EVENT_ERRORS])
-def test_a_malformed_event_raises_value_error_naming_its_index(events, index, reason):
-    """model-calls.md §11.2: the message starts `Error converting event at index <i>: ` then the reason."""
+@pytest.mark.parametrize("convert, what, items, index, reason", [
+    *[pytest.param(history_to_events, "history item", h, i, r, id=f"history-{name}")
+      for name, h, i, r in HISTORY_ERRORS],
+    *[pytest.param(events_to_history, "event", e, i, r, id=f"event-{name}") for name, e, i, r in EVENT_ERRORS],
+])
+def test_a_malformed_history_item_or_event_raises_value_error_naming_its_index(convert, what, items, index, reason):
+    """model-calls.md §11.2: the message starts `Error converting history item at index <i>: ` (or `event`)
+    then the reason, in history_to_events (HISTORY_ERRORS) and events_to_history (EVENT_ERRORS) alike."""
     with pytest.raises(ValueError) as caught:
-        events_to_history(events)
+        convert(items)
     message = str(caught.value)
-    assert message.startswith(f"Error converting event at index {index}: ")
+    assert message.startswith(f"Error converting {what} at index {index}: ")
     assert reason in message
 
 
