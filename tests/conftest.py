@@ -51,6 +51,8 @@ import socket as _socket
 
 import pytest as _pytest
 
+_pytest.register_assert_rewrite("e2e_concierge")     # its shared checks (same_result, ...) report like a test's
+
 _LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 
 

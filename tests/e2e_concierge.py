@@ -128,6 +128,24 @@ def same_result(a, b) -> None:
     assert (a.changed, a.llm_calls, a.usage) == (b.changed, b.llm_calls, b.usage)
 
 
+def streamed_turns_match(fake, make_provider, *scripts):
+    """The two Concierge turns through turn_stream() on ``fake`` scripted by ``scripts``: the deltas are the
+    replies (text beside a tool call included, no envelope JSON) and each last chunk's result is turn()'s
+    (model-calls.md §8, runtime.md §16)."""
+    t1, t2 = plain_turns(make_provider, *scripts)
+    for script in scripts:
+        script(fake)
+    agent = concierge(make_provider(fake))
+    c1 = list(agent.turn_stream(session_id="demo", message=M1, id="m1"))
+    assert "".join(c.delta for c in c1[:-1]) == REPLY1 and len(c1) >= 3
+    assert not any('"message"' in c.delta for c in c1[:-1])
+    same_result(c1[-1].result, t1)
+    c2 = list(agent.turn_stream(session_id="demo", session=c1[-1].result.session, message=M2, id="m2",
+                                history=first_turn_history()))
+    assert "".join(c.delta for c in c2[:-1]) == REPLY2_BESIDE + REPLY2
+    same_result(c2[-1].result, t2)
+
+
 def plain_turns(make_provider, *scripts):
     """The two Concierge turns through turn() on a fresh fake server scripted by ``scripts``:
     the reference a streamed run must equal (runtime.md §16)."""

@@ -9,11 +9,11 @@ import pytest
 from falai import ProviderError, ScheduleEntry
 from falai_providers import AnthropicProvider
 from fake_model_server import anthropic_thinking_tool_events, anthropic_tool_events
-from e2e_concierge import plain_turns
+from e2e_concierge import streamed_turns_match
 from e2e_concierge import (CODE, M1, M2, NOW_MS, PRECO_DECL, RESERVAR_DECL, REPLY1, REPLY2, REPLY2_BESIDE,
                            SPEAK1, SPEAK2, SPEAK2_BESIDE, SPEAK_SCHEMA, SPEAK_SCHEMA_RESERVA, UNDERSTAND1,
                            UNDERSTAND2, at_of, concierge, first_turn_history, iso_of, ms_of, pieces,
-                           real_now_iso, same_result)
+                           real_now_iso)
 
 pytestmark = pytest.mark.protocols("lean", "v4")     # the same results under both (issue 11)
 
@@ -138,18 +138,7 @@ def test_the_wrap_up_round_carries_no_tools(fake):
 
 def test_turn_stream_yields_the_message_text_and_the_same_result(fake):
     """model-calls.md §8 / runtime.md §16 over Anthropic's event stream."""
-    t1, t2 = plain_turns(claude, script_turn1, script_turn2)
-    script_turn1(fake)
-    script_turn2(fake)
-    agent = concierge(claude(fake))
-    c1 = list(agent.turn_stream(session_id="demo", message=M1, id="m1"))
-    assert "".join(c.delta for c in c1[:-1]) == REPLY1 and len(c1) >= 3
-    assert not any('"message"' in c.delta for c in c1[:-1])
-    same_result(c1[-1].result, t1)
-    c2 = list(agent.turn_stream(session_id="demo", session=c1[-1].result.session, message=M2, id="m2",
-                                history=first_turn_history()))
-    assert "".join(c.delta for c in c2[:-1]) == REPLY2_BESIDE + REPLY2
-    same_result(c2[-1].result, t2)
+    streamed_turns_match(fake, claude, script_turn1, script_turn2)
 
 
 def test_an_understand_401_raises_auth(fake):

@@ -9,11 +9,11 @@ import pytest
 from falai import ProviderError, ScheduleEntry
 from falai_providers import OpenAICompatibleProvider, is_strict_schema, schema_prompt
 from fake_model_server import openai_frame, openai_refusal_frames
-from e2e_concierge import plain_turns
+from e2e_concierge import streamed_turns_match
 from e2e_concierge import (CODE, M1, M2, NOW_MS, PRECO_DECL, RESERVAR_DECL, REPLY1, REPLY2, REPLY2_BESIDE,
                            SPEAK1, SPEAK2, SPEAK2_BESIDE, SPEAK_SCHEMA, SPEAK_SCHEMA_RESERVA, UNDERSTAND1,
                            UNDERSTAND2, at_of, concierge, first_turn_history, iso_of, ms_of, pieces,
-                           real_now_iso, same_result)
+                           real_now_iso)
 
 pytestmark = pytest.mark.protocols("lean", "v4")     # the same results under both (issue 11)
 
@@ -157,18 +157,7 @@ def test_json_object_mode_carries_the_envelope_as_the_last_system_message(fake):
 def test_turn_stream_yields_the_message_text_and_the_same_result(fake):
     """model-calls.md §8 / runtime.md §16 over OpenAI's SSE: deltas are the decoded message text (text
     beside a call included), the final chunk's result equals turn()'s."""
-    t1, t2 = plain_turns(openai, script_turn1, script_turn2)
-    script_turn1(fake)
-    script_turn2(fake)
-    agent = concierge(openai(fake))
-    c1 = list(agent.turn_stream(session_id="demo", message=M1, id="m1"))
-    assert "".join(c.delta for c in c1[:-1]) == REPLY1 and len(c1) >= 3
-    assert not any('"message"' in c.delta for c in c1[:-1])
-    same_result(c1[-1].result, t1)
-    c2 = list(agent.turn_stream(session_id="demo", session=c1[-1].result.session, message=M2, id="m2",
-                                history=first_turn_history()))
-    assert "".join(c.delta for c in c2[:-1]) == REPLY2_BESIDE + REPLY2
-    same_result(c2[-1].result, t2)
+    streamed_turns_match(fake, openai, script_turn1, script_turn2)
 
 
 def test_an_understand_401_raises_auth(fake):

@@ -358,12 +358,17 @@ def test_wake_with_else_and_no_reply_takes_then():
     assert [m.text for m in t2.messages] == ["Lembrete"]
 
 
-def test_inbound_event_stamps_last_user_at_and_resolves_reply_waits():
-    """runtime.md §3.2 Event rule 1, flows.md §10: an inbound event counts as the customer speaking."""
-    agent, _, clock = build([reply_flow(**{"else": "resp"})], events={"reacao": F.EventDef(direction="inbound")})
+def event_on_a_reply_wait(direction):
+    """A run waiting a day for a reply (else: resp), then 5 minutes later an event with ``direction``: its turn."""
+    agent, _, clock = build([reply_flow(**{"else": "resp"})], events={"evento": F.EventDef(direction=direction)})
     t1 = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
     clock.advance("5m")
-    t2 = agent.turn(session_id="s1", session=t1.session, event="reacao", key="e1")
+    return agent.turn(session_id="s1", session=t1.session, event="evento", key="e1")
+
+
+def test_inbound_event_stamps_last_user_at_and_resolves_reply_waits():
+    """runtime.md §3.2 Event rule 1, flows.md §10: an inbound event counts as the customer speaking."""
+    t2 = event_on_a_reply_wait("inbound")
     assert t2.session.last_user_at == "2026-09-20T10:05:00.000Z"
     assert only_line(t2, "replied").next == "resp"
     assert [m.text for m in t2.messages] == ["Que bom que respondeu"]
@@ -371,10 +376,7 @@ def test_inbound_event_stamps_last_user_at_and_resolves_reply_waits():
 
 def test_outbound_event_stamps_last_assistant_at_and_leaves_reply_waits():
     """runtime.md §3.2 Event rule 1: an outbound event stamps lastAssistantAt and resolves nothing."""
-    agent, _, clock = build([reply_flow(**{"else": "resp"})], events={"humano": F.EventDef(direction="outbound")})
-    t1 = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
-    clock.advance("5m")
-    t2 = agent.turn(session_id="s1", session=t1.session, event="humano", key="e1")
+    t2 = event_on_a_reply_wait("outbound")
     assert t2.session.last_assistant_at == "2026-09-20T10:05:00.000Z"
     assert t2.session.last_user_at is None
     assert t2.outcomes == [] and t2.session.runs[0].status == "waiting"
@@ -382,9 +384,7 @@ def test_outbound_event_stamps_last_assistant_at_and_leaves_reply_waits():
 
 def test_event_without_direction_stamps_nothing():
     """runtime.md §3.2 Event rule 1: an event with no direction stamps neither side."""
-    agent, _, _ = build([reply_flow(**{"else": "resp"})], events={"etapa": F.EventDef()})
-    t1 = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
-    t2 = agent.turn(session_id="s1", session=t1.session, event="etapa", key="e1")
+    t2 = event_on_a_reply_wait(None)
     assert t2.session.last_user_at is None and t2.session.last_assistant_at is None
     assert t2.outcomes == [] and t2.changed is False
 
