@@ -159,15 +159,6 @@ def test_ten_seconds_is_still_a_short_wait():
     assert [m.after_ms for m in r.messages] == [10_000] and r.schedule == []
 
 
-def test_a_wait_just_over_ten_seconds_parks():
-    """runtime.md §3.6.3: over 10 000 ms a wait parks even before a say."""
-    agent, _, _ = build([short_flow("10.001s", [{"id": "oi", "say": "Oi"}])])
-    r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
-    assert r.messages == []
-    assert [e.key for e in r.schedule] == [f"f#k1:pausa:{MS0 + 10_001}"]
-    assert lines(r) == [("wait", "waiting", None)]
-
-
 def test_short_wait_before_a_talk_step_rides_on_the_speak_reply():
     """runtime.md §3.6.3: the inline delay rides on the next message the turn emits, the speak reply included."""
     agent, _, _ = build([short_flow("2s", [{"id": "p", "prompt": "Diga oi."}])],
@@ -187,21 +178,25 @@ def test_short_wait_whose_then_names_a_say_rides_inline(then):
     assert only_line(r, "inline-delay").next == "oi"
 
 
-@pytest.mark.parametrize("nxt, then", [
-    ([{"id": "x", "do": "nada"}, {"id": "oi", "say": "Oi"}], None),          # followed by a do
-    ([{"id": "c", "if": {}, "then": "oi"}, {"id": "oi", "say": "Oi"}], None),  # through an if step
-    ([{"id": "w", "wait": "2s"}, {"id": "oi", "say": "Oi"}], None),          # another wait
-    ([{"id": "oi", "say": "Oi"}], "end"),                                    # "end"
-    ([], None),                                                              # the last step
+@pytest.mark.parametrize("duration, ms, nxt, then", [
+    pytest.param("10.001s", 10_001, [{"id": "oi", "say": "Oi"}], None, id="over-ten-seconds-even-before-a-say"),
+    pytest.param("3s", 3000, [{"id": "x", "do": "nada"}, {"id": "oi", "say": "Oi"}], None, id="short-then-a-do"),
+    pytest.param("3s", 3000, [{"id": "c", "if": {}, "then": "oi"}, {"id": "oi", "say": "Oi"}], None,
+                 id="short-through-an-if-step"),
+    pytest.param("3s", 3000, [{"id": "w", "wait": "2s"}, {"id": "oi", "say": "Oi"}], None,
+                 id="short-then-another-wait"),
+    pytest.param("3s", 3000, [{"id": "oi", "say": "Oi"}], "end", id="short-then-end"),
+    pytest.param("3s", 3000, [], None, id="short-as-the-last-step"),
 ])
-def test_short_wait_not_followed_by_say_or_talk_parks(nxt, then):
-    """runtime.md §7.2: a short wait followed by do, if, another wait or "end" parks like a long one."""
+def test_a_long_wait_or_a_short_one_not_followed_by_say_or_talk_parks(duration, ms, nxt, then):
+    """runtime.md §3.6.3: over 10 000 ms a wait parks even before a say; §7.2: a short wait followed by do, if,
+    another wait or "end" parks like a long one."""
     keys = {"then": then} if then else {}
-    flow = short_flow("3s", nxt, **keys)
+    flow = short_flow(duration, nxt, **keys)
     agent, _, _ = build([flow], actions={"nada": F.Action(parameters={}, run=lambda p, c: None)})
     r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
     assert r.messages == []
-    assert [e.key for e in r.schedule] == [f"f#k1:pausa:{MS0 + 3000}"]
+    assert [e.key for e in r.schedule] == [f"f#k1:pausa:{MS0 + ms}"]
     assert lines(r) == [("wait", "waiting", None)]
 
 
@@ -818,14 +813,15 @@ def test_a_silence_trigger_whose_if_fails_is_not_armed():
     assert [e.key for e in r2.schedule] == [f"silence:retomar:s1:{MS0}"]
 
 
-def test_a_silence_trigger_if_is_judged_again_when_it_fires():
-    """flows.md §4.4: the if is judged when armed and again when the wake fires; false starts nothing."""
+def test_a_silence_trigger_if_is_judged_again_when_it_fires_and_a_false_one_changes_nothing():
+    """flows.md §4.4: the if is judged when armed and again when the wake fires; false starts nothing.
+    runtime.md §3.9: such a wake produces nothing, so changed is False."""
     flow = retomar(**{"if": lambda ctx: (ctx.context or {}).get("followup", True)})
     agent, _, clock = build([OLA, flow])
     t1 = agent.turn(session_id="s1", start={"flow": "ola", "key": "k1"})
     clock.advance("24h")
     r = agent.turn(session_id="s1", session=t1.session, wake=t1.schedule[0].key, context={"followup": False})
-    assert (r.started, r.skipped, r.outcomes) == ([], [], [])
+    assert (r.started, r.skipped, r.outcomes) == ([], [], []) and r.changed is False
 
 
 def test_silence_wake_is_snapped_by_business_hours():
@@ -1234,16 +1230,6 @@ def test_a_message_at_after_the_agents_clock_arms_no_silence_wake():
     r = agent.turn(session_id="s1", message="oi", id="m1", at="2026-09-20T10:05:00.000Z")
     assert r.session.last_assistant_at == T0 and r.schedule == []
     assert agent.pending_wakes(session=r.session) == []
-
-
-def test_a_silence_wake_whose_if_fails_at_firing_changes_nothing():
-    """runtime.md §3.9: a silence wake whose trigger if is false produces nothing: changed is False."""
-    flow = retomar(**{"if": lambda ctx: (ctx.context or {}).get("followup", True)})
-    agent, _, clock = build([OLA, flow])
-    t1 = agent.turn(session_id="s1", start={"flow": "ola", "key": "k1"})
-    clock.advance("24h")
-    r = agent.turn(session_id="s1", session=t1.session, wake=t1.schedule[0].key, context={"followup": False})
-    assert r.changed is False
 
 
 def test_event_arrival_for_a_removed_flow_ends_the_run_flow_gone():
