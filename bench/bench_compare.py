@@ -1,6 +1,6 @@
 """The same four-turn booking conversation in falai, LangGraph and Pydantic AI: time per turn and the ratios.
 
-    python bench/bench_compare.py               # 5 rounds of 200 conversations each
+    python bench/bench_compare.py               # 5 rounds of 100 conversations each
     python bench/bench_compare.py --rounds 2 --conversations 50
 
 The conversation is the concierge's booking (README, examples/concierge.py),
@@ -17,8 +17,9 @@ call that scores the booking flow and reads the fields (a Pydantic model, or
 falai's own understand schema), then one reply call. Each framework does what
 its documentation shows for this, so each pays for its own machinery:
 
-- falai: ``agent.turn`` with ``ScriptedProvider``; the session blob is passed
-  back in on the next turn, as a host loop does. The flow, its fields, the
+- falai: ``agent.turn`` with ``ScriptedProvider``; the session and the
+  conversation so far (``history=``) are passed back in on the next turn, as
+  the host loop of examples/concierge.py does. The flow, its fields, the
   routing and the prompts are falai's.
 - LangGraph: a ``StateGraph`` (state: the messages with ``add_messages``, the
   flow, the two fields) with an understand node calling
@@ -71,7 +72,7 @@ PERSONA = "Você é o concierge de uma rede de hotéis: cordial, breve, em portu
 IDLE = "Apresente-se e ofereça ajuda com uma reserva de quarto."
 ASK = {"nome": "Pergunte o nome do hóspede.", "data": "Pergunte a data de entrada (AAAA-MM-DD)."}
 CONFIRM = "Confirme a reserva com o nome e a data."
-ROUTE_AT = 40   # the score that starts the booking flow (falai's routing threshold, routing.md)
+ROUTE_AT = 40   # the score that starts the booking flow, as falai routes (runtime.md §3.5)
 
 FRAMEWORKS = {  # name -> requirements file (None: this interpreter, falai from this tree)
     "falai": None,
@@ -105,11 +106,14 @@ def falai_conversation(conversations: int):
     numbers = iter(range(10 ** 9))
 
     def new_conversation():
-        state = {"id": f"c{next(numbers)}", "session": None}
+        state: dict = {"id": f"c{next(numbers)}", "session": None, "history": []}
 
         def turn(text: str) -> str:
-            result = agent.turn(session_id=state["id"], session=state["session"], message=text, id=text)
+            result = agent.turn(session_id=state["id"], session=state["session"], message=text, id=text,
+                                history=state["history"])
             state["session"] = result.session
+            state["history"] = [*state["history"], {"role": "user", "content": text},
+                                *({"role": "assistant", "content": m.text} for m in result.messages)]
             return result.messages[0].text
         return turn
     return imported, new_conversation, lambda: len(provider.calls), {"falai": falai.__version__}
@@ -329,7 +333,7 @@ def main() -> None:
         return
     rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 5
     conversations = (int(sys.argv[sys.argv.index("--conversations") + 1]) if "--conversations" in sys.argv
-                     else 200)
+                     else 100)
     pythons = {framework: interpreter(framework) for framework in FRAMEWORKS}
     results: dict[str, list[dict]] = {framework: [] for framework in FRAMEWORKS}
     with tempfile.TemporaryDirectory() as cache:
