@@ -102,6 +102,7 @@ DEFAULT_MAX_ASKS = 3           # a collect step's default maxAsks (flows.md §2.
 DEFAULT_MAX_TOOL_LOOPS = 5     # the agent's default max_tool_loops (model-calls.md §6.2)
 TOOL_POOL_WORKERS = 8          # safe tool calls running at once, per agent (model-calls.md §6.4; issue 12)
 FIELD_ENVELOPES_KEPT = 256     # field-envelope schemas an agent keeps for reuse, a bound on memory (issue 12)
+UNDERSTAND_PLANS_KEPT = 64     # understand envelopes (and harvest lists) an agent keeps for reuse (issue 12)
 RETRY_LADDER = ("1m", "5m", "15m", "1h", "6h")   # a talk step's speak retry wakes (runtime.md §10.2, §13)
 
 
@@ -1317,6 +1318,7 @@ class Agent:
         self._lean_parts: dict = {}      # the agent-constant parts of lean prompts, built on first use
         self._flow_facts: dict[int, tuple[dict, FlowFacts]] = {}   # flow_facts(), built on first use
         self._field_envelopes: dict[tuple, dict] = {}   # _fields_envelope(), built on first use
+        self._understanding = _Understanding()   # the understand side's reuse, built on first use (issue 12)
         self._tool_pool: Any = None      # tool_pool(), created on the first batch of safe tool calls
         self._tool_pool_lock = threading.Lock()
         if debug:
@@ -3243,20 +3245,24 @@ def qualifies(turn: Turn, flow: dict, trigger: dict | None, kind: str) -> bool:
 
 
 def eligibility(turn: Turn, floor: Run | None) -> Eligibility:
-    found = Eligibility()
-    for flow in turn.agent.flows:
-        facts = flow_facts(turn.agent, flow)
-        if qualifies(turn, flow, facts.phrased, "message"):
-            found.eligible.append(flow)
-        if qualifies(turn, flow, facts.catch_all, "message"):
-            found.catch_alls.append(flow)
-        mention = facts.mention
-        if mention is not None and mention["mention"] and repeat_allows(turn, flow, mention, "mention",
-                                                                        turn.trigger_key):
-            found.mentions.append(flow)
+    listed = flows_by_trigger(turn.agent)
+    claim_free = not turn.session.claims and not turn.held_claims     # then no repeat refuses (runtime.md §6.1)
+    found = Eligibility(eligible=qualifying(turn, listed.phrased, claim_free),
+                        catch_alls=qualifying(turn, listed.catch_alls, claim_free))
+    # A phrased mention is asked when its repeat allows; its if is judged when it starts (runtime.md §3.5).
+    found.mentions = list(listed.asked_mentions.flows) if claim_free else [
+        flow for flow, trigger in zip(listed.asked_mentions.flows, listed.asked_mentions.triggers)
+        if repeat_allows(turn, flow, trigger, "mention", turn.trigger_key)]
     found.unscored = (floor is None and len(found.eligible) == 1 and turn.agent.idle == "silent"
                       and not found.catch_alls)
     return found
+
+
+def qualifying(turn: Turn, listed: TriggerList, claim_free: bool) -> list:
+    """The listed flows whose message trigger qualifies on this message, in agent order (runtime.md §3.4)."""
+    if claim_free and not listed.conditional:
+        return list(listed.flows)       # no if to judge and no claim to refuse: every one qualifies (issue 12)
+    return [flow for flow, trigger in zip(listed.flows, listed.triggers) if qualifies(turn, flow, trigger, "message")]
 
 
 @dataclass(frozen=True)
@@ -3281,6 +3287,64 @@ def flow_facts(agent: Agent, flow: dict) -> FlowFacts:
                       first_trigger(flow, "mention"), tuple(unique_slugs(slugs)))
     agent._flow_facts[id(flow)] = (flow, facts)     # the flow is kept, so its id is never reused meanwhile
     return facts
+
+
+@dataclass(frozen=True)
+class TriggerList:
+    """Flows holding one kind of trigger, in agent order, each with that trigger."""
+    flows: tuple = ()
+    triggers: tuple = ()
+    conditional: bool = False          # some trigger has an if
+
+    @classmethod
+    def of(cls, pairs: list) -> TriggerList:
+        return cls(tuple(flow for flow, _ in pairs), tuple(trigger for _, trigger in pairs),
+                   any(trigger.get("if") is not None for _, trigger in pairs))
+
+
+@dataclass(frozen=True)
+class FlowsByTrigger:
+    """The agent's flows by the triggers phases 3 and 4 read on every message (runtime.md §3.4-§3.5)."""
+    phrased: TriggerList               # each flow's first phrased message trigger
+    catch_alls: TriggerList            # each flow's first empty message trigger
+    mentions: TriggerList              # each flow's first mention trigger, phrased or not
+    asked_mentions: TriggerList        # the phrased ones of those: the model judges them
+    own: frozenset                     # id() of each of the agent's flows (they live as long as the agent)
+
+
+@dataclass
+class _Understanding:
+    """What the understand side of a turn reuses across turns: the agent's flows and fields never change,
+    so what depends only on them, or on which flows and fields a turn asks about, is built once (issue 12)."""
+    by_trigger: FlowsByTrigger | None = None
+    harvest: dict = field(default_factory=dict)     # ids of asked flows -> their "anywhere" slugs, once each
+    envelopes: dict = field(default_factory=dict)   # _envelope_key() -> _Envelope
+    field_order: dict = field(default_factory=dict)     # slug -> its place among the agent's fields
+
+
+def flows_by_trigger(agent: Agent) -> FlowsByTrigger:
+    """The agent's FlowsByTrigger, worked out on first use."""
+    listed = agent._understanding.by_trigger
+    if listed is None:
+        facts = [(flow, flow_facts(agent, flow)) for flow in agent.flows]
+        mentions = [(flow, f.mention) for flow, f in facts if f.mention is not None]
+        listed = FlowsByTrigger(TriggerList.of([(flow, f.phrased) for flow, f in facts if f.phrased is not None]),
+                                TriggerList.of([(flow, f.catch_all) for flow, f in facts if f.catch_all is not None]),
+                                TriggerList.of(mentions),
+                                TriggerList.of([(flow, t) for flow, t in mentions if t["mention"]]),
+                                frozenset(map(id, agent.flows)))
+        agent._understanding.by_trigger = listed
+    return listed
+
+
+def reused(cache: dict, key: Any, build: Callable[[], Any], bound: int) -> Any:
+    """``cache[key]``, built by ``build()`` on a miss; a full cache is emptied first (a bound, not a policy)."""
+    value = cache.get(key)
+    if value is None:
+        if len(cache) >= bound:
+            cache.clear()
+        value = cache[key] = build()
+    return value
 
 
 def floor_of(turn: Turn) -> Run | None:
@@ -3321,17 +3385,17 @@ def understand_message(turn: Turn) -> Understood:
     bound = turn.agent.max_candidates
     if bound is not None and len(scored) > bound:
         scored = lexical_top(turn.input.message, scored, bound)      # docs/guide/tokens.md
-    ask.candidates = unique_flows(([floor_flow] if floor_flow else []) + scored)
+    lead = [floor_flow] if floor_flow else []
+    ask.candidates = lead + [flow for flow in scored if flow is not floor_flow]     # each flow once
     if floor is None and found.unscored:
         ask.candidates = []
     asked_flows = found.eligible if found.unscored else scored      # a bound asks only its flows' fields
-    ask.fields = unique_slugs(slug for flow in ([floor_flow] if floor_flow else []) + asked_flows
-                              for slug in harvestable(turn, flow))
+    ask.fields = harvestable(turn, lead + asked_flows)
     if floor is None and found.catch_alls:
         catch_all = found.catch_alls[0]
         first = (catch_all.get("steps") or [None])[0]
         free = set(first.get("collect") or []) if first and is_talk(first) and not first.get("question") else set()
-        own = harvestable(turn, catch_all)
+        own = harvestable(turn, [catch_all])
         if scored or ask.mentions or ask.branches or ask.fields or any(slug not in free for slug in own):
             ask.fields = unique_slugs([*ask.fields, *own])
     if not needs_understand_call(ask):
@@ -3364,21 +3428,22 @@ def lexical_top(message: Any, flows: list, k: int) -> list:
     return [flows[i] for i in sorted(ranked)]
 
 
-def unique_flows(flows: list) -> list:
-    """Each flow once, in first-seen order (flow dicts are not hashable, so by identity)."""
-    return list({id(flow): flow for flow in flows}.values())
-
-
 def unique_slugs(slugs: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(slugs))
 
 
-def harvestable(turn: Turn, flow: dict) -> list[str]:
-    """A flow's unknown "anywhere" fields: its collect, then each talk step's collect (runtime.md §3.4 item 7)."""
-    fields = turn.agent.fields
-    data = turn.session.data
-    return [slug for slug in flow_facts(turn.agent, flow).slugs
-            if slug in fields and not is_known(data.get(slug)) and extract_mode(fields[slug]) == "anywhere"]
+def harvestable(turn: Turn, flows: list) -> list[str]:
+    """The unknown "anywhere" fields of the agent's ``flows``, each once: each flow's collect, then each talk
+    step's collect (runtime.md §3.4 item 7). What the flows give is worked out once per list (issue 12)."""
+    def anywhere() -> tuple[str, ...]:
+        fields = turn.agent.fields
+        slugs = (slug for flow in flows for slug in flow_facts(turn.agent, flow).slugs)
+        return tuple(slug for slug in dict.fromkeys(slugs)
+                     if slug in fields and extract_mode(fields[slug]) == "anywhere")
+
+    slugs = reused(turn.agent._understanding.harvest, tuple(map(id, flows)), anywhere, UNDERSTAND_PLANS_KEPT)
+    known = {slug for slug, value in turn.session.data.items() if is_known(value)}
+    return [slug for slug in slugs if slug not in known] if known else list(slugs)
 
 
 def decide(turn: Turn, understood: Understood) -> None:
@@ -3389,10 +3454,8 @@ def decide(turn: Turn, understood: Understood) -> None:
     route, route_trigger = None, None
     if not turn.floor_from_ingest:
         route, route_trigger = choose_route(turn, judgement, found, asker)
-    for flow in turn.agent.flows:
-        trigger = flow_facts(turn.agent, flow).mention
-        if trigger is None:
-            continue
+    mentions = flows_by_trigger(turn.agent).mentions
+    for flow, trigger in zip(mentions.flows, mentions.triggers):
         if not trigger["mention"]:
             start_run(turn, flow, "mention", turn.trigger_key, trigger=trigger)
         elif flow in found.mentions and judgement.mentions.get(flow["id"]) is True:   # asked ones only
@@ -3429,11 +3492,9 @@ def choose_route(turn: Turn, judgement: Judgement, found: Eligibility,
         return value if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
     def best(flows: list) -> dict | None:
-        top = None
-        for flow in flows:
-            if top is None or score(flow) > score(top):
-                top = flow
-        return top
+        """The first of the highest scored; a flow the judgement does not score counts as 0."""
+        scored = [flow for flow in flows if flow["id"] in judgement.flows and score(flow) > 0]
+        return max(scored, key=score) if scored else (flows[0] if flows else None)   # max keeps the first
 
     if asker is not None:
         top = best([flow for flow in found.eligible if flow["id"] != asker.flow_id])
