@@ -4959,14 +4959,16 @@ def needs_understand_call(ask: UnderstandAsk) -> bool:
     and the candidates are empty or only the floor run's own flow (nothing to
     compare it with). The single-flow shortcut reaches here as empty candidates.
     """
-    if ask.mentions or ask.branches or ask.fields:
-        return True
+    return bool(ask.mentions or ask.branches or ask.fields) or asks_routing(ask)
+
+
+def asks_routing(ask: UnderstandAsk) -> bool:
+    """Whether the candidates hold a flow other than the floor run's own (model-calls.md §3.1)."""
     if not ask.candidates:
         return False
     floor_id = ask.floor_run.flow_id if ask.floor_run is not None else (
         ask.floor_flow.get("id") if isinstance(ask.floor_flow, dict) else None)
-    ids = {flow.get("id") for flow in ask.candidates}
-    return not (floor_id is not None and ids == {floor_id})
+    return floor_id is None or any(flow.get("id") != floor_id for flow in ask.candidates)
 
 
 def _phrases(triggers: list[dict], kind: str, scope: Scope) -> tuple[list[str], list[str]]:
@@ -4992,6 +4994,11 @@ SCORE_RUBRIC = ("How to score:\n"
                 "- 0–29: minimal or no evidence")
 
 
+UNDERSTAND_TASK = ("## Task\nJudge the customer's latest message, quoted below, against the conversation so far. "
+                   "Only the customer's own words are evidence: never the assistant's questions, suggestions or "
+                   'guesses. Answer with one JSON object in the shape given under "Output".')
+
+
 @dataclass
 class _UnderstandCall:
     request: GenerateRequest
@@ -5001,17 +5008,21 @@ class _UnderstandCall:
 
 @dataclass
 class _Envelope:
-    """The v4 understand envelope (§3.3) and the aliased items it asks about (§2.8)."""
+    """The v4 understand envelope (§3.3), the aliased items it asks about (§2.8), and the prompt parts built
+    from them alone: every call of the agent that asks the same reuses it (issue 12)."""
     schema: dict
     aliases: AliasTable
-    cand: list
-    ment: list
-    branches: list
-    fields: list
+    cand: list                          # (alias, flow) of each candidate
+    ment: list                          # (alias, flow) of each mention
+    branches: list                      # (alias, rendered when) of each branch
+    fields: list                        # (alias, slug) of each field
+    cand_templated: bool = False        # a candidate's description or phrases render with the turn's scope
+    ment_templated: bool = False        # a mention's description or phrases render with the turn's scope
+    parts: dict = field(default_factory=dict)   # prompt parts built from the envelope alone, by name
 
 
 def _understand_call(agent: Agent, ask: UnderstandAsk) -> _UnderstandCall:
-    """The understand request: prompt (§3.4), envelope (§3.3) and its alias table (§2.8)."""
+    """The v4 understand request: prompt (§3.4), envelope (§3.3) and its alias table (§2.8)."""
     scope = Scope(data=ask.scope.data, context=ask.scope.context)
     envelope = understand_envelope(agent, ask, scope)
     system, identity = stable_prefix(agent, scope)
@@ -5022,19 +5033,34 @@ def _understand_call(agent: Agent, ask: UnderstandAsk) -> _UnderstandCall:
 
 
 def understand_envelope(agent: Agent, ask: UnderstandAsk, scope: Scope) -> _Envelope:
-    """The v4 envelope of this call, its aliases minted in the order of §2.8."""
-    aliases = AliasTable()
-    candidates, seen = [], set()
-    for flow in ask.candidates:
-        if flow.get("id") not in seen:
-            seen.add(flow.get("id"))
-            candidates.append(flow)
-    cand = [(aliases.alias(f["id"], "f"), f) for f in candidates]
-    ment = [(aliases.alias(f["id"], "f"), f) for f in ask.mentions]
-    branches = [(aliases.alias(f"{run_id}/{step_id}/{index}", "q"), render(when, scope) if isinstance(when, str)
-                 else str(when)) for run_id, step_id, index, when in ask.branches]
-    fields = [(aliases.alias(slug, "d"), slug) for slug in ask.fields]
+    """The v4 envelope of this call: built once for each set of asked items of the agent's own flows."""
+    branches = [(f"{run_id}/{step_id}/{index}", render(when, scope) if isinstance(when, str) else str(when))
+                for run_id, step_id, index, when in ask.branches]
+    own = flows_by_trigger(agent).own
+    candidates, mentions = tuple(map(id, ask.candidates)), tuple(map(id, ask.mentions))
+    if not (own.issuperset(candidates) and own.issuperset(mentions)):
+        return _new_envelope(agent, ask, branches)      # a hand-made ask: its flow dicts may change meanwhile
+    # The agent's flows live as long as it does, so their ids name them; a rendered when is part of the key.
+    key = (candidates, mentions, tuple(branches), tuple(ask.fields))
+    return reused(agent._understanding.envelopes, key, lambda: _new_envelope(agent, ask, branches),
+                  UNDERSTAND_PLANS_KEPT)
 
+
+def _new_envelope(agent: Agent, ask: UnderstandAsk, branches: list[tuple[str, str]]) -> _Envelope:
+    """The aliases, minted in the order of §2.8, and the schema of §3.3. The candidates are each flow once
+    (understand_message lists them so, and flow ids are unique)."""
+    aliases = AliasTable()
+    cand = [(aliases.alias(f["id"], "f"), f) for f in ask.candidates]
+    ment = [(aliases.alias(f["id"], "f"), f) for f in ask.mentions]
+    asked = [(aliases.alias(real, "q"), when) for real, when in branches]
+    fields = [(aliases.alias(slug, "d"), slug) for slug in ask.fields]
+    return _Envelope(_understand_schema(agent, cand, ment, asked, fields), aliases, cand, ment, asked, fields,
+                     cand_templated=any(_templated(*_flow_texts(f, "message")) for _, f in cand),
+                     ment_templated=any(_templated(*_flow_texts(f, "mention")) for _, f in ment))
+
+
+def _understand_schema(agent: Agent, cand: list, ment: list, branches: list, fields: list) -> dict:
+    """The v4 envelope schema: one closed, nullable section per kind of item asked (§3.3)."""
     properties: dict = {}
     if cand:
         properties["flows"] = closed_object({
@@ -5052,7 +5078,7 @@ def understand_envelope(agent: Agent, ask: UnderstandAsk, scope: Scope) -> _Enve
             alias: {"type": ["boolean", "null"], "description": when} for alias, when in branches})
     if fields:
         properties["fields"] = _fields_envelope(agent, fields)
-    return _Envelope(closed_object(properties), aliases, cand, ment, branches, fields)
+    return closed_object(properties)
 
 
 def _fields_envelope(agent: Agent, fields: list[tuple[str, str]]) -> dict:
@@ -5061,66 +5087,91 @@ def _fields_envelope(agent: Agent, fields: list[tuple[str, str]]) -> dict:
     The agent's field definitions never change after construction, so the
     schema of the same (alias, slug) list is the same on every turn (issue 12).
     """
-    key = tuple(fields)
-    envelope = agent._field_envelopes.get(key)
-    if envelope is None:
-        if len(agent._field_envelopes) >= FIELD_ENVELOPES_KEPT:
-            agent._field_envelopes.clear()          # a bound, not a policy: the next turns fill it again
-        envelope = nullable_envelope({alias: agent.fields.get(slug) or {"type": "string"} for alias, slug in fields})
-        agent._field_envelopes[key] = envelope
-    return envelope
+    return reused(agent._field_envelopes, tuple(fields), lambda: nullable_envelope(
+        {alias: agent.fields.get(slug) or {"type": "string"} for alias, slug in fields}), FIELD_ENVELOPES_KEPT)
+
+
+def envelope_part(envelope: _Envelope, name: str, build: Callable[[], Any], varies: bool = False) -> Any:
+    """A prompt part built from the envelope alone: built on first use and kept, unless a template in it
+    renders with the turn's scope (``varies``); then built on every call. A kept part is never mutated."""
+    if varies:
+        return build()
+    if name not in envelope.parts:
+        envelope.parts[name] = build()
+    return envelope.parts[name]
 
 
 def _understand_prompt_v4(agent: Agent, ask: UnderstandAsk, scope: Scope, envelope: _Envelope,
                           identity: str | None) -> str:
-    """The v4 understand prompt (§3.4)."""
-    schema, cand, ment, branches, fields = (envelope.schema, envelope.cand, envelope.ment, envelope.branches,
-                                            envelope.fields)
-    sections = [identity, (
-        "## Task\nJudge the customer's latest message, quoted below, against the conversation so far. "
-        "Only the customer's own words are evidence: never the assistant's questions, suggestions or guesses. "
-        'Answer with one JSON object in the shape given under "Output".')]
-    sections.append(_current_flow_section(agent, ask, scope))
-    sections.append(already_known_section(agent, ask.scope.data))
-    if cand:
-        lines = ["## Flows the customer may want",
-                 "Score every flow below from 0 to 100 for how well the customer's latest message fits it, "
-                 "the current flow included."]
-        for n, (alias, flow) in enumerate(cand, 1):
-            lines.append(f"{n}. {alias} — {_named(flow, scope)}")
-            plain, excluded = _phrases(triggers_of(flow, "message"), "message", scope)
-            if plain:
-                lines.append(f"   The customer says things like: {'; '.join(plain)}")
-            if excluded:
-                lines.append(f"   Score 0 when: {'; '.join(excluded)}")
-        lines.append(SCORE_RUBRIC)
-        sections.append("\n".join(lines))
-    if ment:
-        lines = ["## Things the customer may mention",
-                 "Answer true only on clear, explicit evidence in the customer's message. The phrases of an item "
-                 "are alternatives: one match is enough. An exclusion overrides any match."]
-        for alias, flow in ment:
-            lines.append(f"- {alias} — {_named(flow, scope)}")
-            lines += _mention_phrase_lines(flow, scope)
-            extract = _mention_extract(flow)
-            if extract:
-                lines.append("  When true, also extract these values from the message:")
-                lines += [f"  - {field_line(name, d)}" for name, d in extract.items()]
-        sections.append("\n".join(lines))
-    if branches:
-        sections.append("\n".join(
-            ["## Questions about this message",
-             "Answer each question with true or false, judging the customer's latest message in the context "
-             "of the conversation."] + [f"- {alias}: {when}" for alias, when in branches]))
-    if fields:
-        sections.append("\n".join(
-            ["## Details the customer may have given",
-             "Report a value only when the customer gave it in this message. Never guess, and never take a value "
-             "from the assistant's words. Use null when it was not given."]
-            + [f"- {field_line(alias, agent.fields.get(slug))}" for alias, slug in fields]))
-    sections.append(f'## Customer\'s latest message\n"""\n{ask.message}\n"""')
-    sections.append(_understand_output_section(schema))
-    return join_sections(*sections)
+    """The v4 understand prompt: the sections of §3.4, in order, each only when it has something to say."""
+    return join_sections(
+        identity, UNDERSTAND_TASK, _current_flow_section(agent, ask, scope),
+        already_known_section(agent, ask.scope.data),
+        envelope_part(envelope, "flows", lambda: _candidates_section(envelope.cand, scope), envelope.cand_templated),
+        envelope_part(envelope, "mentions", lambda: _mentions_section(envelope.ment, scope), envelope.ment_templated),
+        envelope_part(envelope, "branches", lambda: _branches_section(envelope.branches)),
+        envelope_part(envelope, "fields", lambda: _fields_section(agent, envelope.fields)),
+        latest_message_section(ask.message),
+        envelope_part(envelope, "output", lambda: _understand_output_section(envelope.schema)))
+
+
+def _candidates_section(cand: list, scope: Scope) -> str | None:
+    """``## Flows the customer may want``: each candidate numbered, with its phrases, then the rubric (§3.4 item 5)."""
+    if not cand:
+        return None
+    lines = ["## Flows the customer may want",
+             "Score every flow below from 0 to 100 for how well the customer's latest message fits it, "
+             "the current flow included."]
+    for n, (alias, flow) in enumerate(cand, 1):
+        lines.append(f"{n}. {alias} — {_named(flow, scope)}")
+        plain, excluded = _phrases(triggers_of(flow, "message"), "message", scope)
+        if plain:
+            lines.append(f"   The customer says things like: {'; '.join(plain)}")
+        if excluded:
+            lines.append(f"   Score 0 when: {'; '.join(excluded)}")
+    lines.append(SCORE_RUBRIC)
+    return "\n".join(lines)
+
+
+def _mentions_section(ment: list, scope: Scope) -> str | None:
+    """``## Things the customer may mention``: each mention with its phrases and extract (§3.4 item 6)."""
+    if not ment:
+        return None
+    lines = ["## Things the customer may mention",
+             "Answer true only on clear, explicit evidence in the customer's message. The phrases of an item "
+             "are alternatives: one match is enough. An exclusion overrides any match."]
+    for alias, flow in ment:
+        lines.append(f"- {alias} — {_named(flow, scope)}")
+        lines += _mention_phrase_lines(flow, scope)
+        extract = _mention_extract(flow)
+        if extract:
+            lines.append("  When true, also extract these values from the message:")
+            lines += [f"  - {field_line(name, d)}" for name, d in extract.items()]
+    return "\n".join(lines)
+
+
+def _branches_section(branches: list) -> str | None:
+    """``## Questions about this message``: one line per rendered when (§3.4 item 7)."""
+    if not branches:
+        return None
+    return "\n".join(["## Questions about this message",
+                      "Answer each question with true or false, judging the customer's latest message in the "
+                      "context of the conversation."] + [f"- {alias}: {when}" for alias, when in branches])
+
+
+def _fields_section(agent: Agent, fields: list) -> str | None:
+    """``## Details the customer may have given``: one line per field, under its alias (§3.4 item 8)."""
+    if not fields:
+        return None
+    return "\n".join(["## Details the customer may have given",
+                      "Report a value only when the customer gave it in this message. Never guess, and never take a "
+                      "value from the assistant's words. Use null when it was not given."]
+                     + [f"- {field_line(alias, agent.fields.get(slug))}" for alias, slug in fields])
+
+
+def latest_message_section(message: Any) -> str:
+    """``## Customer's latest message``, verbatim between triple quotes (§3.4 item 9), in both protocols."""
+    return f'## Customer\'s latest message\n"""\n{message}\n"""'
 
 
 def _named(flow: dict, scope: Scope) -> str:
@@ -5173,6 +5224,7 @@ def _skeleton(node: dict, leaf: Any) -> Any:
 
 
 def _understand_output_section(schema: dict) -> str:
+    """``## Output``: a line per present section, then the schema's skeleton as compact JSON (§3.4 item 10)."""
     present = list(schema["properties"])
     skeleton = {key: _skeleton(schema["properties"][key], _SKELETON_LEAF[key]) for key in present}
     return "\n".join(
@@ -5211,6 +5263,7 @@ class _LeanParts:
     flows: set            # flow ids described in the catalog
     mentions: set         # mention flow ids described in the catalog
     slugs: list           # the fields described in the catalog (extract "anywhere")
+    system: str = ""      # the call's system text: the knowledge base, then ``text``
 
 
 @dataclass
@@ -5219,6 +5272,7 @@ class _LeanReading:
     flows: set = field(default_factory=set)         # real ids of this call's candidates
     mentions: dict = field(default_factory=dict)    # real mention flow id -> its extract definitions
     fields: list = field(default_factory=list)      # the slugs asked for this call
+    field_names: list = field(default_factory=list)     # those slugs and their aliases, longest first
 
 
 def _templated(*texts: Any) -> bool:
@@ -5312,8 +5366,10 @@ def lean_parts(agent: Agent, routing: bool) -> _LeanParts:
     if slugs and agent.max_candidates is None:
         sections.append("\n".join(["## Details"] + [f"- {lean_field_line(slug, agent.fields.get(slug))}"
                                                    for slug in slugs]))
-    parts = _LeanParts(join_sections(*sections), lean_schema(keys), {f["id"] for f in catalog},
-                       {f["id"] for f in mentions}, slugs if agent.max_candidates is None else [])
+    text = join_sections(*sections)
+    # The knowledge base stays (it can tell what a message means); the Identity is for the speaker.
+    parts = _LeanParts(text, lean_schema(keys), {f["id"] for f in catalog}, {f["id"] for f in mentions},
+                       slugs if agent.max_candidates is None else [], join_sections(knowledge_section(agent), text))
     agent._lean_parts[routing] = parts
     return parts
 
@@ -5322,46 +5378,70 @@ def _lean_understand_call(agent: Agent, ask: UnderstandAsk) -> _UnderstandCall:
     """The understand request under protocol "lean": the same questions as ``_understand_call``, laid out
     for the prefix caches, with the v4 envelope attached for a ScriptedProvider's strict check."""
     scope = Scope(data=ask.scope.data, context=ask.scope.context)
-    v4 = understand_envelope(agent, ask, scope)
-    aliases = v4.aliases                  # the same aliases, so a v4-form script reads the same
-    candidates = list({f.get("id"): f for f in ask.candidates}.values())
-    floor_id = ask.floor_run.flow_id if ask.floor_run is not None else (ask.floor_flow or {}).get("id")
-    routing = bool(candidates) and not (floor_id is not None and {f.get("id") for f in candidates} == {floor_id})
+    envelope = understand_envelope(agent, ask, scope)     # the same aliases, so a v4-form script reads the same
+    routing = asks_routing(ask)
     parts = lean_parts(agent, routing)
+    prompt = join_sections(_lean_current_flow(ask, scope, parts.flows), _lean_known_section(agent, ask.scope.data),
+                           _lean_turn_section(agent, ask, scope, envelope, parts, routing),
+                           latest_message_section(ask.message))
+    request = GenerateRequest(system=parts.system, prompt=prompt, history=list(ask.history),
+                              context=ask.scope.context, schema=lean_schema(parts.schema["properties"]),
+                              schema_name="understand", cache_history=True, v4_schema=envelope.schema)
+    reading = envelope_part(envelope, f"lean reading {routing}", lambda: _lean_reading(envelope, ask, routing))
+    return _UnderstandCall(request=request, aliases=envelope.aliases, lean=reading)
+
+
+def _lean_reading(envelope: _Envelope, ask: UnderstandAsk, routing: bool) -> _LeanReading:
+    names = list(ask.fields) + envelope.aliases.aliases_of(ask.fields)
+    return _LeanReading(flows={f["id"] for _, f in envelope.cand} if routing else set(),
+                        mentions={f.get("id"): _mention_extract(f) for f in ask.mentions},
+                        fields=list(ask.fields), field_names=sorted(names, key=len, reverse=True))
+
+
+def _lean_known_section(agent: Agent, data: dict) -> str | None:
+    """``## Already known``: one ``- <slug>: <JSON value>`` line per known field, in definition order."""
+    known = known_slugs(agent, data)
+    return "## Already known\n" + "\n".join(f"- {slug}: {_json_text(data[slug])}" for slug in known) if known \
+        else None
+
+
+def known_slugs(agent: Agent, data: dict) -> list[str]:
+    """The agent's fields that hold a known value, in definition order (model-calls.md §2.6); read from the
+    data, which holds only the fields given so far, so a turn does not walk every field (issue 12)."""
+    known = [slug for slug, value in data.items() if slug in agent.fields and is_known(value)]
+    if len(known) > 1:
+        order = agent._understanding.field_order
+        if not order:
+            order.update((slug, n) for n, slug in enumerate(agent.fields))
+        known.sort(key=order.__getitem__)
+    return known
+
+
+def _lean_turn_section(agent: Agent, ask: UnderstandAsk, scope: Scope, envelope: _Envelope, parts: _LeanParts,
+                       routing: bool) -> str | None:
+    """``## This turn``: what this call asks beyond the catalog's defaults, and what the catalog lacks."""
     keys = parts.schema["properties"]
-    turn: list[str] = []
+    lines: list[str] = []
     if routing:
-        turn += _lean_asked("Flows to score", [f.get("id") for f in candidates], parts.flows)
-        turn += [line for f in candidates if f.get("id") not in parts.flows for line in _lean_flow_entry(f, scope)]
+        lines += envelope_part(envelope, "lean flows", lambda: _lean_asked(
+            "Flows to score", [f["id"] for _, f in envelope.cand], parts.flows) + [
+            line for _, f in envelope.cand if f["id"] not in parts.flows for line in _lean_flow_entry(f, scope)],
+            envelope.cand_templated)
     if "mentions" in keys:
-        turn += _lean_asked("Mentions to check", [f.get("id") for f in ask.mentions], parts.mentions)
-        turn += [line for f in ask.mentions if f.get("id") not in parts.mentions
-                 for line in _lean_mention_entry(f, scope)]
-    if v4.branches:
-        turn.append("Questions (list the id when the answer is yes):")
-        turn += [f"- {alias}: {when}" for alias, when in v4.branches]
+        lines += envelope_part(envelope, "lean mentions", lambda: _lean_asked(
+            "Mentions to check", [f.get("id") for f in ask.mentions], parts.mentions) + [
+            line for f in ask.mentions if f.get("id") not in parts.mentions for line in _lean_mention_entry(f, scope)],
+            envelope.ment_templated)
+    if envelope.branches:
+        lines.append("Questions (list the id when the answer is yes):")
+        lines += [f"- {alias}: {when}" for alias, when in envelope.branches]
     if "fields" in keys and (parts.slugs or not ask.fields):
-        open_slugs = {slug for slug in parts.slugs if not is_known(ask.scope.data.get(slug))}
-        turn += _lean_asked("Details to report", ask.fields, open_slugs)
+        known = {slug for slug, value in ask.scope.data.items() if is_known(value)}
+        lines += _lean_asked("Details to report", ask.fields, set(parts.slugs) - known)
     elif "fields" in keys:                # max_candidates: no field catalog, the asked ones are described here
-        turn += ["Details to report:"] + [f"- {lean_field_line(slug, agent.fields.get(slug))}" for slug in ask.fields]
-    known = [f"- {slug}: {_json_text(ask.scope.data.get(slug))}" for slug in agent.fields
-             if is_known(ask.scope.data.get(slug))]
-    sections = [_lean_current_flow(ask, scope, parts.flows), "## Already known\n" + "\n".join(known)
-                if known else None,
-                "## This turn\n" + "\n".join(turn) if turn else None,
-                f'## Customer\'s latest message\n"""\n{ask.message}\n"""']
-    # The knowledge base stays (it can tell what a message means); the Identity is for the speaker.
-    request = GenerateRequest(system=join_sections(knowledge_section(agent), parts.text),
-                              prompt=join_sections(*sections),
-                              history=list(ask.history), context=ask.scope.context,
-                              schema=lean_schema(parts.schema["properties"]), schema_name="understand",
-                              cache_history=True,
-                              v4_schema=v4.schema)
-    reading = _LeanReading(flows={f.get("id") for f in candidates} if routing else set(),
-                           mentions={f.get("id"): _mention_extract(f) for f in ask.mentions},
-                           fields=list(ask.fields))
-    return _UnderstandCall(request=request, aliases=aliases, lean=reading)
+        lines += envelope_part(envelope, "lean fields", lambda: ["Details to report:"] + [
+            f"- {lean_field_line(slug, agent.fields.get(slug))}" for slug in ask.fields])
+    return "## This turn\n" + "\n".join(lines) if lines else None
 
 
 def _lean_asked(label: str, ids: list, default: set) -> list[str]:
@@ -5438,10 +5518,9 @@ def read_lean_sections(reply: dict, aliases: AliasTable, asked: _LeanReading, ju
             values.setdefault(param, []).append(_lean_extract_value(definition.get("items"), raw))
         else:
             values[param] = _lean_extract_value(definition, raw)
-    names = list(asked.fields) + aliases.aliases_of(asked.fields)
     items = reply.get("fields")
     for item in items if isinstance(items, list) else []:
-        pair = lean_field_item(item, names)
+        pair = lean_field_item(item, asked.field_names)
         slug = real(pair[0], asked.fields) if pair is not None else None
         if pair is not None and slug in asked.fields and is_known(pair[1]):
             judgement.fields[slug] = pair[1]
