@@ -3373,36 +3373,46 @@ def understand_message(turn: Turn) -> Understood:
                         mentions=list(found.mentions))
     floor_flow = flow_of(turn, floor) if floor is not None else None
     if floor is not None and floor_flow is not None:
-        ask.floor_run, ask.floor_flow = floor, floor_flow
-        step = current_step(turn, floor)
-        if step is not None and is_talk(step):
-            ask.floor_step, ask.floor_pending = step, pending_fields(turn, step, floor)
-        if floor.status == "asking" and not turn.floor_from_ingest and step is not None and is_talk(step):
-            ask.branches = [AskedBranch(floor.id, step["id"], index, branch["when"])
-                            for index, branch in enumerate(step.get("branches") or [])
-                            if branch.get("when") is not None]
-    scored = [] if found.unscored else found.eligible
+        ask_floor(turn, ask, floor, floor_flow)
+    scored = [] if found.unscored else found.eligible          # item 4: the single-flow shortcut scores none
     bound = turn.agent.max_candidates
     if bound is not None and len(scored) > bound:
         scored = lexical_top(turn.input.message, scored, bound)      # docs/guide/tokens.md
     lead = [floor_flow] if floor_flow else []
     ask.candidates = lead + [flow for flow in scored if flow is not floor_flow]     # each flow once
-    if floor is None and found.unscored:
-        ask.candidates = []
     asked_flows = found.eligible if found.unscored else scored      # a bound asks only its flows' fields
     ask.fields = harvestable(turn, lead + asked_flows)
     if floor is None and found.catch_alls:
-        catch_all = found.catch_alls[0]
-        first = (catch_all.get("steps") or [None])[0]
-        free = set(first.get("collect") or []) if first and is_talk(first) and not first.get("question") else set()
-        own = harvestable(turn, [catch_all])
-        if scored or ask.mentions or ask.branches or ask.fields or any(slug not in free for slug in own):
-            ask.fields = unique_slugs([*ask.fields, *own])
+        ask.fields = unique_slugs([*ask.fields, *catch_all_fields(turn, ask, found.catch_alls[0])])
     if not needs_understand_call(ask):
         return Understood(Judgement(), found)
     turn.compact_once()
     ask.history = turn.history
     return Understood(understand(turn.agent, ask), found)
+
+
+def ask_floor(turn: Turn, ask: UnderstandAsk, floor: Run, flow: dict) -> None:
+    """The floor part of the ask: the run, its flow, its talk step's pending fields (runtime.md §3.4 item 1)
+    and, when it is asking there and did not take the floor in Ingest, the step's when branches (item 6)."""
+    ask.floor_run, ask.floor_flow = floor, flow
+    step = current_step(turn, floor)
+    if step is None or not is_talk(step):
+        return
+    ask.floor_step, ask.floor_pending = step, pending_fields(turn, step, floor)
+    if floor.status == "asking" and not turn.floor_from_ingest:
+        ask.branches = [AskedBranch(floor.id, step["id"], index, branch["when"])
+                        for index, branch in enumerate(step.get("branches") or []) if branch.get("when") is not None]
+
+
+def catch_all_fields(turn: Turn, ask: UnderstandAsk, catch_all: dict) -> list[str]:
+    """The first qualifying catch-all's harvestable fields, when anything else is judged or one of them is
+    not "free"; else none: its first step asks them on its own speak call (runtime.md §3.4 item 8)."""
+    first = (catch_all.get("steps") or [None])[0]
+    free = set(first.get("collect") or []) if first and is_talk(first) and not first.get("question") else set()
+    own = harvestable(turn, [catch_all])
+    if ask.candidates or ask.mentions or ask.branches or ask.fields or any(slug not in free for slug in own):
+        return own
+    return []
 
 
 def _words(text: Any) -> set[str]:
