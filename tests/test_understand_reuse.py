@@ -30,8 +30,9 @@ def test_a_templated_flow_text_renders_with_each_turn_though_the_envelope_is_reu
     """flows.md §8: a description or phrase that is a template renders with the turn's data every time."""
     script = {"understand": [{"flows": {"suporte": 0}}] * 2, "speak": [{"message": "Certo."}] * 2}
     agent = agent_with(script)
-    agent.turn(session_id="a", session=F.Session(id="a", data={"nome": "Bia", "cidade": "Recife"}), message="oi", id="m1")
-    agent.turn(session_id="b", session=F.Session(id="b", data={"nome": "Caio", "cidade": "Olinda"}), message="oi", id="m1")
+    for session_id, nome, cidade in (("a", "Bia", "Recife"), ("b", "Caio", "Olinda")):
+        agent.turn(session_id=session_id, session=F.Session(id=session_id, data={"nome": nome, "cidade": cidade}),
+                   message="oi", id="m1")
     first, second = understand_prompts(agent)
     assert "Vende para Bia" in first and "quer Recife" in first and "Caio" not in first
     assert "Vende para Caio" in second and "quer Olinda" in second and "Bia" not in second
