@@ -3318,8 +3318,8 @@ class _Understanding:
     so what depends only on them, or on which flows and fields a turn asks about, is built once (issue 12)."""
     by_trigger: FlowsByTrigger | None = None
     harvest: dict = field(default_factory=dict)     # ids of asked flows -> their "anywhere" slugs, once each
-    envelopes: dict = field(default_factory=dict)   # _envelope_key() -> _Envelope
-    field_order: dict = field(default_factory=dict)     # slug -> its place among the agent's fields
+    envelopes: dict = field(default_factory=dict)   # ids of candidates and mentions, branches, fields -> _Envelope
+    field_order: dict | None = None                 # slug -> its place among the agent's fields
 
 
 def flows_by_trigger(agent: Agent) -> FlowsByTrigger:
@@ -5402,6 +5402,7 @@ def _lean_understand_call(agent: Agent, ask: UnderstandAsk) -> _UnderstandCall:
 
 
 def _lean_reading(envelope: _Envelope, ask: UnderstandAsk, routing: bool) -> _LeanReading:
+    """What reading the lean reply of this envelope's call needs: the asked ids and the field names."""
     names = list(ask.fields) + envelope.aliases.aliases_of(ask.fields)
     return _LeanReading(flows={f["id"] for _, f in envelope.cand} if routing else set(),
                         mentions={f.get("id"): _mention_extract(f) for f in ask.mentions},
@@ -5411,8 +5412,9 @@ def _lean_reading(envelope: _Envelope, ask: UnderstandAsk, routing: bool) -> _Le
 def _lean_known_section(agent: Agent, data: dict) -> str | None:
     """``## Already known``: one ``- <slug>: <JSON value>`` line per known field, in definition order."""
     known = known_slugs(agent, data)
-    return "## Already known\n" + "\n".join(f"- {slug}: {_json_text(data[slug])}" for slug in known) if known \
-        else None
+    if not known:
+        return None
+    return "## Already known\n" + "\n".join(f"- {slug}: {_json_text(data[slug])}" for slug in known)
 
 
 def known_slugs(agent: Agent, data: dict) -> list[str]:
@@ -5421,8 +5423,8 @@ def known_slugs(agent: Agent, data: dict) -> list[str]:
     known = [slug for slug, value in data.items() if slug in agent.fields and is_known(value)]
     if len(known) > 1:
         order = agent._understanding.field_order
-        if not order:
-            order.update((slug, n) for n, slug in enumerate(agent.fields))
+        if order is None:           # built whole, then set: a turn on another thread never sees it half made
+            order = agent._understanding.field_order = {slug: n for n, slug in enumerate(agent.fields)}
         known.sort(key=order.__getitem__)
     return known
 
