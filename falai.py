@@ -3320,6 +3320,7 @@ class _Understanding:
     harvest: dict = field(default_factory=dict)     # ids of asked flows -> their "anywhere" slugs, once each
     envelopes: dict = field(default_factory=dict)   # ids of candidates and mentions, branches, fields -> _Envelope
     field_order: dict | None = None                 # slug -> its place among the agent's fields
+    words: dict = field(default_factory=dict)       # id() of an agent flow -> flow_words()
 
 
 def flows_by_trigger(agent: Agent) -> FlowsByTrigger:
@@ -3377,7 +3378,8 @@ def understand_message(turn: Turn) -> Understood:
     scored = [] if found.unscored else found.eligible          # item 4: the single-flow shortcut scores none
     bound = turn.agent.max_candidates
     if bound is not None and len(scored) > bound:
-        scored = lexical_top(turn.input.message, scored, bound)      # docs/guide/tokens.md
+        scored = lexical_top(turn.input.message, scored, bound,      # docs/guide/tokens.md
+                             lambda flow: flow_words(turn.agent, flow))
     lead = [floor_flow] if floor_flow else []
     ask.candidates = lead + [flow for flow in scored if flow is not floor_flow]     # each flow once
     asked_flows = found.eligible if found.unscored else scored      # a bound asks only its flows' fields
@@ -3423,19 +3425,29 @@ def _words(text: Any) -> set[str]:
     return set(re.findall(r"[a-z0-9]{3,}", plain))
 
 
-def lexical_top(message: Any, flows: list, k: int) -> list:
+def lexical_top(message: Any, flows: list, k: int, words_of: Callable[[dict], frozenset[str]] | None = None) -> list:
     """The ``k`` flows sharing the most message words with their id, name and message phrases, exclusions
-    left out; ties keep agent order (``max_candidates``, docs/guide/tokens.md)."""
+    left out; ties keep agent order (``max_candidates``, docs/guide/tokens.md). ``words_of`` may give a
+    flow's words from a cache (``flow_words``)."""
     said = _words(message)
-
-    def overlap(flow: dict) -> int:
-        phrases = [p for t in triggers_of(flow, "message") for p in t.get("message") or []
-                   if isinstance(p, str) and not p.strip().startswith("!")]
-        words = set().union(*(_words(text) for text in [flow.get("id"), flow.get("name"), *phrases]))
-        return len(said & words)
-
-    ranked = sorted(range(len(flows)), key=lambda i: (-overlap(flows[i]), i))[:k]
+    words = words_of or _flow_words
+    ranked = sorted(range(len(flows)), key=lambda i: (-len(said & words(flows[i])), i))[:k]
     return [flows[i] for i in sorted(ranked)]
+
+
+def _flow_words(flow: dict) -> frozenset[str]:
+    """The words of a flow's id, name and message phrases, exclusions left out (the lexical prefilter)."""
+    phrases = [p for t in triggers_of(flow, "message") for p in t.get("message") or []
+               if isinstance(p, str) and not p.strip().startswith("!")]
+    return frozenset().union(*(_words(text) for text in [flow.get("id"), flow.get("name"), *phrases]))
+
+
+def flow_words(agent: Agent, flow: dict) -> frozenset[str]:
+    """``_flow_words`` of one of the agent's flows, worked out once (its phrases are never rendered)."""
+    words = agent._understanding.words.get(id(flow))
+    if words is None:
+        words = agent._understanding.words[id(flow)] = _flow_words(flow)
+    return words
 
 
 def unique_slugs(slugs: Iterable[str]) -> list[str]:
