@@ -102,6 +102,7 @@ DEFAULT_MAX_ASKS = 3           # a collect step's default maxAsks (flows.md §2.
 DEFAULT_MAX_TOOL_LOOPS = 5     # the agent's default max_tool_loops (model-calls.md §6.2)
 TOOL_POOL_WORKERS = 8          # safe tool calls running at once, per agent (model-calls.md §6.4; issue 12)
 FIELD_ENVELOPES_KEPT = 256     # field-envelope schemas an agent keeps for reuse, a bound on memory (issue 12)
+UNDERSTAND_PLANS_KEPT = 64     # understand envelopes (and harvest lists) an agent keeps for reuse (issue 12)
 RETRY_LADDER = ("1m", "5m", "15m", "1h", "6h")   # a talk step's speak retry wakes (runtime.md §10.2, §13)
 
 
@@ -1317,6 +1318,7 @@ class Agent:
         self._lean_parts: dict = {}      # the agent-constant parts of lean prompts, built on first use
         self._flow_facts: dict[int, tuple[dict, FlowFacts]] = {}   # flow_facts(), built on first use
         self._field_envelopes: dict[tuple, dict] = {}   # _fields_envelope(), built on first use
+        self._understanding = _Understanding()   # the understand side's reuse, built on first use (issue 12)
         self._tool_pool: Any = None      # tool_pool(), created on the first batch of safe tool calls
         self._tool_pool_lock = threading.Lock()
         if debug:
@@ -3243,20 +3245,24 @@ def qualifies(turn: Turn, flow: dict, trigger: dict | None, kind: str) -> bool:
 
 
 def eligibility(turn: Turn, floor: Run | None) -> Eligibility:
-    found = Eligibility()
-    for flow in turn.agent.flows:
-        facts = flow_facts(turn.agent, flow)
-        if qualifies(turn, flow, facts.phrased, "message"):
-            found.eligible.append(flow)
-        if qualifies(turn, flow, facts.catch_all, "message"):
-            found.catch_alls.append(flow)
-        mention = facts.mention
-        if mention is not None and mention["mention"] and repeat_allows(turn, flow, mention, "mention",
-                                                                        turn.trigger_key):
-            found.mentions.append(flow)
+    listed = flows_by_trigger(turn.agent)
+    claim_free = not turn.session.claims and not turn.held_claims     # then no repeat refuses (runtime.md §6.1)
+    found = Eligibility(eligible=qualifying(turn, listed.phrased, claim_free),
+                        catch_alls=qualifying(turn, listed.catch_alls, claim_free))
+    # A phrased mention is asked when its repeat allows; its if is judged when it starts (runtime.md §3.5).
+    found.mentions = list(listed.asked_mentions.flows) if claim_free else [
+        flow for flow, trigger in zip(listed.asked_mentions.flows, listed.asked_mentions.triggers)
+        if repeat_allows(turn, flow, trigger, "mention", turn.trigger_key)]
     found.unscored = (floor is None and len(found.eligible) == 1 and turn.agent.idle == "silent"
                       and not found.catch_alls)
     return found
+
+
+def qualifying(turn: Turn, listed: TriggerList, claim_free: bool) -> list:
+    """The listed flows whose message trigger qualifies on this message, in agent order (runtime.md §3.4)."""
+    if claim_free and not listed.conditional:
+        return list(listed.flows)       # no if to judge and no claim to refuse: every one qualifies (issue 12)
+    return [flow for flow, trigger in zip(listed.flows, listed.triggers) if qualifies(turn, flow, trigger, "message")]
 
 
 @dataclass(frozen=True)
@@ -3281,6 +3287,65 @@ def flow_facts(agent: Agent, flow: dict) -> FlowFacts:
                       first_trigger(flow, "mention"), tuple(unique_slugs(slugs)))
     agent._flow_facts[id(flow)] = (flow, facts)     # the flow is kept, so its id is never reused meanwhile
     return facts
+
+
+@dataclass(frozen=True)
+class TriggerList:
+    """Flows holding one kind of trigger, in agent order, each with that trigger."""
+    flows: tuple = ()
+    triggers: tuple = ()
+    conditional: bool = False          # some trigger has an if
+
+    @classmethod
+    def of(cls, pairs: list) -> TriggerList:
+        return cls(tuple(flow for flow, _ in pairs), tuple(trigger for _, trigger in pairs),
+                   any(trigger.get("if") is not None for _, trigger in pairs))
+
+
+@dataclass(frozen=True)
+class FlowsByTrigger:
+    """The agent's flows by the triggers phases 3 and 4 read on every message (runtime.md §3.4-§3.5)."""
+    phrased: TriggerList               # each flow's first phrased message trigger
+    catch_alls: TriggerList            # each flow's first empty message trigger
+    mentions: TriggerList              # each flow's first mention trigger, phrased or not
+    asked_mentions: TriggerList        # the phrased ones of those: the model judges them
+    own: frozenset                     # id() of each of the agent's flows (they live as long as the agent)
+
+
+@dataclass
+class _Understanding:
+    """What the understand side of a turn reuses across turns: the agent's flows and fields never change,
+    so what depends only on them, or on which flows and fields a turn asks about, is built once (issue 12)."""
+    by_trigger: FlowsByTrigger | None = None
+    harvest: dict = field(default_factory=dict)     # ids of asked flows -> their "anywhere" slugs, once each
+    envelopes: dict = field(default_factory=dict)   # ids of candidates and mentions, branches, fields -> _Envelope
+    field_order: dict | None = None                 # slug -> its place among the agent's fields
+    words: dict = field(default_factory=dict)       # id() of an agent flow -> flow_words()
+
+
+def flows_by_trigger(agent: Agent) -> FlowsByTrigger:
+    """The agent's FlowsByTrigger, worked out on first use."""
+    listed = agent._understanding.by_trigger
+    if listed is None:
+        facts = [(flow, flow_facts(agent, flow)) for flow in agent.flows]
+        mentions = [(flow, f.mention) for flow, f in facts if f.mention is not None]
+        listed = FlowsByTrigger(TriggerList.of([(flow, f.phrased) for flow, f in facts if f.phrased is not None]),
+                                TriggerList.of([(flow, f.catch_all) for flow, f in facts if f.catch_all is not None]),
+                                TriggerList.of(mentions),
+                                TriggerList.of([(flow, t) for flow, t in mentions if t["mention"]]),
+                                frozenset(map(id, agent.flows)))
+        agent._understanding.by_trigger = listed
+    return listed
+
+
+def reused(cache: dict, key: Any, build: Callable[[], Any], bound: int) -> Any:
+    """``cache[key]``, built by ``build()`` on a miss; a full cache is emptied first (a bound, not a policy)."""
+    value = cache.get(key)
+    if value is None:
+        if len(cache) >= bound:
+            cache.clear()
+        value = cache[key] = build()
+    return value
 
 
 def floor_of(turn: Turn) -> Run | None:
@@ -3309,36 +3374,47 @@ def understand_message(turn: Turn) -> Understood:
                         mentions=list(found.mentions))
     floor_flow = flow_of(turn, floor) if floor is not None else None
     if floor is not None and floor_flow is not None:
-        ask.floor_run, ask.floor_flow = floor, floor_flow
-        step = current_step(turn, floor)
-        if step is not None and is_talk(step):
-            ask.floor_step, ask.floor_pending = step, pending_fields(turn, step, floor)
-        if floor.status == "asking" and not turn.floor_from_ingest and step is not None and is_talk(step):
-            ask.branches = [AskedBranch(floor.id, step["id"], index, branch["when"])
-                            for index, branch in enumerate(step.get("branches") or [])
-                            if branch.get("when") is not None]
-    scored = [] if found.unscored else found.eligible
+        ask_floor(turn, ask, floor, floor_flow)
+    scored = [] if found.unscored else found.eligible          # item 4: the single-flow shortcut scores none
     bound = turn.agent.max_candidates
     if bound is not None and len(scored) > bound:
-        scored = lexical_top(turn.input.message, scored, bound)      # docs/guide/tokens.md
-    ask.candidates = unique_flows(([floor_flow] if floor_flow else []) + scored)
-    if floor is None and found.unscored:
-        ask.candidates = []
+        scored = lexical_top(turn.input.message, scored, bound,      # docs/guide/tokens.md
+                             lambda flow: flow_words(turn.agent, flow))
+    lead = [floor_flow] if floor_flow else []
+    ask.candidates = lead + [flow for flow in scored if flow is not floor_flow]     # each flow once
     asked_flows = found.eligible if found.unscored else scored      # a bound asks only its flows' fields
-    ask.fields = unique_slugs(slug for flow in ([floor_flow] if floor_flow else []) + asked_flows
-                              for slug in harvestable(turn, flow))
+    ask.fields = harvestable(turn, lead + asked_flows)
     if floor is None and found.catch_alls:
-        catch_all = found.catch_alls[0]
-        first = (catch_all.get("steps") or [None])[0]
-        free = set(first.get("collect") or []) if first and is_talk(first) and not first.get("question") else set()
-        own = harvestable(turn, catch_all)
-        if scored or ask.mentions or ask.branches or ask.fields or any(slug not in free for slug in own):
-            ask.fields = unique_slugs([*ask.fields, *own])
+        ask.fields = unique_slugs([*ask.fields, *catch_all_fields(turn, ask, found.catch_alls[0])])
     if not needs_understand_call(ask):
         return Understood(Judgement(), found)
     turn.compact_once()
     ask.history = turn.history
     return Understood(understand(turn.agent, ask), found)
+
+
+def ask_floor(turn: Turn, ask: UnderstandAsk, floor: Run, flow: dict) -> None:
+    """The floor part of the ask: the run, its flow, its talk step's pending fields (runtime.md §3.4 item 1)
+    and, when it is asking there and did not take the floor in Ingest, the step's when branches (item 6)."""
+    ask.floor_run, ask.floor_flow = floor, flow
+    step = current_step(turn, floor)
+    if step is None or not is_talk(step):
+        return
+    ask.floor_step, ask.floor_pending = step, pending_fields(turn, step, floor)
+    if floor.status == "asking" and not turn.floor_from_ingest:
+        ask.branches = [AskedBranch(floor.id, step["id"], index, branch["when"])
+                        for index, branch in enumerate(step.get("branches") or []) if branch.get("when") is not None]
+
+
+def catch_all_fields(turn: Turn, ask: UnderstandAsk, catch_all: dict) -> list[str]:
+    """The first qualifying catch-all's harvestable fields, when anything else is judged or one of them is
+    not "free"; else none: its first step asks them on its own speak call (runtime.md §3.4 item 8)."""
+    first = (catch_all.get("steps") or [None])[0]
+    free = set(first.get("collect") or []) if first and is_talk(first) and not first.get("question") else set()
+    own = harvestable(turn, [catch_all])
+    if ask.candidates or ask.mentions or ask.branches or ask.fields or any(slug not in free for slug in own):
+        return own
+    return []
 
 
 def _words(text: Any) -> set[str]:
@@ -3349,36 +3425,47 @@ def _words(text: Any) -> set[str]:
     return set(re.findall(r"[a-z0-9]{3,}", plain))
 
 
-def lexical_top(message: Any, flows: list, k: int) -> list:
+def lexical_top(message: Any, flows: list, k: int, words_of: Callable[[dict], frozenset[str]] | None = None) -> list:
     """The ``k`` flows sharing the most message words with their id, name and message phrases, exclusions
-    left out; ties keep agent order (``max_candidates``, docs/guide/tokens.md)."""
+    left out; ties keep agent order (``max_candidates``, docs/guide/tokens.md). ``words_of`` may give a
+    flow's words from a cache (``flow_words``)."""
     said = _words(message)
-
-    def overlap(flow: dict) -> int:
-        phrases = [p for t in triggers_of(flow, "message") for p in t.get("message") or []
-                   if isinstance(p, str) and not p.strip().startswith("!")]
-        words = set().union(*(_words(text) for text in [flow.get("id"), flow.get("name"), *phrases]))
-        return len(said & words)
-
-    ranked = sorted(range(len(flows)), key=lambda i: (-overlap(flows[i]), i))[:k]
+    words = words_of or _flow_words
+    ranked = sorted(range(len(flows)), key=lambda i: (-len(said & words(flows[i])), i))[:k]
     return [flows[i] for i in sorted(ranked)]
 
 
-def unique_flows(flows: list) -> list:
-    """Each flow once, in first-seen order (flow dicts are not hashable, so by identity)."""
-    return list({id(flow): flow for flow in flows}.values())
+def _flow_words(flow: dict) -> frozenset[str]:
+    """The words of a flow's id, name and message phrases, exclusions left out (the lexical prefilter)."""
+    phrases = [p for t in triggers_of(flow, "message") for p in t.get("message") or []
+               if isinstance(p, str) and not p.strip().startswith("!")]
+    return frozenset().union(*(_words(text) for text in [flow.get("id"), flow.get("name"), *phrases]))
+
+
+def flow_words(agent: Agent, flow: dict) -> frozenset[str]:
+    """``_flow_words`` of one of the agent's flows, worked out once (its phrases are never rendered)."""
+    words = agent._understanding.words.get(id(flow))
+    if words is None:
+        words = agent._understanding.words[id(flow)] = _flow_words(flow)
+    return words
 
 
 def unique_slugs(slugs: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(slugs))
 
 
-def harvestable(turn: Turn, flow: dict) -> list[str]:
-    """A flow's unknown "anywhere" fields: its collect, then each talk step's collect (runtime.md §3.4 item 7)."""
-    fields = turn.agent.fields
-    data = turn.session.data
-    return [slug for slug in flow_facts(turn.agent, flow).slugs
-            if slug in fields and not is_known(data.get(slug)) and extract_mode(fields[slug]) == "anywhere"]
+def harvestable(turn: Turn, flows: list) -> list[str]:
+    """The unknown "anywhere" fields of the agent's ``flows``, each once: each flow's collect, then each talk
+    step's collect (runtime.md §3.4 item 7). What the flows give is worked out once per list (issue 12)."""
+    def anywhere() -> tuple[str, ...]:
+        fields = turn.agent.fields
+        slugs = (slug for flow in flows for slug in flow_facts(turn.agent, flow).slugs)
+        return tuple(slug for slug in dict.fromkeys(slugs)
+                     if slug in fields and extract_mode(fields[slug]) == "anywhere")
+
+    slugs = reused(turn.agent._understanding.harvest, tuple(map(id, flows)), anywhere, UNDERSTAND_PLANS_KEPT)
+    known = {slug for slug, value in turn.session.data.items() if is_known(value)}
+    return [slug for slug in slugs if slug not in known] if known else list(slugs)
 
 
 def decide(turn: Turn, understood: Understood) -> None:
@@ -3389,10 +3476,8 @@ def decide(turn: Turn, understood: Understood) -> None:
     route, route_trigger = None, None
     if not turn.floor_from_ingest:
         route, route_trigger = choose_route(turn, judgement, found, asker)
-    for flow in turn.agent.flows:
-        trigger = flow_facts(turn.agent, flow).mention
-        if trigger is None:
-            continue
+    mentions = flows_by_trigger(turn.agent).mentions
+    for flow, trigger in zip(mentions.flows, mentions.triggers):
         if not trigger["mention"]:
             start_run(turn, flow, "mention", turn.trigger_key, trigger=trigger)
         elif flow in found.mentions and judgement.mentions.get(flow["id"]) is True:   # asked ones only
@@ -3429,11 +3514,9 @@ def choose_route(turn: Turn, judgement: Judgement, found: Eligibility,
         return value if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
     def best(flows: list) -> dict | None:
-        top = None
-        for flow in flows:
-            if top is None or score(flow) > score(top):
-                top = flow
-        return top
+        """The first of the highest scored; a flow the judgement does not score counts as 0."""
+        scored = [flow for flow in flows if flow["id"] in judgement.flows and score(flow) > 0]
+        return max(scored, key=score) if scored else (flows[0] if flows else None)   # max keeps the first
 
     if asker is not None:
         top = best([flow for flow in found.eligible if flow["id"] != asker.flow_id])
@@ -4898,14 +4981,16 @@ def needs_understand_call(ask: UnderstandAsk) -> bool:
     and the candidates are empty or only the floor run's own flow (nothing to
     compare it with). The single-flow shortcut reaches here as empty candidates.
     """
-    if ask.mentions or ask.branches or ask.fields:
-        return True
+    return bool(ask.mentions or ask.branches or ask.fields) or asks_routing(ask)
+
+
+def asks_routing(ask: UnderstandAsk) -> bool:
+    """Whether the candidates hold a flow other than the floor run's own (model-calls.md §3.1)."""
     if not ask.candidates:
         return False
     floor_id = ask.floor_run.flow_id if ask.floor_run is not None else (
         ask.floor_flow.get("id") if isinstance(ask.floor_flow, dict) else None)
-    ids = {flow.get("id") for flow in ask.candidates}
-    return not (floor_id is not None and ids == {floor_id})
+    return floor_id is None or any(flow.get("id") != floor_id for flow in ask.candidates)
 
 
 def _phrases(triggers: list[dict], kind: str, scope: Scope) -> tuple[list[str], list[str]]:
@@ -4931,6 +5016,11 @@ SCORE_RUBRIC = ("How to score:\n"
                 "- 0–29: minimal or no evidence")
 
 
+UNDERSTAND_TASK = ("## Task\nJudge the customer's latest message, quoted below, against the conversation so far. "
+                   "Only the customer's own words are evidence: never the assistant's questions, suggestions or "
+                   'guesses. Answer with one JSON object in the shape given under "Output".')
+
+
 @dataclass
 class _UnderstandCall:
     request: GenerateRequest
@@ -4940,17 +5030,21 @@ class _UnderstandCall:
 
 @dataclass
 class _Envelope:
-    """The v4 understand envelope (§3.3) and the aliased items it asks about (§2.8)."""
+    """The v4 understand envelope (§3.3), the aliased items it asks about (§2.8), and the prompt parts built
+    from them alone: every call of the agent that asks the same reuses it (issue 12)."""
     schema: dict
     aliases: AliasTable
-    cand: list
-    ment: list
-    branches: list
-    fields: list
+    cand: list                          # (alias, flow) of each candidate
+    ment: list                          # (alias, flow) of each mention
+    branches: list                      # (alias, rendered when) of each branch
+    fields: list                        # (alias, slug) of each field
+    cand_templated: bool = False        # a candidate's description or phrases render with the turn's scope
+    ment_templated: bool = False        # a mention's description or phrases render with the turn's scope
+    parts: dict = field(default_factory=dict)   # prompt parts built from the envelope alone, by name
 
 
 def _understand_call(agent: Agent, ask: UnderstandAsk) -> _UnderstandCall:
-    """The understand request: prompt (§3.4), envelope (§3.3) and its alias table (§2.8)."""
+    """The v4 understand request: prompt (§3.4), envelope (§3.3) and its alias table (§2.8)."""
     scope = Scope(data=ask.scope.data, context=ask.scope.context)
     envelope = understand_envelope(agent, ask, scope)
     system, identity = stable_prefix(agent, scope)
@@ -4961,19 +5055,34 @@ def _understand_call(agent: Agent, ask: UnderstandAsk) -> _UnderstandCall:
 
 
 def understand_envelope(agent: Agent, ask: UnderstandAsk, scope: Scope) -> _Envelope:
-    """The v4 envelope of this call, its aliases minted in the order of §2.8."""
-    aliases = AliasTable()
-    candidates, seen = [], set()
-    for flow in ask.candidates:
-        if flow.get("id") not in seen:
-            seen.add(flow.get("id"))
-            candidates.append(flow)
-    cand = [(aliases.alias(f["id"], "f"), f) for f in candidates]
-    ment = [(aliases.alias(f["id"], "f"), f) for f in ask.mentions]
-    branches = [(aliases.alias(f"{run_id}/{step_id}/{index}", "q"), render(when, scope) if isinstance(when, str)
-                 else str(when)) for run_id, step_id, index, when in ask.branches]
-    fields = [(aliases.alias(slug, "d"), slug) for slug in ask.fields]
+    """The v4 envelope of this call: built once for each set of asked items of the agent's own flows."""
+    branches = [(f"{run_id}/{step_id}/{index}", render(when, scope) if isinstance(when, str) else str(when))
+                for run_id, step_id, index, when in ask.branches]
+    own = flows_by_trigger(agent).own
+    candidates, mentions = tuple(map(id, ask.candidates)), tuple(map(id, ask.mentions))
+    if not (own.issuperset(candidates) and own.issuperset(mentions)):
+        return _new_envelope(agent, ask, branches)      # a hand-made ask: its flow dicts may change meanwhile
+    # The agent's flows live as long as it does, so their ids name them; a rendered when is part of the key.
+    key = (candidates, mentions, tuple(branches), tuple(ask.fields))
+    return reused(agent._understanding.envelopes, key, lambda: _new_envelope(agent, ask, branches),
+                  UNDERSTAND_PLANS_KEPT)
 
+
+def _new_envelope(agent: Agent, ask: UnderstandAsk, branches: list[tuple[str, str]]) -> _Envelope:
+    """The aliases, minted in the order of §2.8, and the schema of §3.3. The candidates are each flow once
+    (understand_message lists them so, and flow ids are unique)."""
+    aliases = AliasTable()
+    cand = [(aliases.alias(f["id"], "f"), f) for f in ask.candidates]
+    ment = [(aliases.alias(f["id"], "f"), f) for f in ask.mentions]
+    asked = [(aliases.alias(real, "q"), when) for real, when in branches]
+    fields = [(aliases.alias(slug, "d"), slug) for slug in ask.fields]
+    return _Envelope(_understand_schema(agent, cand, ment, asked, fields), aliases, cand, ment, asked, fields,
+                     cand_templated=any(_templated(*_flow_texts(f, "message")) for _, f in cand),
+                     ment_templated=any(_templated(*_flow_texts(f, "mention")) for _, f in ment))
+
+
+def _understand_schema(agent: Agent, cand: list, ment: list, branches: list, fields: list) -> dict:
+    """The v4 envelope schema: one closed, nullable section per kind of item asked (§3.3)."""
     properties: dict = {}
     if cand:
         properties["flows"] = closed_object({
@@ -4991,7 +5100,7 @@ def understand_envelope(agent: Agent, ask: UnderstandAsk, scope: Scope) -> _Enve
             alias: {"type": ["boolean", "null"], "description": when} for alias, when in branches})
     if fields:
         properties["fields"] = _fields_envelope(agent, fields)
-    return _Envelope(closed_object(properties), aliases, cand, ment, branches, fields)
+    return closed_object(properties)
 
 
 def _fields_envelope(agent: Agent, fields: list[tuple[str, str]]) -> dict:
@@ -5000,66 +5109,91 @@ def _fields_envelope(agent: Agent, fields: list[tuple[str, str]]) -> dict:
     The agent's field definitions never change after construction, so the
     schema of the same (alias, slug) list is the same on every turn (issue 12).
     """
-    key = tuple(fields)
-    envelope = agent._field_envelopes.get(key)
-    if envelope is None:
-        if len(agent._field_envelopes) >= FIELD_ENVELOPES_KEPT:
-            agent._field_envelopes.clear()          # a bound, not a policy: the next turns fill it again
-        envelope = nullable_envelope({alias: agent.fields.get(slug) or {"type": "string"} for alias, slug in fields})
-        agent._field_envelopes[key] = envelope
-    return envelope
+    return reused(agent._field_envelopes, tuple(fields), lambda: nullable_envelope(
+        {alias: agent.fields.get(slug) or {"type": "string"} for alias, slug in fields}), FIELD_ENVELOPES_KEPT)
+
+
+def envelope_part(envelope: _Envelope, name: str, build: Callable[[], Any], varies: bool = False) -> Any:
+    """A prompt part built from the envelope alone: built on first use and kept, unless a template in it
+    renders with the turn's scope (``varies``); then built on every call. A kept part is never mutated."""
+    if varies:
+        return build()
+    if name not in envelope.parts:
+        envelope.parts[name] = build()
+    return envelope.parts[name]
 
 
 def _understand_prompt_v4(agent: Agent, ask: UnderstandAsk, scope: Scope, envelope: _Envelope,
                           identity: str | None) -> str:
-    """The v4 understand prompt (§3.4)."""
-    schema, cand, ment, branches, fields = (envelope.schema, envelope.cand, envelope.ment, envelope.branches,
-                                            envelope.fields)
-    sections = [identity, (
-        "## Task\nJudge the customer's latest message, quoted below, against the conversation so far. "
-        "Only the customer's own words are evidence: never the assistant's questions, suggestions or guesses. "
-        'Answer with one JSON object in the shape given under "Output".')]
-    sections.append(_current_flow_section(agent, ask, scope))
-    sections.append(already_known_section(agent, ask.scope.data))
-    if cand:
-        lines = ["## Flows the customer may want",
-                 "Score every flow below from 0 to 100 for how well the customer's latest message fits it, "
-                 "the current flow included."]
-        for n, (alias, flow) in enumerate(cand, 1):
-            lines.append(f"{n}. {alias} — {_named(flow, scope)}")
-            plain, excluded = _phrases(triggers_of(flow, "message"), "message", scope)
-            if plain:
-                lines.append(f"   The customer says things like: {'; '.join(plain)}")
-            if excluded:
-                lines.append(f"   Score 0 when: {'; '.join(excluded)}")
-        lines.append(SCORE_RUBRIC)
-        sections.append("\n".join(lines))
-    if ment:
-        lines = ["## Things the customer may mention",
-                 "Answer true only on clear, explicit evidence in the customer's message. The phrases of an item "
-                 "are alternatives: one match is enough. An exclusion overrides any match."]
-        for alias, flow in ment:
-            lines.append(f"- {alias} — {_named(flow, scope)}")
-            lines += _mention_phrase_lines(flow, scope)
-            extract = _mention_extract(flow)
-            if extract:
-                lines.append("  When true, also extract these values from the message:")
-                lines += [f"  - {field_line(name, d)}" for name, d in extract.items()]
-        sections.append("\n".join(lines))
-    if branches:
-        sections.append("\n".join(
-            ["## Questions about this message",
-             "Answer each question with true or false, judging the customer's latest message in the context "
-             "of the conversation."] + [f"- {alias}: {when}" for alias, when in branches]))
-    if fields:
-        sections.append("\n".join(
-            ["## Details the customer may have given",
-             "Report a value only when the customer gave it in this message. Never guess, and never take a value "
-             "from the assistant's words. Use null when it was not given."]
-            + [f"- {field_line(alias, agent.fields.get(slug))}" for alias, slug in fields]))
-    sections.append(f'## Customer\'s latest message\n"""\n{ask.message}\n"""')
-    sections.append(_understand_output_section(schema))
-    return join_sections(*sections)
+    """The v4 understand prompt: the sections of §3.4, in order, each only when it has something to say."""
+    return join_sections(
+        identity, UNDERSTAND_TASK, _current_flow_section(agent, ask, scope),
+        already_known_section(agent, ask.scope.data),
+        envelope_part(envelope, "flows", lambda: _candidates_section(envelope.cand, scope), envelope.cand_templated),
+        envelope_part(envelope, "mentions", lambda: _mentions_section(envelope.ment, scope), envelope.ment_templated),
+        envelope_part(envelope, "branches", lambda: _branches_section(envelope.branches)),
+        envelope_part(envelope, "fields", lambda: _fields_section(agent, envelope.fields)),
+        latest_message_section(ask.message),
+        envelope_part(envelope, "output", lambda: _understand_output_section(envelope.schema)))
+
+
+def _candidates_section(cand: list, scope: Scope) -> str | None:
+    """``## Flows the customer may want``: each candidate numbered, with its phrases, then the rubric (§3.4 item 5)."""
+    if not cand:
+        return None
+    lines = ["## Flows the customer may want",
+             "Score every flow below from 0 to 100 for how well the customer's latest message fits it, "
+             "the current flow included."]
+    for n, (alias, flow) in enumerate(cand, 1):
+        lines.append(f"{n}. {alias} — {_named(flow, scope)}")
+        plain, excluded = _phrases(triggers_of(flow, "message"), "message", scope)
+        if plain:
+            lines.append(f"   The customer says things like: {'; '.join(plain)}")
+        if excluded:
+            lines.append(f"   Score 0 when: {'; '.join(excluded)}")
+    lines.append(SCORE_RUBRIC)
+    return "\n".join(lines)
+
+
+def _mentions_section(ment: list, scope: Scope) -> str | None:
+    """``## Things the customer may mention``: each mention with its phrases and extract (§3.4 item 6)."""
+    if not ment:
+        return None
+    lines = ["## Things the customer may mention",
+             "Answer true only on clear, explicit evidence in the customer's message. The phrases of an item "
+             "are alternatives: one match is enough. An exclusion overrides any match."]
+    for alias, flow in ment:
+        lines.append(f"- {alias} — {_named(flow, scope)}")
+        lines += _mention_phrase_lines(flow, scope)
+        extract = _mention_extract(flow)
+        if extract:
+            lines.append("  When true, also extract these values from the message:")
+            lines += [f"  - {field_line(name, d)}" for name, d in extract.items()]
+    return "\n".join(lines)
+
+
+def _branches_section(branches: list) -> str | None:
+    """``## Questions about this message``: one line per rendered when (§3.4 item 7)."""
+    if not branches:
+        return None
+    return "\n".join(["## Questions about this message",
+                      "Answer each question with true or false, judging the customer's latest message in the "
+                      "context of the conversation."] + [f"- {alias}: {when}" for alias, when in branches])
+
+
+def _fields_section(agent: Agent, fields: list) -> str | None:
+    """``## Details the customer may have given``: one line per field, under its alias (§3.4 item 8)."""
+    if not fields:
+        return None
+    return "\n".join(["## Details the customer may have given",
+                      "Report a value only when the customer gave it in this message. Never guess, and never take a "
+                      "value from the assistant's words. Use null when it was not given."]
+                     + [f"- {field_line(alias, agent.fields.get(slug))}" for alias, slug in fields])
+
+
+def latest_message_section(message: Any) -> str:
+    """``## Customer's latest message``, verbatim between triple quotes (§3.4 item 9), in both protocols."""
+    return f'## Customer\'s latest message\n"""\n{message}\n"""'
 
 
 def _named(flow: dict, scope: Scope) -> str:
@@ -5112,6 +5246,7 @@ def _skeleton(node: dict, leaf: Any) -> Any:
 
 
 def _understand_output_section(schema: dict) -> str:
+    """``## Output``: a line per present section, then the schema's skeleton as compact JSON (§3.4 item 10)."""
     present = list(schema["properties"])
     skeleton = {key: _skeleton(schema["properties"][key], _SKELETON_LEAF[key]) for key in present}
     return "\n".join(
@@ -5150,6 +5285,7 @@ class _LeanParts:
     flows: set            # flow ids described in the catalog
     mentions: set         # mention flow ids described in the catalog
     slugs: list           # the fields described in the catalog (extract "anywhere")
+    system: str = ""      # the call's system text: the knowledge base, then ``text``
 
 
 @dataclass
@@ -5158,6 +5294,7 @@ class _LeanReading:
     flows: set = field(default_factory=set)         # real ids of this call's candidates
     mentions: dict = field(default_factory=dict)    # real mention flow id -> its extract definitions
     fields: list = field(default_factory=list)      # the slugs asked for this call
+    field_names: list = field(default_factory=list)     # those slugs and their aliases, longest first
 
 
 def _templated(*texts: Any) -> bool:
@@ -5251,8 +5388,10 @@ def lean_parts(agent: Agent, routing: bool) -> _LeanParts:
     if slugs and agent.max_candidates is None:
         sections.append("\n".join(["## Details"] + [f"- {lean_field_line(slug, agent.fields.get(slug))}"
                                                    for slug in slugs]))
-    parts = _LeanParts(join_sections(*sections), lean_schema(keys), {f["id"] for f in catalog},
-                       {f["id"] for f in mentions}, slugs if agent.max_candidates is None else [])
+    text = join_sections(*sections)
+    # The knowledge base stays (it can tell what a message means); the Identity is for the speaker.
+    parts = _LeanParts(text, lean_schema(keys), {f["id"] for f in catalog}, {f["id"] for f in mentions},
+                       slugs if agent.max_candidates is None else [], join_sections(knowledge_section(agent), text))
     agent._lean_parts[routing] = parts
     return parts
 
@@ -5261,46 +5400,72 @@ def _lean_understand_call(agent: Agent, ask: UnderstandAsk) -> _UnderstandCall:
     """The understand request under protocol "lean": the same questions as ``_understand_call``, laid out
     for the prefix caches, with the v4 envelope attached for a ScriptedProvider's strict check."""
     scope = Scope(data=ask.scope.data, context=ask.scope.context)
-    v4 = understand_envelope(agent, ask, scope)
-    aliases = v4.aliases                  # the same aliases, so a v4-form script reads the same
-    candidates = list({f.get("id"): f for f in ask.candidates}.values())
-    floor_id = ask.floor_run.flow_id if ask.floor_run is not None else (ask.floor_flow or {}).get("id")
-    routing = bool(candidates) and not (floor_id is not None and {f.get("id") for f in candidates} == {floor_id})
+    envelope = understand_envelope(agent, ask, scope)     # the same aliases, so a v4-form script reads the same
+    routing = asks_routing(ask)
     parts = lean_parts(agent, routing)
+    prompt = join_sections(_lean_current_flow(ask, scope, parts.flows), _lean_known_section(agent, ask.scope.data),
+                           _lean_turn_section(agent, ask, scope, envelope, parts, routing),
+                           latest_message_section(ask.message))
+    request = GenerateRequest(system=parts.system, prompt=prompt, history=list(ask.history),
+                              context=ask.scope.context, schema=lean_schema(parts.schema["properties"]),
+                              schema_name="understand", cache_history=True, v4_schema=envelope.schema)
+    reading = envelope_part(envelope, f"lean reading {routing}", lambda: _lean_reading(envelope, ask, routing))
+    return _UnderstandCall(request=request, aliases=envelope.aliases, lean=reading)
+
+
+def _lean_reading(envelope: _Envelope, ask: UnderstandAsk, routing: bool) -> _LeanReading:
+    """What reading the lean reply of this envelope's call needs: the asked ids and the field names."""
+    names = list(ask.fields) + envelope.aliases.aliases_of(ask.fields)
+    return _LeanReading(flows={f["id"] for _, f in envelope.cand} if routing else set(),
+                        mentions={f.get("id"): _mention_extract(f) for f in ask.mentions},
+                        fields=list(ask.fields), field_names=sorted(names, key=len, reverse=True))
+
+
+def _lean_known_section(agent: Agent, data: dict) -> str | None:
+    """``## Already known``: one ``- <slug>: <JSON value>`` line per known field, in definition order."""
+    known = known_slugs(agent, data)
+    if not known:
+        return None
+    return "## Already known\n" + "\n".join(f"- {slug}: {_json_text(data[slug])}" for slug in known)
+
+
+def known_slugs(agent: Agent, data: dict) -> list[str]:
+    """The agent's fields that hold a known value, in definition order (model-calls.md §2.6); read from the
+    data, which holds only the fields given so far, so a turn does not walk every field (issue 12)."""
+    known = [slug for slug, value in data.items() if slug in agent.fields and is_known(value)]
+    if len(known) > 1:
+        order = agent._understanding.field_order
+        if order is None:           # built whole, then set: a turn on another thread never sees it half made
+            order = agent._understanding.field_order = {slug: n for n, slug in enumerate(agent.fields)}
+        known.sort(key=order.__getitem__)
+    return known
+
+
+def _lean_turn_section(agent: Agent, ask: UnderstandAsk, scope: Scope, envelope: _Envelope, parts: _LeanParts,
+                       routing: bool) -> str | None:
+    """``## This turn``: what this call asks beyond the catalog's defaults, and what the catalog lacks."""
     keys = parts.schema["properties"]
-    turn: list[str] = []
+    lines: list[str] = []
     if routing:
-        turn += _lean_asked("Flows to score", [f.get("id") for f in candidates], parts.flows)
-        turn += [line for f in candidates if f.get("id") not in parts.flows for line in _lean_flow_entry(f, scope)]
+        lines += envelope_part(envelope, "lean flows", lambda: _lean_asked(
+            "Flows to score", [f["id"] for _, f in envelope.cand], parts.flows) + [
+            line for _, f in envelope.cand if f["id"] not in parts.flows for line in _lean_flow_entry(f, scope)],
+            envelope.cand_templated)
     if "mentions" in keys:
-        turn += _lean_asked("Mentions to check", [f.get("id") for f in ask.mentions], parts.mentions)
-        turn += [line for f in ask.mentions if f.get("id") not in parts.mentions
-                 for line in _lean_mention_entry(f, scope)]
-    if v4.branches:
-        turn.append("Questions (list the id when the answer is yes):")
-        turn += [f"- {alias}: {when}" for alias, when in v4.branches]
+        lines += envelope_part(envelope, "lean mentions", lambda: _lean_asked(
+            "Mentions to check", [f.get("id") for f in ask.mentions], parts.mentions) + [
+            line for f in ask.mentions if f.get("id") not in parts.mentions for line in _lean_mention_entry(f, scope)],
+            envelope.ment_templated)
+    if envelope.branches:
+        lines.append("Questions (list the id when the answer is yes):")
+        lines += [f"- {alias}: {when}" for alias, when in envelope.branches]
     if "fields" in keys and (parts.slugs or not ask.fields):
-        open_slugs = {slug for slug in parts.slugs if not is_known(ask.scope.data.get(slug))}
-        turn += _lean_asked("Details to report", ask.fields, open_slugs)
+        known = {slug for slug, value in ask.scope.data.items() if is_known(value)}
+        lines += _lean_asked("Details to report", ask.fields, set(parts.slugs) - known)
     elif "fields" in keys:                # max_candidates: no field catalog, the asked ones are described here
-        turn += ["Details to report:"] + [f"- {lean_field_line(slug, agent.fields.get(slug))}" for slug in ask.fields]
-    known = [f"- {slug}: {_json_text(ask.scope.data.get(slug))}" for slug in agent.fields
-             if is_known(ask.scope.data.get(slug))]
-    sections = [_lean_current_flow(ask, scope, parts.flows), "## Already known\n" + "\n".join(known)
-                if known else None,
-                "## This turn\n" + "\n".join(turn) if turn else None,
-                f'## Customer\'s latest message\n"""\n{ask.message}\n"""']
-    # The knowledge base stays (it can tell what a message means); the Identity is for the speaker.
-    request = GenerateRequest(system=join_sections(knowledge_section(agent), parts.text),
-                              prompt=join_sections(*sections),
-                              history=list(ask.history), context=ask.scope.context,
-                              schema=lean_schema(parts.schema["properties"]), schema_name="understand",
-                              cache_history=True,
-                              v4_schema=v4.schema)
-    reading = _LeanReading(flows={f.get("id") for f in candidates} if routing else set(),
-                           mentions={f.get("id"): _mention_extract(f) for f in ask.mentions},
-                           fields=list(ask.fields))
-    return _UnderstandCall(request=request, aliases=aliases, lean=reading)
+        lines += envelope_part(envelope, "lean fields", lambda: ["Details to report:"] + [
+            f"- {lean_field_line(slug, agent.fields.get(slug))}" for slug in ask.fields])
+    return "## This turn\n" + "\n".join(lines) if lines else None
 
 
 def _lean_asked(label: str, ids: list, default: set) -> list[str]:
@@ -5377,10 +5542,9 @@ def read_lean_sections(reply: dict, aliases: AliasTable, asked: _LeanReading, ju
             values.setdefault(param, []).append(_lean_extract_value(definition.get("items"), raw))
         else:
             values[param] = _lean_extract_value(definition, raw)
-    names = list(asked.fields) + aliases.aliases_of(asked.fields)
     items = reply.get("fields")
     for item in items if isinstance(items, list) else []:
-        pair = lean_field_item(item, names)
+        pair = lean_field_item(item, asked.field_names)
         slug = real(pair[0], asked.fields) if pair is not None else None
         if pair is not None and slug in asked.fields and is_known(pair[1]):
             judgement.fields[slug] = pair[1]
