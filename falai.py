@@ -16,7 +16,7 @@ Sections, in the order data flows through a turn: what a turn is built from
    6. The toolkit ............. falai(), Agent, validate_flow (shape, then names), check_agent
    7. The session ............. Session, Run, writing and reading the v4 blob
    8. The turn ................ run_turn(): ingest, understand, decide, run, speak, settle
-   9. Runs and steps .......... outcome lines, start_run(), move_run(), follow(), each step kind
+   9. Runs and steps .......... outcome lines, start_run(), move_run(), advance(), each step kind
   10. Model calls ............. prompts, the understand call, the speak call, tools, compaction
   11. Streaming ............... the envelope stream decoder
   12. JSON and migration ...... from_spec, to_spec, flow_spec_schema, migrate_session, history events
@@ -24,7 +24,7 @@ Sections, in the order data flows through a turn: what a turn is built from
 
 A reading path for a first visit: run_turn() (section 8) is the whole turn,
 one line per phase; read on through ingest(), understand_message(), decide(),
-run_phase(), choose_speaker() and settle(), then move_run(), follow() and the
+run_phase(), choose_speaker() and settle(), then move_run(), advance() and the
 step kinds (9), then understand() and speak() (10). The construction checks
 of section 6 (validate_flow and its helpers) and sections 11-13 never decide
 anything in a turn: skip them until you need them. The spec's numbers sit in
@@ -3132,10 +3132,10 @@ def resolve_reply_waits(turn: Turn) -> None:
         run.status, run.waiting = "running", None
         target = next((branch.get("then") for branch in step.get("branches") or []
                        if branch.get("if") is not None and turn.holds(branch["if"], run)), step["else"])
-        write_line(turn, run, "wait", "ok", code="replied", next=target_label(target))
+        moved = go(turn, run, "wait", "ok", target, code="replied")
         if not turn.floor_from_ingest:
-            turn.floor_run = run                # before follow: a child it chains inherits the floor (I-F)
-        follow(turn, run, target)
+            turn.floor_run = run                # before advancing: a child it chains inherits the floor (I-F)
+        advance(turn, run, moved)
         take_floor_in_ingest(turn, run)
 
 
@@ -3154,12 +3154,9 @@ def ingest_run_wake(turn: Turn, key: str) -> Ignored | None:
     if isinstance(wait, str):
         replied = step.get("else") is not None and customer_wrote_since(turn, run.flow_id, set_at)
         target, code = (step["else"], "replied") if replied else (step.get("then"), "no-reply")
-        write_line(turn, run, "wait", "ok", code=code, next=target_label(target))
-        follow(turn, run, target)
+        advance(turn, run, go(turn, run, "wait", "ok", target, code=code))
     elif isinstance(wait, dict):
-        target = step.get("else", "end")
-        write_line(turn, run, "wait", "ok", code="no-event", next=target_label(target))
-        follow(turn, run, target)
+        advance(turn, run, go(turn, run, "wait", "ok", step.get("else", "end"), code="no-event"))
     return None
 
 
@@ -3201,8 +3198,7 @@ def ingest_event(turn: Turn, given: TurnInput) -> None:
         step = current_step(turn, run)
         if flow_of(turn, run) is None or step is None:
             continue
-        write_line(turn, run, "wait", "ok", code="event-arrived", next=target_label(step.get("then")))
-        follow(turn, run, step.get("then"))
+        advance(turn, run, go(turn, run, "wait", "ok", step.get("then"), code="event-arrived"))
         take_floor_in_ingest(turn, run)
     for flow in turn.agent.flows:
         for trigger in flow.get("on") or []:
@@ -3614,7 +3610,7 @@ def settle_talk(turn: Turn, run: Run, spoken: Spoken) -> None:
     else:
         write_given_up(turn, run, step)
         run.status = "running"
-        follow(turn, run, step.get("then"))
+        advance(turn, run, Go(step.get("then")))
         if turn.live(run) and run.status == "running":
             turn.queue.append(run)
 
@@ -3703,7 +3699,8 @@ def pending_wakes(agent: Agent, session: Any, context: Any, anchors: dict | None
 #
 # One way to move a run: move_run() executes steps; a step kind does its work
 # and returns the target it names (Go) or None when it stopped the run here;
-# follow() applies every then, else, onFail and branch target.
+# advance() alone applies every then, else, onFail and branch target, from the
+# step loop, from Ingest's releases, from a fired branch and from settle.
 
 TALK_KEYS = ("prompt", "collect")
 
@@ -4020,8 +4017,7 @@ def move_run(turn: Turn, run: Run) -> None:
             return
         moved = execute_step(turn, run, flow, step, resuming and executed == 0)
         executed += 1
-        if moved is not None:
-            follow(turn, run, moved.target)
+        advance(turn, run, moved)
 
 
 def premise_failure(turn: Turn, run: Run, flow: dict) -> str | None:
@@ -4066,8 +4062,33 @@ def park(turn: Turn, run: Run, key: str, at: datetime, kind: str = "timer", even
     turn.schedule.append(ScheduleEntry(key=key, at=at))
 
 
-def follow(turn: Turn, run: Run, target: Any) -> None:
-    """Apply a then, else, onFail or branch target (runtime.md §3.6.4)."""
+@dataclass(frozen=True)
+class Go:
+    """What moves a run on: this then, else, onFail or branch target (``None``: the next step, runtime.md §3.6.4).
+
+    A step kind returns one (runtime.md §3.6.3), and so do the releases of Ingest (a timer wait the customer
+    answered, a wake, an event: §3.2), a branch that fired (§3.5.2) and a talk step settled with nothing left
+    to ask (§3.8 item 3). ``advance`` applies it.
+    """
+    target: Any
+
+
+def go(turn: Turn, run: Run, kind: str, status: str, target: Any, **line: Any) -> Go:
+    """Write the outcome line that moves the run, ``next`` = the target's label (runtime.md §11.1), and the Go."""
+    write_line(turn, run, kind, status, next=target_label(target), **line)
+    return Go(target)
+
+
+def advance(turn: Turn, run: Run, moved: Go | None) -> None:
+    """The one place a run moves on: apply a Go's target (runtime.md §3.6.4); ``None`` leaves the run be.
+
+    The target is the next step (``None``), ``"end"`` (the flow finishes, §3.6.5), ``{"flow": ...}`` (chain:
+    this run ends, that flow starts one hop deeper) or a step id, as text or ``{"step", "clear"?}``. A target
+    step the flow no longer has ends the run (step-gone).
+    """
+    if moved is None:
+        return
+    target = moved.target
     flow = flow_of(turn, run)
     if target is None:
         assert flow is not None             # a run moves on only while its flow is the agent's
@@ -4184,10 +4205,9 @@ def fire_branch(turn: Turn, run: Run, step: dict, judgement: Judgement | None) -
         else:
             hit = judgement is not None and judgement.branches.get(f"{run.id}/{step['id']}/{index}") is True
         if hit:
-            write_line(turn, run, talk_kind(step), "ok", code="branch", key=step_key(run),
-                       next=target_label(target))
+            moved = go(turn, run, talk_kind(step), "ok", target, code="branch", key=step_key(run))
             run.status = "running"
-            follow(turn, run, target)
+            advance(turn, run, moved)
             return True
     return False
 
@@ -4206,20 +4226,8 @@ def already_through(run: Run, target: Any) -> bool:
 # Executing a step (runtime.md §3.6.3) ---------------------------------------------------------
 #
 # A step kind does its work and returns what happened: Go(target) when the run
-# moves on, None when it stopped here (it asks, it parked, or it ended). Only
-# move_run applies the target, through follow().
-
-@dataclass(frozen=True)
-class Go:
-    """A step kind's answer: move the run on to this target (``None``: the next step, runtime.md §3.6.4)."""
-    target: Any
-
-
-def go(turn: Turn, run: Run, kind: str, status: str, target: Any, **line: Any) -> Go:
-    """Write the step's outcome line with ``next`` = the target's label, and move on to the target."""
-    write_line(turn, run, kind, status, next=target_label(target), **line)
-    return Go(target)
-
+# moves on, None when it stopped here (it asks, it parked, or it ended). It
+# never moves the run itself: move_run hands the Go to advance().
 
 def execute_step(turn: Turn, run: Run, flow: dict, step: dict, resuming: bool) -> Go | None:
     """Execute the current step by its kind, tested in the spec's order (runtime.md §3.6.3)."""
