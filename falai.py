@@ -366,9 +366,10 @@ class StepOutcome:
     llm_calls: int | None = None
 
     def to_dict(self) -> dict:
-        """The line as the blob stores it: camelCase keys, absent values omitted."""
-        return {camel: getattr(self, attr) for attr, camel in OUTCOME_KEYS.items()
-                if getattr(self, attr) is not None}
+        """The line as the blob stores it: camelCase keys in OUTCOME_KEYS order, absent values omitted."""
+        values = (self.run_id, self.flow_id, self.step_id, self.key, self.kind, self.status, self.code,
+                  self.message, self.detail, self.next, self.until, self.at, self.llm_calls)
+        return {camel: value for camel, value in zip(OUTCOME_CAMEL, values) if value is not None}
 
     @classmethod
     def from_dict(cls, line: dict) -> StepOutcome:
@@ -380,6 +381,7 @@ OUTCOME_KEYS = {"run_id": "runId", "flow_id": "flowId", "step_id": "stepId", "ke
                 "kind": "kind", "status": "status", "code": "code", "message": "message",
                 "detail": "detail", "next": "next", "until": "until", "at": "at",
                 "llm_calls": "llmCalls"}
+OUTCOME_CAMEL = tuple(OUTCOME_KEYS.values())       # the order StepOutcome.to_dict reads its values in
 
 
 @dataclass
@@ -714,7 +716,10 @@ def is_too_long(value: str) -> bool:
 
 def iso(at: datetime) -> str:
     """An aware datetime as blob text; a naive one is read as UTC; truncated to ms."""
-    at = at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
+    if at.tzinfo is not timezone.utc:
+        at = at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
+    if at.year >= 1000:         # isoformat pads the year to four digits, where strftime's %Y does not
+        return at.isoformat(timespec="milliseconds")[:-6] + "Z"
     return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
 
 
@@ -1117,7 +1122,7 @@ def merge_patch(data: dict, patch: dict) -> None:
         if value is None:
             data.pop(slug, None)
         else:
-            data[slug] = copy.deepcopy(value)
+            data[slug] = json_copy(value)
 
 
 TRUE_WORDS = ("true", "sim", "yes", "1")
@@ -2913,26 +2918,40 @@ def read_turn_input(kwargs: dict) -> TurnInput:
 Phase = Literal["ingest", "understand", "decide", "run", "speak", "settle"]
 
 
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def json_copy(value: Any) -> Any:
     """A deep copy of JSON-shaped data, several times faster than deepcopy; other values go through deepcopy."""
     kind = type(value)
     if kind is dict:
-        return {key: json_copy(item) for key, item in value.items()}
+        return {key: item if type(item) in _JSON_SCALARS else json_copy(item) for key, item in value.items()}
     if kind is list:
-        return [json_copy(item) for item in value]
-    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return [item if type(item) in _JSON_SCALARS else json_copy(item) for item in value]
+    if kind in _JSON_SCALARS:
         return value
     return copy.deepcopy(value)
 
 
+def run_values(run: Run) -> dict:
+    """A run's fields as keywords for Run or EndedRun, its nested values copied (json_copy)."""
+    return {"id": run.id, "flow_id": run.flow_id, "anchor": run.anchor, "dedupe_key": run.dedupe_key,
+            "step_id": run.step_id, "status": run.status, "trigger": json_copy(run.trigger), "hop": run.hop,
+            "started_at": run.started_at, "asked": json_copy(run.asked), "visits": json_copy(run.visits),
+            "outcomes": json_copy(run.outcomes), "input": json_copy(run.input), "suspended_at": run.suspended_at,
+            "staying": run.staying, "waiting": json_copy(run.waiting)}
+
+
 def copy_session(session: Session) -> Session:
     """The turn's own copy of the input session: the host's object is never mutated (runtime.md §3.1)."""
-    runs = [replace(run, trigger=json_copy(run.trigger), asked=json_copy(run.asked), visits=json_copy(run.visits),
-                    outcomes=json_copy(run.outcomes), input=json_copy(run.input), waiting=json_copy(run.waiting))
-            if type(run) is Run else copy.deepcopy(run) for run in session.runs]
-    return replace(session, data=json_copy(session.data), runs=runs, claims=json_copy(session.claims),
-                   inputs=json_copy(session.inputs), metadata=json_copy(session.metadata),
-                   history=json_copy(session.history))
+    runs = [Run(**run_values(run)) if type(run) is Run else copy.deepcopy(run) for run in session.runs]
+    values = dict(data=json_copy(session.data), runs=runs, claims=json_copy(session.claims),
+                  inputs=json_copy(session.inputs), metadata=json_copy(session.metadata),
+                  history=json_copy(session.history))
+    if type(session) is not Session:
+        return replace(session, **values)
+    return Session(id=session.id, version=session.version, last_user_at=session.last_user_at,
+                   last_assistant_at=session.last_assistant_at, v=session.v, **values)
 
 
 class Turn:
@@ -4047,8 +4066,7 @@ def end_run(turn: Turn, run: Run, reason: str, *, code: str | None = None, kind:
         write_line(turn, run, kind or step_kind(current_step(turn, run)),
                    "failed" if reason == "failed" else "skipped", code=code, detail=detail)
     turn.session.runs = [live for live in turn.session.runs if live is not run]
-    turn.ended.append(EndedRun(**{f.name: copy.deepcopy(getattr(run, f.name)) for f in dataclass_fields(Run)},
-                               reason=reason))
+    turn.ended.append(EndedRun(**run_values(run), reason=reason))
     if turn.talk_request is run:
         turn.talk_request = None
 
@@ -5890,7 +5908,7 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
             section = LEAN_WRAP_UP if not offer and round_no > 0 else None
         request = GenerateRequest(system=system, prompt=join_sections(base, section), history=list(history),
                                   context=ask.scope.context,
-                                  schema=copy.deepcopy(schema) if v4_schema is None else lean_speak_schema(),
+                                  schema=json_copy(schema) if v4_schema is None else lean_speak_schema(),
                                   schema_name="speak", tools=[dict(d) for d in declarations] if offer else None,
                                   cache_history=v4_schema is not None, v4_schema=v4_schema)
         calls += 1
@@ -7168,7 +7186,7 @@ class ScriptedProvider:
         if isinstance(entry, str):
             return Generation(message=entry, usage=self._usage(request, entry))
         if isinstance(entry, dict):
-            structured = {k: copy.deepcopy(v) for k, v in entry.items() if k != "toolCalls"}
+            structured = {k: json_copy(v) for k, v in entry.items() if k != "toolCalls"}
             message = entry["message"] if isinstance(entry.get("message"), str) else compact_json(structured)
             calls = [ToolCallRequest(id=f"call_{i}", name=item["toolName"], arguments=item.get("arguments") or {})
                      for i, item in enumerate(entry.get("toolCalls") or [])]
