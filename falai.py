@@ -773,6 +773,8 @@ def from_ms(ms: int | float) -> datetime:
 
 def truncate_ms(at: datetime) -> datetime:
     """The instant at whole milliseconds, aware UTC (runtime.md §0, now)."""
+    if type(at) is datetime and at.tzinfo is timezone.utc and at.microsecond % 1000 == 0:
+        return at                  # already there (a clock that reads whole milliseconds, fake_clock's)
     return from_ms(to_ms(at if at.tzinfo else at.replace(tzinfo=timezone.utc)))
 
 
@@ -821,7 +823,7 @@ def fake_clock(at: str) -> FakeClock:
 
 def compact_json(value: Any) -> str:
     """JSON with no spaces, non-ASCII kept (the form every payload the model reads uses)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_json_default)
+    return _COMPACT_ENCODER.encode(value)
 
 
 # What compact_json may raise for a value JSON cannot hold (a set, a cycle, too deep a nesting).
@@ -834,6 +836,11 @@ def _json_default(value: Any) -> Any:
     if hasattr(value, "__dataclass_fields__"):
         return {f.name: getattr(value, f.name) for f in dataclass_fields(value) if not f.name.startswith("_")}
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+# What json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_json_default) builds on every
+# call; it holds only those settings, so one serves every call (issue 12).
+_COMPACT_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_json_default)
 
 
 def js_kind(value: Any) -> str:
@@ -1323,6 +1330,7 @@ class Agent:
         self._flow_facts: dict[int, tuple[dict, FlowFacts]] = {}   # flow_facts(), built on first use
         self._field_envelopes: dict[tuple, dict] = {}   # _fields_envelope(), built on first use
         self._tool_pool: Any = None      # tool_pool(), created on the first batch of safe tool calls
+        self._turn_parts: dict = {}      # what the turn path reads and the agent never changes, built on first use
         self._tool_pool_lock = threading.Lock()
         if debug:
             log.setLevel(logging.DEBUG)
@@ -2829,6 +2837,10 @@ INPUT_KINDS = ("message", "wake", "event", "start")
 KIND_KEYWORDS = {"message": ("id", "at"), "event": ("key", "payload", "hop"), "wake": (), "start": ()}
 TURN_KEYWORDS = {"session_id", "session", "context", "history", "silenced", "anchors", "claims",
                  *INPUT_KINDS, "id", "at", "key", "payload", "hop"}
+# Per input kind, the keywords that belong to another kind, with that kind, in KIND_KEYWORDS order.
+FOREIGN_KEYWORDS = {kind: tuple((keyword, other) for other, keywords in KIND_KEYWORDS.items() if other != kind
+                                for keyword in keywords) for kind in INPUT_KINDS}
+TYPED_KEYWORDS = (("id", str), ("at", str), ("history", list), ("anchors", dict), ("claims", dict))
 
 
 @dataclass
@@ -2855,22 +2867,21 @@ class TurnInput:
 
 def read_turn_input(kwargs: dict) -> TurnInput:
     """Check turn() keywords; a TypeError names what is wrong (runtime.md §2.2)."""
-    unknown = sorted(set(kwargs) - TURN_KEYWORDS)
-    if unknown:
-        raise TypeError(f"turn() got unexpected keyword argument(s): {', '.join(unknown)}")
-    session_id = kwargs.get("session_id")
+    if not TURN_KEYWORDS.issuperset(kwargs):
+        raise TypeError(f"turn() got unexpected keyword argument(s): {', '.join(sorted(set(kwargs) - TURN_KEYWORDS))}")
+    given = {name: value for name, value in kwargs.items() if value is not None}   # None is "not given"
+    session_id = given.get("session_id")
     if not isinstance(session_id, str) or not session_id:
         raise TypeError(f"turn() needs session_id=<non-empty str>, got {session_id!r}")
-    kinds = [kind for kind in INPUT_KINDS if kwargs.get(kind) is not None]
+    kinds = [kind for kind in INPUT_KINDS if kind in given]
     if len(kinds) != 1:
         got = "none" if not kinds else " and ".join(kinds)
         raise TypeError(f"turn() takes exactly one input kind (message, wake, event or start); got {got}")
     kind = kinds[0]
-    for other, keywords in KIND_KEYWORDS.items():
-        for keyword in keywords:
-            if other != kind and kwargs.get(keyword) is not None:
-                raise TypeError(f"turn() got {keyword}= with a {kind} input; {keyword} belongs to {other}")
-    value = kwargs[kind]
+    for keyword, other in FOREIGN_KEYWORDS[kind]:
+        if keyword in given:
+            raise TypeError(f"turn() got {keyword}= with a {kind} input; {keyword} belongs to {other}")
+    value = given[kind]
     if kind == "start":
         if (not isinstance(value, dict) or not isinstance(value.get("flow"), str)
                 or not isinstance(value.get("key"), str)):
@@ -2880,38 +2891,39 @@ def read_turn_input(kwargs: dict) -> TurnInput:
     else:
         if not isinstance(value, str):
             raise TypeError(f"turn({kind}=...) takes a str, got {type(value).__name__}")
-        hop = kwargs.get("hop") or 0
-    if kind == "event" and not isinstance(kwargs.get("key"), str):
+        hop = given.get("hop") or 0
+    if kind == "event" and not isinstance(given.get("key"), str):
         raise TypeError("turn(event=...) needs key=<str>, the host's idempotency key for the event")
     if not isinstance(hop, int) or isinstance(hop, bool) or hop < 0:
         raise TypeError(f"hop must be a whole number of 0 or more, got {hop!r}")
-    for name, expected in (("id", str), ("at", str), ("history", list), ("anchors", dict), ("claims", dict)):
-        if kwargs.get(name) is not None and not isinstance(kwargs[name], expected):
-            raise TypeError(f"turn({name}=...) takes a {expected.__name__}, got {type(kwargs[name]).__name__}")
-    if kwargs.get("at") is not None:
+    for name, expected in TYPED_KEYWORDS:
+        if name in given and not isinstance(given[name], expected):
+            raise TypeError(f"turn({name}=...) takes a {expected.__name__}, got {type(given[name]).__name__}")
+    at = given.get("at")
+    if at is not None:
         try:
-            check_instant(parse_iso(kwargs["at"]), "the instant", "Pass an instant inside it.")
+            check_instant(parse_iso(at), "the instant", "Pass an instant inside it.")
         except ValueError as error:
             raise TypeError(f"turn(at=...): {error}") from None
-    if kwargs.get("payload") is not None:
-        check_nesting(kwargs["payload"], "turn(payload=...)")
+    if "payload" in given:
+        check_nesting(given["payload"], "turn(payload=...)")
     if kind == "start" and value.get("input") is not None:
         check_nesting(value["input"], 'turn(start={"input": ...})')
-    silenced = kwargs.get("silenced")
+    silenced = given.get("silenced")
     if silenced is not None and not isinstance(silenced, str) and not (
             isinstance(silenced, dict) and isinstance(silenced.get("reason"), str)):
         raise TypeError('silenced takes a reason string or {"reason": str, "understand"?: bool, "skip"?: bool}')
-    session = kwargs.get("session")
+    session = given.get("session")
     if isinstance(session, dict):
         session = Session.from_dict(session)
     elif session is not None and not isinstance(session, Session):
         raise TypeError(f"turn(session=...) takes a Session or a blob dict, got {type(session).__name__}")
     return TurnInput(
-        session_id=session_id, kind=kind, session=session, context=kwargs.get("context"),
-        history=kwargs.get("history"), silenced=silenced, anchors=kwargs.get("anchors") or {},
-        claims=kwargs.get("claims") or {}, message=kwargs.get("message"), id=kwargs.get("id") or None,
-        at=kwargs.get("at"), wake=kwargs.get("wake"), event=kwargs.get("event"), key=kwargs.get("key"),
-        payload=kwargs.get("payload"), hop=hop, start=kwargs.get("start"))
+        session_id=session_id, kind=kind, session=session, context=given.get("context"),
+        history=given.get("history"), silenced=silenced, anchors=given.get("anchors") or {},
+        claims=given.get("claims") or {}, message=given.get("message"), id=given.get("id") or None,
+        at=at, wake=given.get("wake"), event=given.get("event"), key=given.get("key"),
+        payload=given.get("payload"), hop=hop, start=given.get("start"))
 
 
 # The phases of runtime.md §3 a turn passes through, in order (load is part of "ingest", return of "settle").
@@ -3659,10 +3671,20 @@ def defer_talk(turn: Turn, run: Run, failure: Deferred) -> None:
 
 # Silence wakes and pending_wakes (runtime.md §7.5, §14) ---------------------------------------
 
+def silence_flows(agent: Agent) -> list[tuple[dict, dict]]:
+    """(flow, its first silence trigger) of each flow whose silence is a duration; once per agent (issue 12)."""
+    found = agent._turn_parts.get("silence flows")
+    if found is None:
+        found = agent._turn_parts["silence flows"] = [
+            (flow, trigger) for flow in agent.flows for trigger in [first_trigger(flow, "silence")]
+            if trigger is not None and is_duration(trigger.get("silence"))]
+    return found
+
+
 def arm_silence_wakes(turn: Turn) -> None:
     """Schedule each silence flow's wake when the assistant's last word moved (runtime.md §7.5)."""
     previous = turn.input.session.last_assistant_at if turn.input.session else None
-    if turn.session.last_assistant_at == previous:
+    if turn.session.last_assistant_at == previous or not silence_flows(turn.agent):
         return
     replaces_ms = str(to_ms(parse_iso(previous))) if previous else None
     turn.schedule.extend(silence_wakes(turn, replaces_ms))
@@ -3674,17 +3696,14 @@ def silence_wakes(turn: Turn, replaces_ms: str | None = None) -> list[ScheduleEn
     With ``replaces_ms`` each entry names the wake of that earlier silence as the one it replaces.
     """
     session = turn.session
-    if session.last_assistant_at is None:
+    if session.last_assistant_at is None or not silence_flows(turn.agent):
         return []
     said = parse_iso(session.last_assistant_at)
     if session.last_user_at is not None and parse_iso(session.last_user_at) > said:
         return []
     ms = str(to_ms(said))
     entries = []
-    for flow in turn.agent.flows:
-        trigger = first_trigger(flow, "silence")
-        if trigger is None or not is_duration(trigger.get("silence")):
-            continue
+    for flow, trigger in silence_flows(turn.agent):
         draft = draft_run(turn, flow, "silence", ms)
         if trigger.get("if") is not None and not turn.holds(trigger["if"], draft):
             continue
@@ -4689,7 +4708,7 @@ def field_line(name: str, definition: dict | None) -> str:
 
 def already_known_section(agent: Agent, data: dict) -> str | None:
     """``## Already known``: the agent's known fields, in definition order (model-calls.md §2.6)."""
-    lines = [f"- {slug}: {_json_text(data.get(slug))}" for slug in agent.fields if is_known(data.get(slug))]
+    lines = [f"- {slug}: {_json_text(data[slug])}" for slug in agent.fields if slug in data and is_known(data[slug])]
     if not lines:
         return None
     return "## Already known\nThese values are settled. Never ask for them again.\n" + "\n".join(lines)
@@ -5614,6 +5633,19 @@ def response_format_section(agent: Agent, wire: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
+def speak_prefix(agent: Agent, scope: Scope) -> tuple[str | None, str | None]:
+    """(system, Identity for the prompt) of a speak call: ``stable_prefix``, the system part (under protocol
+    "lean" with the reply rules, docs/guide/tokens.md) built once per agent, as it never reads the turn."""
+    cached = agent._turn_parts.get("speak system")
+    if cached is None:
+        system, _ = stable_prefix(agent, scope)
+        if agent.protocol == "lean":
+            system = join_sections(system, LEAN_SPEAK_FORMAT + ("\n" + LEAN_TOOLS_RULE if agent.tools else ""))
+        cached = agent._turn_parts["speak system"] = (system, identity_varies(agent))
+    system, varies = cached
+    return system, identity_section(agent, scope) if varies else None
+
+
 def speak_prompt(agent: Agent, ask: SpeakAsk, wire: list[tuple[str, str]]) -> tuple[str | None, str]:
     """(system, prompt without the round section) for a talk step or the idle speaker (§5.3).
 
@@ -5621,7 +5653,7 @@ def speak_prompt(agent: Agent, ask: SpeakAsk, wire: list[tuple[str, str]]) -> tu
     guideline applies (inferred: a heading with nothing under it helps nobody).
     """
     scope = ask.scope
-    system, identity = stable_prefix(agent, scope)
+    system, identity = speak_prefix(agent, scope)
     if ask.step is None:
         idle = agent.idle if isinstance(agent.idle, dict) else {}
         return system, join_sections(
@@ -5683,8 +5715,7 @@ def lean_speak_call(agent: Agent, ask: SpeakAsk) -> tuple[str | None, str]:
     each pending field is listed once.
     """
     scope = ask.scope
-    system, identity = stable_prefix(agent, scope)
-    system = join_sections(system, LEAN_SPEAK_FORMAT + ("\n" + LEAN_TOOLS_RULE if agent.tools else ""))
+    system, identity = speak_prefix(agent, scope)
     if ask.step is None:
         idle = agent.idle if isinstance(agent.idle, dict) else {}
         guideline = _render_text(idle.get("prompt"), scope)
@@ -5697,7 +5728,8 @@ def lean_speak_call(agent: Agent, ask: SpeakAsk) -> tuple[str | None, str]:
         flow_text += f": {flow['description']}"
     guideline = _render_text(ask.step.get("prompt"), scope) or (
         LEAN_COLLECT_GUIDELINE if ask.pending else DEFAULT_ANSWER_GUIDELINE)
-    known = [f"- {slug}: {_json_text(scope.data.get(slug))}" for slug in agent.fields if is_known(scope.data.get(slug))]
+    data = scope.data
+    known = [f"- {slug}: {_json_text(data[slug])}" for slug in agent.fields if slug in data and is_known(data[slug])]
     prompt = join_sections(
         identity, f"## Flow\n{flow_text}" if flow_text else None, f"{LEAN_GUIDELINE_HEADING}\n{guideline}",
         _lean_still_to_collect(agent, ask), "## Already known\n" + "\n".join(known) if known else None,
