@@ -1392,8 +1392,8 @@ class Agent:
 
 
 def _turn_arguments(arguments: dict) -> dict:
-    """The keywords of a turn() or turn_stream() call, as the dict read_turn_input checks."""
-    return {name: value for name, value in arguments.items() if name != "self"}
+    """The keywords given to a turn() or turn_stream() call (None is "not given"), as read_turn_input checks them."""
+    return {name: value for name, value in arguments.items() if value is not None and name != "self"}
 
 
 # validate_flow and the agent's construction checks (persistence.md §1.10-§1.11) ---------------
@@ -3043,10 +3043,16 @@ class Turn:
                 and not self.spoke)
 
     def live(self, run: Run) -> bool:
-        return any(live is run for live in self.session.runs)
+        for live in self.session.runs:
+            if live is run:
+                return True
+        return False
 
     def asker(self) -> Run | None:
-        return next((run for run in self.session.runs if run.status == "asking"), None)
+        for run in self.session.runs:
+            if run.status == "asking":
+                return run
+        return None
 
     def scope(self, run: Run | None = None) -> Scope:
         return Scope(data=self.session.data, context=self.context, input=run.input if run else None)
@@ -3575,6 +3581,8 @@ def speak_ask(turn: Turn, speaker: Run | str) -> SpeakAsk:
 
 def kept_instructions(turn: Turn, instructions: list, run: Run | None) -> list:
     """Instructions whose ``if`` holds; a silenced turn never speaks, so ctx.silenced is None (model-calls.md §5.2)."""
+    if all(item.get("if") is None for item in instructions):
+        return instructions
     ctx = turn.pred_ctx(run, silenced=None)
     return [item for item in instructions
             if item.get("if") is None or judge(item["if"], ctx, turn.agent.conditions)]
@@ -3771,7 +3779,10 @@ def flow_of(turn: Turn, run: Run) -> dict | None:
 def find_step(flow: dict | None, step_id: str | None) -> dict | None:
     if flow is None or step_id is None:
         return None
-    return next((step for step in flow.get("steps") or [] if step.get("id") == step_id), None)
+    for step in flow.get("steps") or []:
+        if step.get("id") == step_id:
+            return step
+    return None
 
 
 def current_step(turn: Turn, run: Run) -> dict | None:
@@ -4603,7 +4614,7 @@ def log_call(request: GenerateRequest, generation: Generation) -> None:
 
 def join_sections(*sections: str | None) -> str:
     """Drop None and blank sections, join the rest with one blank line, strip (model-calls.md §2.2)."""
-    return "\n\n".join(text for text in sections if text is not None and text.strip()).strip()
+    return "\n\n".join([text for text in sections if text is not None and text.strip()]).strip()
 
 
 def _render_text(text: Any, scope: Scope) -> str:
@@ -7175,6 +7186,8 @@ class ScriptedProvider:
                                       "itself (an exception entry).")
                 raise RuntimeError(text)
             entry = queue.pop(0)
+        if type(entry) is dict and not self.strict:
+            return entry                # the common reply: neither a callable nor an exception, and unchecked
         if callable(entry) and not isinstance(entry, type):
             # A script function reads what is asked from the schema in the documented (v4) form, under
             # either protocol; .calls keeps the request as sent (docs/guide/tokens.md).
@@ -7213,17 +7226,18 @@ class ScriptedProvider:
         return None
 
     def _generation(self, request: GenerateRequest, entry: Any) -> Generation:
+        if isinstance(entry, dict):
+            structured = {k: json_copy(v) for k, v in entry.items() if k != "toolCalls"}
+            message = entry["message"] if isinstance(entry.get("message"), str) else compact_json(structured)
+            listed = entry.get("toolCalls")
+            calls = [ToolCallRequest(id=f"call_{i}", name=item["toolName"], arguments=item.get("arguments") or {})
+                     for i, item in enumerate(listed)] if listed else []
+            return Generation(message=message, structured=structured, tool_calls=calls,
+                              usage=self._usage(request, message) if self.usage is not False else None)
         if isinstance(entry, Generation):
             return entry
         if isinstance(entry, str):
             return Generation(message=entry, usage=self._usage(request, entry))
-        if isinstance(entry, dict):
-            structured = {k: json_copy(v) for k, v in entry.items() if k != "toolCalls"}
-            message = entry["message"] if isinstance(entry.get("message"), str) else compact_json(structured)
-            calls = [ToolCallRequest(id=f"call_{i}", name=item["toolName"], arguments=item.get("arguments") or {})
-                     for i, item in enumerate(entry.get("toolCalls") or [])]
-            return Generation(message=message, structured=structured, tool_calls=calls,
-                              usage=self._usage(request, message))
         raise TypeError(f"a scripted entry must be a dict, a str, a Generation, an exception or a callable, "
                         f"not {type(entry).__name__}")
 
