@@ -2937,8 +2937,12 @@ def json_copy(value: Any) -> Any:
     """A deep copy of JSON-shaped data, several times faster than deepcopy; other values go through deepcopy."""
     kind = type(value)
     if kind is dict:
+        if _JSON_SCALARS.issuperset(map(type, value.values())):    # flat: one copy, the loop in C
+            return value.copy()
         return {key: item if type(item) in _JSON_SCALARS else json_copy(item) for key, item in value.items()}
     if kind is list:
+        if _JSON_SCALARS.issuperset(map(type, value)):
+            return value.copy()
         return [item if type(item) in _JSON_SCALARS else json_copy(item) for item in value]
     if kind in _JSON_SCALARS:
         return value
@@ -5755,13 +5759,17 @@ def _lean_still_to_collect(agent: Agent, ask: SpeakAsk) -> str | None:
     step = ask.step or {}
     step_ask = step["ask"] if isinstance(step.get("ask"), dict) else {}
     lines = ["## Still to collect"]
+    known_lines = agent._turn_parts.setdefault("lean field lines", {})    # a field's line never changes
     for slug in dict.fromkeys(ask.pending):
         definition = agent.fields.get(slug)
         wording = step_ask.get(slug)
         if wording is None and isinstance(definition, dict):
             wording = definition.get("ask")
         how = _render_text(wording, ask.scope)
-        lines.append(f"- {lean_field_line(slug, definition)}" + (f" — ask: {how}" if how else ""))
+        line = known_lines.get(slug)
+        if line is None:
+            line = known_lines[slug] = f"- {lean_field_line(slug, definition)}"
+        lines.append(line + (f" — ask: {how}" if how else ""))
     return "\n".join(lines)
 
 
