@@ -3047,10 +3047,7 @@ class Turn:
                 and not self.spoke)
 
     def live(self, run: Run) -> bool:
-        for live in self.session.runs:
-            if live is run:
-                return True
-        return False
+        return any(live is run for live in self.session.runs)
 
     def asker(self) -> Run | None:
         for run in self.session.runs:
