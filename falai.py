@@ -2918,12 +2918,10 @@ def read_turn_input(kwargs: dict) -> TurnInput:
         session = Session.from_dict(session)
     elif session is not None and not isinstance(session, Session):
         raise TypeError(f"turn(session=...) takes a Session or a blob dict, got {type(session).__name__}")
-    return TurnInput(
-        session_id=session_id, kind=kind, session=session, context=given.get("context"),
-        history=given.get("history"), silenced=silenced, anchors=given.get("anchors") or {},
-        claims=given.get("claims") or {}, message=given.get("message"), id=given.get("id") or None,
-        at=at, wake=given.get("wake"), event=given.get("event"), key=given.get("key"),
-        payload=given.get("payload"), hop=hop, start=given.get("start"))
+    read = {**given, "kind": kind, "session": session, "hop": hop}    # the keywords are TurnInput's fields
+    if not read.get("id"):
+        read.pop("id", None)                # id="" is no id
+    return TurnInput(**read)
 
 
 # The phases of runtime.md §3 a turn passes through, in order (load is part of "ingest", return of "settle").
