@@ -16,7 +16,7 @@ Sections, in the order data flows through a turn: what a turn is built from
    6. The toolkit ............. falai(), Agent, validate_flow (shape, then names), check_agent
    7. The session ............. Session, Run, writing and reading the v4 blob
    8. The turn ................ run_turn(): ingest, understand, decide, run, speak, settle
-   9. Runs and steps .......... outcome lines, start_run(), move_run(), follow(), each step kind
+   9. Runs and steps .......... outcome lines, start_run(), move_run(), advance(), each step kind
   10. Model calls ............. prompts, the understand call, the speak call, tools, compaction
   11. Streaming ............... the envelope stream decoder
   12. JSON and migration ...... from_spec, to_spec, flow_spec_schema, migrate_session, history events
@@ -24,7 +24,7 @@ Sections, in the order data flows through a turn: what a turn is built from
 
 A reading path for a first visit: run_turn() (section 8) is the whole turn,
 one line per phase; read on through ingest(), understand_message(), decide(),
-run_phase(), choose_speaker() and settle(), then move_run(), follow() and the
+run_phase(), choose_speaker() and settle(), then move_run(), advance() and the
 step kinds (9), then understand() and speak() (10). The construction checks
 of section 6 (validate_flow and its helpers) and sections 11-13 never decide
 anything in a turn: skip them until you need them. The spec's numbers sit in
@@ -367,9 +367,10 @@ class StepOutcome:
     llm_calls: int | None = None
 
     def to_dict(self) -> dict:
-        """The line as the blob stores it: camelCase keys, absent values omitted."""
-        return {camel: getattr(self, attr) for attr, camel in OUTCOME_KEYS.items()
-                if getattr(self, attr) is not None}
+        """The line as the blob stores it: camelCase keys in OUTCOME_KEYS order, absent values omitted."""
+        values = (self.run_id, self.flow_id, self.step_id, self.key, self.kind, self.status, self.code,
+                  self.message, self.detail, self.next, self.until, self.at, self.llm_calls)
+        return {camel: value for camel, value in zip(OUTCOME_CAMEL, values) if value is not None}
 
     @classmethod
     def from_dict(cls, line: dict) -> StepOutcome:
@@ -381,6 +382,7 @@ OUTCOME_KEYS = {"run_id": "runId", "flow_id": "flowId", "step_id": "stepId", "ke
                 "kind": "kind", "status": "status", "code": "code", "message": "message",
                 "detail": "detail", "next": "next", "until": "until", "at": "at",
                 "llm_calls": "llmCalls"}
+OUTCOME_CAMEL = tuple(OUTCOME_KEYS.values())       # the order StepOutcome.to_dict reads its values in
 
 
 @dataclass
@@ -715,7 +717,10 @@ def is_too_long(value: str) -> bool:
 
 def iso(at: datetime) -> str:
     """An aware datetime as blob text; a naive one is read as UTC; truncated to ms."""
-    at = at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
+    if at.tzinfo is not timezone.utc:
+        at = at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
+    if at.year >= 1000:         # isoformat pads the year to four digits, where strftime's %Y does not
+        return at.isoformat(timespec="milliseconds")[:-6] + "Z"
     return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
 
 
@@ -769,6 +774,8 @@ def from_ms(ms: int | float) -> datetime:
 
 def truncate_ms(at: datetime) -> datetime:
     """The instant at whole milliseconds, aware UTC (runtime.md §0, now)."""
+    if type(at) is datetime and at.tzinfo is timezone.utc and at.microsecond % 1000 == 0:
+        return at                  # already there (a clock that reads whole milliseconds, fake_clock's)
     return from_ms(to_ms(at if at.tzinfo else at.replace(tzinfo=timezone.utc)))
 
 
@@ -817,7 +824,7 @@ def fake_clock(at: str) -> FakeClock:
 
 def compact_json(value: Any) -> str:
     """JSON with no spaces, non-ASCII kept (the form every payload the model reads uses)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_json_default)
+    return _COMPACT_ENCODER.encode(value)
 
 
 # What compact_json may raise for a value JSON cannot hold (a set, a cycle, too deep a nesting).
@@ -830,6 +837,11 @@ def _json_default(value: Any) -> Any:
     if hasattr(value, "__dataclass_fields__"):
         return {f.name: getattr(value, f.name) for f in dataclass_fields(value) if not f.name.startswith("_")}
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+# What json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_json_default) builds on every
+# call; it holds only those settings, so one serves every call (issue 12).
+_COMPACT_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_json_default)
 
 
 def js_kind(value: Any) -> str:
@@ -1118,7 +1130,7 @@ def merge_patch(data: dict, patch: dict) -> None:
         if value is None:
             data.pop(slug, None)
         else:
-            data[slug] = copy.deepcopy(value)
+            data[slug] = json_copy(value)
 
 
 TRUE_WORDS = ("true", "sim", "yes", "1")
@@ -1320,6 +1332,7 @@ class Agent:
         self._field_envelopes: dict[tuple, dict] = {}   # _fields_envelope(), built on first use
         self._understanding = _Understanding()   # the understand side's reuse, built on first use (issue 12)
         self._tool_pool: Any = None      # tool_pool(), created on the first batch of safe tool calls
+        self._turn_parts: dict = {}      # what the turn path reads and the agent never changes, built on first use
         self._tool_pool_lock = threading.Lock()
         if debug:
             log.setLevel(logging.DEBUG)
@@ -1381,8 +1394,8 @@ class Agent:
 
 
 def _turn_arguments(arguments: dict) -> dict:
-    """The keywords of a turn() or turn_stream() call, as the dict read_turn_input checks."""
-    return {name: value for name, value in arguments.items() if name != "self"}
+    """The keywords given to a turn() or turn_stream() call (None is "not given"), as read_turn_input checks them."""
+    return {name: value for name, value in arguments.items() if value is not None and name != "self"}
 
 
 # validate_flow and the agent's construction checks (persistence.md §1.10-§1.11) ---------------
@@ -2826,6 +2839,10 @@ INPUT_KINDS = ("message", "wake", "event", "start")
 KIND_KEYWORDS = {"message": ("id", "at"), "event": ("key", "payload", "hop"), "wake": (), "start": ()}
 TURN_KEYWORDS = {"session_id", "session", "context", "history", "silenced", "anchors", "claims",
                  *INPUT_KINDS, "id", "at", "key", "payload", "hop"}
+# Per input kind, the keywords that belong to another kind, with that kind, in KIND_KEYWORDS order.
+FOREIGN_KEYWORDS = {kind: tuple((keyword, other) for other, keywords in KIND_KEYWORDS.items() if other != kind
+                                for keyword in keywords) for kind in INPUT_KINDS}
+TYPED_KEYWORDS = (("id", str), ("at", str), ("history", list), ("anchors", dict), ("claims", dict))
 
 
 @dataclass
@@ -2852,22 +2869,21 @@ class TurnInput:
 
 def read_turn_input(kwargs: dict) -> TurnInput:
     """Check turn() keywords; a TypeError names what is wrong (runtime.md §2.2)."""
-    unknown = sorted(set(kwargs) - TURN_KEYWORDS)
-    if unknown:
-        raise TypeError(f"turn() got unexpected keyword argument(s): {', '.join(unknown)}")
-    session_id = kwargs.get("session_id")
+    if not TURN_KEYWORDS.issuperset(kwargs):
+        raise TypeError(f"turn() got unexpected keyword argument(s): {', '.join(sorted(set(kwargs) - TURN_KEYWORDS))}")
+    given = {name: value for name, value in kwargs.items() if value is not None}   # None is "not given"
+    session_id = given.get("session_id")
     if not isinstance(session_id, str) or not session_id:
         raise TypeError(f"turn() needs session_id=<non-empty str>, got {session_id!r}")
-    kinds = [kind for kind in INPUT_KINDS if kwargs.get(kind) is not None]
+    kinds = [kind for kind in INPUT_KINDS if kind in given]
     if len(kinds) != 1:
         got = "none" if not kinds else " and ".join(kinds)
         raise TypeError(f"turn() takes exactly one input kind (message, wake, event or start); got {got}")
     kind = kinds[0]
-    for other, keywords in KIND_KEYWORDS.items():
-        for keyword in keywords:
-            if other != kind and kwargs.get(keyword) is not None:
-                raise TypeError(f"turn() got {keyword}= with a {kind} input; {keyword} belongs to {other}")
-    value = kwargs[kind]
+    for keyword, other in FOREIGN_KEYWORDS[kind]:
+        if keyword in given:
+            raise TypeError(f"turn() got {keyword}= with a {kind} input; {keyword} belongs to {other}")
+    value = given[kind]
     if kind == "start":
         if (not isinstance(value, dict) or not isinstance(value.get("flow"), str)
                 or not isinstance(value.get("key"), str)):
@@ -2877,64 +2893,81 @@ def read_turn_input(kwargs: dict) -> TurnInput:
     else:
         if not isinstance(value, str):
             raise TypeError(f"turn({kind}=...) takes a str, got {type(value).__name__}")
-        hop = kwargs.get("hop") or 0
-    if kind == "event" and not isinstance(kwargs.get("key"), str):
+        hop = given.get("hop") or 0
+    if kind == "event" and not isinstance(given.get("key"), str):
         raise TypeError("turn(event=...) needs key=<str>, the host's idempotency key for the event")
     if not isinstance(hop, int) or isinstance(hop, bool) or hop < 0:
         raise TypeError(f"hop must be a whole number of 0 or more, got {hop!r}")
-    for name, expected in (("id", str), ("at", str), ("history", list), ("anchors", dict), ("claims", dict)):
-        if kwargs.get(name) is not None and not isinstance(kwargs[name], expected):
-            raise TypeError(f"turn({name}=...) takes a {expected.__name__}, got {type(kwargs[name]).__name__}")
-    if kwargs.get("at") is not None:
+    for name, expected in TYPED_KEYWORDS:
+        if name in given and not isinstance(given[name], expected):
+            raise TypeError(f"turn({name}=...) takes a {expected.__name__}, got {type(given[name]).__name__}")
+    at = given.get("at")
+    if at is not None:
         try:
-            check_instant(parse_iso(kwargs["at"]), "the instant", "Pass an instant inside it.")
+            check_instant(parse_iso(at), "the instant", "Pass an instant inside it.")
         except ValueError as error:
             raise TypeError(f"turn(at=...): {error}") from None
-    if kwargs.get("payload") is not None:
-        check_nesting(kwargs["payload"], "turn(payload=...)")
+    if "payload" in given:
+        check_nesting(given["payload"], "turn(payload=...)")
     if kind == "start" and value.get("input") is not None:
         check_nesting(value["input"], 'turn(start={"input": ...})')
-    silenced = kwargs.get("silenced")
+    silenced = given.get("silenced")
     if silenced is not None and not isinstance(silenced, str) and not (
             isinstance(silenced, dict) and isinstance(silenced.get("reason"), str)):
         raise TypeError('silenced takes a reason string or {"reason": str, "understand"?: bool, "skip"?: bool}')
-    session = kwargs.get("session")
+    session = given.get("session")
     if isinstance(session, dict):
         session = Session.from_dict(session)
     elif session is not None and not isinstance(session, Session):
         raise TypeError(f"turn(session=...) takes a Session or a blob dict, got {type(session).__name__}")
-    return TurnInput(
-        session_id=session_id, kind=kind, session=session, context=kwargs.get("context"),
-        history=kwargs.get("history"), silenced=silenced, anchors=kwargs.get("anchors") or {},
-        claims=kwargs.get("claims") or {}, message=kwargs.get("message"), id=kwargs.get("id") or None,
-        at=kwargs.get("at"), wake=kwargs.get("wake"), event=kwargs.get("event"), key=kwargs.get("key"),
-        payload=kwargs.get("payload"), hop=hop, start=kwargs.get("start"))
+    read = {**given, "kind": kind, "session": session, "hop": hop}    # the keywords are TurnInput's fields
+    if not read.get("id"):
+        read.pop("id", None)                # id="" is no id
+    return TurnInput(**read)
 
 
 # The phases of runtime.md §3 a turn passes through, in order (load is part of "ingest", return of "settle").
 Phase = Literal["ingest", "understand", "decide", "run", "speak", "settle"]
 
 
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def json_copy(value: Any) -> Any:
     """A deep copy of JSON-shaped data, several times faster than deepcopy; other values go through deepcopy."""
     kind = type(value)
     if kind is dict:
-        return {key: json_copy(item) for key, item in value.items()}
+        if _JSON_SCALARS.issuperset(map(type, value.values())):    # flat: one copy, the loop in C
+            return value.copy()
+        return {key: item if type(item) in _JSON_SCALARS else json_copy(item) for key, item in value.items()}
     if kind is list:
-        return [json_copy(item) for item in value]
-    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        if _JSON_SCALARS.issuperset(map(type, value)):
+            return value.copy()
+        return [item if type(item) in _JSON_SCALARS else json_copy(item) for item in value]
+    if kind in _JSON_SCALARS:
         return value
     return copy.deepcopy(value)
 
 
+def run_values(run: Run) -> dict:
+    """A run's fields as keywords for Run or EndedRun, its nested values copied (json_copy)."""
+    return {"id": run.id, "flow_id": run.flow_id, "anchor": run.anchor, "dedupe_key": run.dedupe_key,
+            "step_id": run.step_id, "status": run.status, "trigger": json_copy(run.trigger), "hop": run.hop,
+            "started_at": run.started_at, "asked": json_copy(run.asked), "visits": json_copy(run.visits),
+            "outcomes": json_copy(run.outcomes), "input": json_copy(run.input), "suspended_at": run.suspended_at,
+            "staying": run.staying, "waiting": json_copy(run.waiting)}
+
+
 def copy_session(session: Session) -> Session:
     """The turn's own copy of the input session: the host's object is never mutated (runtime.md §3.1)."""
-    runs = [replace(run, trigger=json_copy(run.trigger), asked=json_copy(run.asked), visits=json_copy(run.visits),
-                    outcomes=json_copy(run.outcomes), input=json_copy(run.input), waiting=json_copy(run.waiting))
-            if type(run) is Run else copy.deepcopy(run) for run in session.runs]
-    return replace(session, data=json_copy(session.data), runs=runs, claims=json_copy(session.claims),
-                   inputs=json_copy(session.inputs), metadata=json_copy(session.metadata),
-                   history=json_copy(session.history))
+    runs = [Run(**run_values(run)) if type(run) is Run else copy.deepcopy(run) for run in session.runs]
+    values = dict(data=json_copy(session.data), runs=runs, claims=json_copy(session.claims),
+                  inputs=json_copy(session.inputs), metadata=json_copy(session.metadata),
+                  history=json_copy(session.history))
+    if type(session) is not Session:
+        return replace(session, **values)
+    return Session(id=session.id, version=session.version, last_user_at=session.last_user_at,
+                   last_assistant_at=session.last_assistant_at, v=session.v, **values)
 
 
 class Turn:
@@ -3017,7 +3050,10 @@ class Turn:
         return any(live is run for live in self.session.runs)
 
     def asker(self) -> Run | None:
-        return next((run for run in self.session.runs if run.status == "asking"), None)
+        for run in self.session.runs:
+            if run.status == "asking":
+                return run
+        return None
 
     def scope(self, run: Run | None = None) -> Scope:
         return Scope(data=self.session.data, context=self.context, input=run.input if run else None)
@@ -3134,10 +3170,10 @@ def resolve_reply_waits(turn: Turn) -> None:
         run.status, run.waiting = "running", None
         target = next((branch.get("then") for branch in step.get("branches") or []
                        if branch.get("if") is not None and turn.holds(branch["if"], run)), step["else"])
-        write_line(turn, run, "wait", "ok", code="replied", next=target_label(target))
+        moved = go(turn, run, "wait", "ok", target, code="replied")
         if not turn.floor_from_ingest:
-            turn.floor_run = run                # before follow: a child it chains inherits the floor (I-F)
-        follow(turn, run, target)
+            turn.floor_run = run                # before advancing: a child it chains inherits the floor (I-F)
+        advance(turn, run, moved)
         take_floor_in_ingest(turn, run)
 
 
@@ -3156,12 +3192,9 @@ def ingest_run_wake(turn: Turn, key: str) -> Ignored | None:
     if isinstance(wait, str):
         replied = step.get("else") is not None and customer_wrote_since(turn, run.flow_id, set_at)
         target, code = (step["else"], "replied") if replied else (step.get("then"), "no-reply")
-        write_line(turn, run, "wait", "ok", code=code, next=target_label(target))
-        follow(turn, run, target)
+        advance(turn, run, go(turn, run, "wait", "ok", target, code=code))
     elif isinstance(wait, dict):
-        target = step.get("else", "end")
-        write_line(turn, run, "wait", "ok", code="no-event", next=target_label(target))
-        follow(turn, run, target)
+        advance(turn, run, go(turn, run, "wait", "ok", step.get("else", "end"), code="no-event"))
     return None
 
 
@@ -3203,8 +3236,7 @@ def ingest_event(turn: Turn, given: TurnInput) -> None:
         step = current_step(turn, run)
         if flow_of(turn, run) is None or step is None:
             continue
-        write_line(turn, run, "wait", "ok", code="event-arrived", next=target_label(step.get("then")))
-        follow(turn, run, step.get("then"))
+        advance(turn, run, go(turn, run, "wait", "ok", step.get("then"), code="event-arrived"))
         take_floor_in_ingest(turn, run)
     for flow in turn.agent.flows:
         for trigger in flow.get("on") or []:
@@ -3631,6 +3663,8 @@ def speak_ask(turn: Turn, speaker: Run | str) -> SpeakAsk:
 
 def kept_instructions(turn: Turn, instructions: list, run: Run | None) -> list:
     """Instructions whose ``if`` holds; a silenced turn never speaks, so ctx.silenced is None (model-calls.md §5.2)."""
+    if all(item.get("if") is None for item in instructions):
+        return instructions
     ctx = turn.pred_ctx(run, silenced=None)
     return [item for item in instructions
             if item.get("if") is None or judge(item["if"], ctx, turn.agent.conditions)]
@@ -3697,7 +3731,7 @@ def settle_talk(turn: Turn, run: Run, spoken: Spoken) -> None:
     else:
         write_given_up(turn, run, step)
         run.status = "running"
-        follow(turn, run, step.get("then"))
+        advance(turn, run, Go(step.get("then")))
         if turn.live(run) and run.status == "running":
             turn.queue.append(run)
 
@@ -3727,10 +3761,20 @@ def defer_talk(turn: Turn, run: Run, failure: Deferred) -> None:
 
 # Silence wakes and pending_wakes (runtime.md §7.5, §14) ---------------------------------------
 
+def silence_flows(agent: Agent) -> list[tuple[dict, dict]]:
+    """(flow, its first silence trigger) of each flow whose silence is a duration; once per agent (issue 12)."""
+    found = agent._turn_parts.get("silence flows")
+    if found is None:
+        found = agent._turn_parts["silence flows"] = [
+            (flow, trigger) for flow in agent.flows for trigger in [first_trigger(flow, "silence")]
+            if trigger is not None and is_duration(trigger.get("silence"))]
+    return found
+
+
 def arm_silence_wakes(turn: Turn) -> None:
     """Schedule each silence flow's wake when the assistant's last word moved (runtime.md §7.5)."""
     previous = turn.input.session.last_assistant_at if turn.input.session else None
-    if turn.session.last_assistant_at == previous:
+    if turn.session.last_assistant_at == previous or not silence_flows(turn.agent):
         return
     replaces_ms = str(to_ms(parse_iso(previous))) if previous else None
     turn.schedule.extend(silence_wakes(turn, replaces_ms))
@@ -3742,17 +3786,14 @@ def silence_wakes(turn: Turn, replaces_ms: str | None = None) -> list[ScheduleEn
     With ``replaces_ms`` each entry names the wake of that earlier silence as the one it replaces.
     """
     session = turn.session
-    if session.last_assistant_at is None:
+    if session.last_assistant_at is None or not silence_flows(turn.agent):
         return []
     said = parse_iso(session.last_assistant_at)
     if session.last_user_at is not None and parse_iso(session.last_user_at) > said:
         return []
     ms = str(to_ms(said))
     entries = []
-    for flow in turn.agent.flows:
-        trigger = first_trigger(flow, "silence")
-        if trigger is None or not is_duration(trigger.get("silence")):
-            continue
+    for flow, trigger in silence_flows(turn.agent):
         draft = draft_run(turn, flow, "silence", ms)
         if trigger.get("if") is not None and not turn.holds(trigger["if"], draft):
             continue
@@ -3786,7 +3827,8 @@ def pending_wakes(agent: Agent, session: Any, context: Any, anchors: dict | None
 #
 # One way to move a run: move_run() executes steps; a step kind does its work
 # and returns the target it names (Go) or None when it stopped the run here;
-# follow() applies every then, else, onFail and branch target.
+# advance() alone applies every then, else, onFail and branch target, from the
+# step loop, from Ingest's releases, from a fired branch and from settle.
 
 TALK_KEYS = ("prompt", "collect")
 
@@ -3819,7 +3861,10 @@ def flow_of(turn: Turn, run: Run) -> dict | None:
 def find_step(flow: dict | None, step_id: str | None) -> dict | None:
     if flow is None or step_id is None:
         return None
-    return next((step for step in flow.get("steps") or [] if step.get("id") == step_id), None)
+    for step in flow.get("steps") or []:
+        if step.get("id") == step_id:
+            return step
+    return None
 
 
 def current_step(turn: Turn, run: Run) -> dict | None:
@@ -4103,8 +4148,7 @@ def move_run(turn: Turn, run: Run) -> None:
             return
         moved = execute_step(turn, run, flow, step, resuming and executed == 0)
         executed += 1
-        if moved is not None:
-            follow(turn, run, moved.target)
+        advance(turn, run, moved)
 
 
 def premise_failure(turn: Turn, run: Run, flow: dict) -> str | None:
@@ -4134,8 +4178,7 @@ def end_run(turn: Turn, run: Run, reason: str, *, code: str | None = None, kind:
         write_line(turn, run, kind or step_kind(current_step(turn, run)),
                    "failed" if reason == "failed" else "skipped", code=code, detail=detail)
     turn.session.runs = [live for live in turn.session.runs if live is not run]
-    turn.ended.append(EndedRun(**{f.name: copy.deepcopy(getattr(run, f.name)) for f in dataclass_fields(Run)},
-                               reason=reason))
+    turn.ended.append(EndedRun(**run_values(run), reason=reason))
     if turn.talk_request is run:
         turn.talk_request = None
 
@@ -4149,8 +4192,33 @@ def park(turn: Turn, run: Run, key: str, at: datetime, kind: str = "timer", even
     turn.schedule.append(ScheduleEntry(key=key, at=at))
 
 
-def follow(turn: Turn, run: Run, target: Any) -> None:
-    """Apply a then, else, onFail or branch target (runtime.md §3.6.4)."""
+@dataclass(frozen=True)
+class Go:
+    """What moves a run on: this then, else, onFail or branch target (``None``: the next step, runtime.md §3.6.4).
+
+    A step kind returns one (runtime.md §3.6.3), and so do the releases of Ingest (a timer wait the customer
+    answered, a wake, an event: §3.2), a branch that fired (§3.5.2) and a talk step settled with nothing left
+    to ask (§3.8 item 3). ``advance`` applies it.
+    """
+    target: Any
+
+
+def go(turn: Turn, run: Run, kind: str, status: str, target: Any, **line: Any) -> Go:
+    """Write the outcome line that moves the run, ``next`` = the target's label (runtime.md §11.1), and the Go."""
+    write_line(turn, run, kind, status, next=target_label(target), **line)
+    return Go(target)
+
+
+def advance(turn: Turn, run: Run, moved: Go | None) -> None:
+    """The one place a run moves on: apply a Go's target (runtime.md §3.6.4); ``None`` leaves the run be.
+
+    The target is the next step (``None``), ``"end"`` (the flow finishes, §3.6.5), ``{"flow": ...}`` (chain:
+    this run ends, that flow starts one hop deeper) or a step id, as text or ``{"step", "clear"?}``. A target
+    step the flow no longer has ends the run (step-gone).
+    """
+    if moved is None:
+        return
+    target = moved.target
     flow = flow_of(turn, run)
     if target is None:
         assert flow is not None             # a run moves on only while its flow is the agent's
@@ -4267,10 +4335,9 @@ def fire_branch(turn: Turn, run: Run, step: dict, judgement: Judgement | None) -
         else:
             hit = judgement is not None and judgement.branches.get(f"{run.id}/{step['id']}/{index}") is True
         if hit:
-            write_line(turn, run, talk_kind(step), "ok", code="branch", key=step_key(run),
-                       next=target_label(target))
+            moved = go(turn, run, talk_kind(step), "ok", target, code="branch", key=step_key(run))
             run.status = "running"
-            follow(turn, run, target)
+            advance(turn, run, moved)
             return True
     return False
 
@@ -4289,20 +4356,8 @@ def already_through(run: Run, target: Any) -> bool:
 # Executing a step (runtime.md §3.6.3) ---------------------------------------------------------
 #
 # A step kind does its work and returns what happened: Go(target) when the run
-# moves on, None when it stopped here (it asks, it parked, or it ended). Only
-# move_run applies the target, through follow().
-
-@dataclass(frozen=True)
-class Go:
-    """A step kind's answer: move the run on to this target (``None``: the next step, runtime.md §3.6.4)."""
-    target: Any
-
-
-def go(turn: Turn, run: Run, kind: str, status: str, target: Any, **line: Any) -> Go:
-    """Write the step's outcome line with ``next`` = the target's label, and move on to the target."""
-    write_line(turn, run, kind, status, next=target_label(target), **line)
-    return Go(target)
-
+# moves on, None when it stopped here (it asks, it parked, or it ended). It
+# never moves the run itself: move_run hands the Go to advance().
 
 def execute_step(turn: Turn, run: Run, flow: dict, step: dict, resuming: bool) -> Go | None:
     """Execute the current step by its kind, tested in the spec's order (runtime.md §3.6.3)."""
@@ -4641,7 +4696,7 @@ def log_call(request: GenerateRequest, generation: Generation) -> None:
 
 def join_sections(*sections: str | None) -> str:
     """Drop None and blank sections, join the rest with one blank line, strip (model-calls.md §2.2)."""
-    return "\n\n".join(text for text in sections if text is not None and text.strip()).strip()
+    return "\n\n".join([text for text in sections if text is not None and text.strip()]).strip()
 
 
 def _render_text(text: Any, scope: Scope) -> str:
@@ -4746,7 +4801,7 @@ def field_line(name: str, definition: dict | None) -> str:
 
 def already_known_section(agent: Agent, data: dict) -> str | None:
     """``## Already known``: the agent's known fields, in definition order (model-calls.md §2.6)."""
-    lines = [f"- {slug}: {_json_text(data.get(slug))}" for slug in agent.fields if is_known(data.get(slug))]
+    lines = [f"- {slug}: {_json_text(data[slug])}" for slug in agent.fields if slug in data and is_known(data[slug])]
     if not lines:
         return None
     return "## Already known\nThese values are settled. Never ask for them again.\n" + "\n".join(lines)
@@ -5752,6 +5807,19 @@ def response_format_section(agent: Agent, wire: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
+def speak_prefix(agent: Agent, scope: Scope) -> tuple[str | None, str | None]:
+    """(system, Identity for the prompt) of a speak call: ``stable_prefix``, the system part (under protocol
+    "lean" with the reply rules, docs/guide/tokens.md) built once per agent, as it never reads the turn."""
+    cached = agent._turn_parts.get("speak system")
+    if cached is None:
+        system, _ = stable_prefix(agent, scope)
+        if agent.protocol == "lean":
+            system = join_sections(system, LEAN_SPEAK_FORMAT + ("\n" + LEAN_TOOLS_RULE if agent.tools else ""))
+        cached = agent._turn_parts["speak system"] = (system, identity_varies(agent))
+    system, varies = cached
+    return system, identity_section(agent, scope) if varies else None
+
+
 def speak_prompt(agent: Agent, ask: SpeakAsk, wire: list[tuple[str, str]]) -> tuple[str | None, str]:
     """(system, prompt without the round section) for a talk step or the idle speaker (§5.3).
 
@@ -5759,7 +5827,7 @@ def speak_prompt(agent: Agent, ask: SpeakAsk, wire: list[tuple[str, str]]) -> tu
     guideline applies (inferred: a heading with nothing under it helps nobody).
     """
     scope = ask.scope
-    system, identity = stable_prefix(agent, scope)
+    system, identity = speak_prefix(agent, scope)
     if ask.step is None:
         idle = agent.idle if isinstance(agent.idle, dict) else {}
         return system, join_sections(
@@ -5821,8 +5889,7 @@ def lean_speak_call(agent: Agent, ask: SpeakAsk) -> tuple[str | None, str]:
     each pending field is listed once.
     """
     scope = ask.scope
-    system, identity = stable_prefix(agent, scope)
-    system = join_sections(system, LEAN_SPEAK_FORMAT + ("\n" + LEAN_TOOLS_RULE if agent.tools else ""))
+    system, identity = speak_prefix(agent, scope)
     if ask.step is None:
         idle = agent.idle if isinstance(agent.idle, dict) else {}
         guideline = _render_text(idle.get("prompt"), scope)
@@ -5835,7 +5902,8 @@ def lean_speak_call(agent: Agent, ask: SpeakAsk) -> tuple[str | None, str]:
         flow_text += f": {flow['description']}"
     guideline = _render_text(ask.step.get("prompt"), scope) or (
         LEAN_COLLECT_GUIDELINE if ask.pending else DEFAULT_ANSWER_GUIDELINE)
-    known = [f"- {slug}: {_json_text(scope.data.get(slug))}" for slug in agent.fields if is_known(scope.data.get(slug))]
+    data = scope.data
+    known = [f"- {slug}: {_json_text(data[slug])}" for slug in agent.fields if slug in data and is_known(data[slug])]
     prompt = join_sections(
         identity, f"## Flow\n{flow_text}" if flow_text else None, f"{LEAN_GUIDELINE_HEADING}\n{guideline}",
         _lean_still_to_collect(agent, ask), "## Already known\n" + "\n".join(known) if known else None,
@@ -5850,13 +5918,17 @@ def _lean_still_to_collect(agent: Agent, ask: SpeakAsk) -> str | None:
     step = ask.step or {}
     step_ask = step["ask"] if isinstance(step.get("ask"), dict) else {}
     lines = ["## Still to collect"]
+    known_lines = agent._turn_parts.setdefault("lean field lines", {})    # a field's line never changes
     for slug in dict.fromkeys(ask.pending):
         definition = agent.fields.get(slug)
         wording = step_ask.get(slug)
         if wording is None and isinstance(definition, dict):
             wording = definition.get("ask")
         how = _render_text(wording, ask.scope)
-        lines.append(f"- {lean_field_line(slug, definition)}" + (f" — ask: {how}" if how else ""))
+        line = known_lines.get(slug)
+        if line is None:
+            line = known_lines[slug] = f"- {lean_field_line(slug, definition)}"
+        lines.append(line + (f" — ask: {how}" if how else ""))
     return "\n".join(lines)
 
 
@@ -6046,7 +6118,7 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
             section = LEAN_WRAP_UP if not offer and round_no > 0 else None
         request = GenerateRequest(system=system, prompt=join_sections(base, section), history=list(history),
                                   context=ask.scope.context,
-                                  schema=copy.deepcopy(schema) if v4_schema is None else lean_speak_schema(),
+                                  schema=json_copy(schema) if v4_schema is None else lean_speak_schema(),
                                   schema_name="speak", tools=[dict(d) for d in declarations] if offer else None,
                                   cache_history=v4_schema is not None, v4_schema=v4_schema)
         calls += 1
@@ -7281,6 +7353,8 @@ class ScriptedProvider:
                                       "itself (an exception entry).")
                 raise RuntimeError(text)
             entry = queue.pop(0)
+        if type(entry) is dict and not self.strict:
+            return entry                # the common reply: neither a callable nor an exception, and unchecked
         if callable(entry) and not isinstance(entry, type):
             # A script function reads what is asked from the schema in the documented (v4) form, under
             # either protocol; .calls keeps the request as sent (docs/guide/tokens.md).
@@ -7319,17 +7393,18 @@ class ScriptedProvider:
         return None
 
     def _generation(self, request: GenerateRequest, entry: Any) -> Generation:
+        if isinstance(entry, dict):
+            structured = {k: json_copy(v) for k, v in entry.items() if k != "toolCalls"}
+            message = entry["message"] if isinstance(entry.get("message"), str) else compact_json(structured)
+            listed = entry.get("toolCalls")
+            calls = [ToolCallRequest(id=f"call_{i}", name=item["toolName"], arguments=item.get("arguments") or {})
+                     for i, item in enumerate(listed)] if listed else []
+            return Generation(message=message, structured=structured, tool_calls=calls,
+                              usage=self._usage(request, message) if self.usage is not False else None)
         if isinstance(entry, Generation):
             return entry
         if isinstance(entry, str):
             return Generation(message=entry, usage=self._usage(request, entry))
-        if isinstance(entry, dict):
-            structured = {k: copy.deepcopy(v) for k, v in entry.items() if k != "toolCalls"}
-            message = entry["message"] if isinstance(entry.get("message"), str) else compact_json(structured)
-            calls = [ToolCallRequest(id=f"call_{i}", name=item["toolName"], arguments=item.get("arguments") or {})
-                     for i, item in enumerate(entry.get("toolCalls") or [])]
-            return Generation(message=message, structured=structured, tool_calls=calls,
-                              usage=self._usage(request, message))
         raise TypeError(f"a scripted entry must be a dict, a str, a Generation, an exception or a callable, "
                         f"not {type(entry).__name__}")
 
