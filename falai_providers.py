@@ -596,19 +596,24 @@ def _level_for(caps: ModelCaps, effort: str, names: dict[str, str]) -> str | Non
 # Every provider first turns the request into one list of normalized messages
 # (providers.md §2.3), then maps that list to its own wire (§2.4).
 
-def _normalize_messages(request: GenerateRequest) -> list[dict]:
+def _normalize_messages(request: GenerateRequest, fragments: _Fragments | None = None) -> list[dict]:
+    """The normalized messages of §2.3. With ``fragments``, a plain text history item
+    (``{"role": "user" | "assistant", "content": text}``, text not blank) is its
+    fragment instead: the vendor's wire form of it (issue 12)."""
     messages: list[dict] = []
     if isinstance(request.system, str) and request.system.strip():
         messages.append({"role": "system", "content": request.system})
     for item in request.history or []:
-        if type(item) is dict and len(item) == 2 and type(item.get("content")) is str:
+        if type(item) is dict and len(item) == 2:
             # The common plain text item, taken the way the branches below take it (issue 12).
-            role = item.get("role")
-            if role == "user":
-                messages.append({"role": "user", "content": item["content"]})
-                continue
-            if role == "assistant":
-                messages.append({"role": "assistant", "content": item["content"], "toolCalls": []})
+            role, text = item.get("role"), item.get("content")
+            if (role == "user" or role == "assistant") and type(text) is str:
+                if fragments is not None and text:
+                    messages.append(fragments.by_role[role].get(text) or fragments.add(role, text))
+                elif role == "user":
+                    messages.append({"role": "user", "content": text})
+                else:
+                    messages.append({"role": "assistant", "content": text, "toolCalls": []})
                 continue
         role = item.get("role") if isinstance(item, dict) else None
         if role == "system":
@@ -960,7 +965,7 @@ def _seconds(value: float) -> str:
 class _Plan:
     """What one call sends, worked out once before the first attempt (providers.md §3.1)."""
     request: GenerateRequest
-    messages: list[dict]         # the normalized messages (§2.3)
+    messages: list[dict]         # the normalized messages (§2.3); plain text history items as _Fragments
     tools: list[dict]
     json: dict | None            # {"name", "schema"} when a structured reply is wanted
     options: dict                # config overlaid with the request's maxTokens and effort
@@ -1045,22 +1050,50 @@ def _check_options(owner: str, config: Any) -> dict:
     return dict(config)
 
 
-_HISTORY_KEYS = ("messages", "contents")
-_FRAGMENTS_KEPT = 10_000
+FRAGMENTS_KEPT = 10_000          # plain history items whose wire form one provider keeps (issue 12)
 
 
-def _fragment_key(item: Any) -> tuple | None:
-    """A key that fixes a history item's JSON text: its key order, role and one text, or None for any other item."""
-    if type(item) is not dict or len(item) != 2 or type(item.get("role")) is not str:
-        return None
-    content = item.get("content")
-    if type(content) is str:
-        return tuple(item), item["role"], content
-    parts = item.get("parts")
-    if type(parts) is list and len(parts) == 1 and type(parts[0]) is dict and len(parts[0]) == 1 \
-            and type(parts[0].get("text")) is str:
-        return tuple(item), item["role"], parts[0]["text"]
-    return None
+class _Fragment(dict):
+    """A plain text history item in a vendor's wire form, with its JSON text worked out once (issue 12).
+
+    The same object goes into every body that holds the item, in this call and in
+    later turns, so nothing may change one once built; ``_body_text`` writes its
+    ``json`` instead of serializing it again.
+    """
+    __slots__ = ("json",)
+    json: str
+
+
+class _Fragments:
+    """A provider's fragments of the plain text items it has sent, by role and text (issue 12).
+
+    Keyed by content, not by the item: the engine hands each turn a fresh copy of
+    the history, equal item by item. At most FRAGMENTS_KEPT are kept; when full,
+    all are dropped and the next calls build them again. A provider may be shared
+    by threads: each step is one operation on a dict with str keys (get, set,
+    clear), atomic under the GIL, and two threads building the same fragment build
+    equal ones, so there is no lock.
+    """
+
+    def __init__(self, wire: Callable[[str, str], dict]) -> None:
+        self.by_role: dict[str, dict[str, _Fragment]] = {"user": {}, "assistant": {}}
+        self._wire = wire            # (role, text) -> the vendor's wire dict of a plain text message (static)
+
+    def __len__(self) -> int:
+        return sum(len(kept) for kept in self.by_role.values())
+
+    def add(self, role: str, text: str) -> _Fragment:
+        """The fragment of a plain ``role`` message saying ``text``, built on first sight."""
+        kept = self.by_role[role]
+        fragment = kept.get(text)
+        if fragment is None:
+            fragment = _Fragment(self._wire(role, text))
+            fragment.json = compact_json(fragment)
+            if len(self) >= FRAGMENTS_KEPT:
+                for other in self.by_role.values():
+                    other.clear()
+            kept[text] = fragment
+        return fragment
 
 
 class _HttpProvider:
@@ -1147,7 +1180,7 @@ class _HttpProvider:
         self.retry_config = {"timeout": timeout, "retries": retries}
         self.headers = dict(headers or {})
         self.session = session if session is not None else requests.Session()
-        self._fragments: dict[tuple, str] = {}      # _body_text(): JSON text of history items seen before
+        self._fragments = _Fragments(self._plain_wire)
         self._sleep = sleep
         self._retries = retries
         self._idle_s = timeout / 1000
@@ -1248,8 +1281,8 @@ class _HttpProvider:
         schema = request.schema
         json_request = {"name": request.schema_name or "structured_output", "schema": schema} if schema else None
         try:
-            return _Plan(request, _normalize_messages(request), _tool_definitions(request.tools), json_request,
-                         options)
+            messages = _normalize_messages(request, self._fragments if self._history_key else None)
+            return _Plan(request, messages, _tool_definitions(request.tools), json_request, options)
         except Exception as exc:
             # §1.6 rule 3: a malformed history or tool list fails the call as a ProviderError.
             raise ProviderError(f"{self.name}: cannot build the request: {type(exc).__name__}: {exc}",
@@ -1495,32 +1528,23 @@ class _HttpProvider:
         return {}
 
     def _body_text(self, body: dict) -> str:
-        """``compact_json(body)``, byte for byte, reusing the text of history items seen in earlier calls (issue 12).
-
-        Only the list of messages (``messages``, Gemini's ``contents``) is split:
-        a plain text item's JSON depends on nothing but its keys and text, so it
-        is keyed by them; any other item is serialized afresh.
-        """
-        name = next((key for key in _HISTORY_KEYS if isinstance(body.get(key), list)), None)
-        if name is None:
+        """``compact_json(body)``, byte for byte, writing each kept fragment's text as it is (issue 12)."""
+        name = self._history_key
+        if name is None or name not in body:
             return compact_json(body)
         keys = list(body)
         at = keys.index(name)
         head = compact_json({key: body[key] for key in keys[:at]})[:-1]
         tail = compact_json({key: body[key] for key in keys[at + 1:]})[1:]
-        if len(self._fragments) > _FRAGMENTS_KEPT:
-            self._fragments.clear()                 # a bound, not a policy: the next calls fill it again
-        items = []
-        for item in body[name]:
-            key = _fragment_key(item)
-            text = self._fragments.get(key) if key is not None else None
-            if text is None:
-                text = compact_json(item)
-                if key is not None:
-                    self._fragments[key] = text
-            items.append(text)
-        return (f'{head}{"," if at else ""}"{name}":[{",".join(items)}]'
-                f'{"," if at + 1 < len(keys) else ""}{tail}')
+        items = ",".join([item.json if type(item) is _Fragment else compact_json(item) for item in body[name]])
+        return f'{head}{"," if at else ""}"{name}":[{items}]{"," if at + 1 < len(keys) else ""}{tail}'
+
+    _history_key: str | None = None          # the body key of the history list, when it may hold fragments
+
+    @staticmethod
+    def _plain_wire(role: str, text: str) -> dict:
+        """The wire form of a plain text message of ``role``; a vendor that has a ``_history_key`` says."""
+        raise NotImplementedError
 
     def _wire(self, model: str, plan: _Plan) -> tuple[str, dict, dict]:
         raise NotImplementedError
@@ -1675,8 +1699,7 @@ class GeminiProvider(_HttpProvider):
         url = (f"{self.base_url}/v1beta/models/{urllib.parse.quote(model, safe='/.-_~')}"
                ":streamGenerateContent?alt=sse")
         headers = {**self._base_headers(), "x-goog-api-key": self._api_key, **self.headers}
-        system = [m["content"] for m in plan.messages if m["role"] == "system"]
-        contents = self._contents([m for m in plan.messages if m["role"] != "system"], model)
+        system, contents = self._contents(plan.messages, model)
         options = plan.options
         caps = self._caps("gemini", model)
         config: dict = {}
@@ -1732,22 +1755,32 @@ class GeminiProvider(_HttpProvider):
             return {"thinkingBudget": min(high, max(low, _GEMINI_BUDGETS[effort]))}
         return None
 
-    @staticmethod
-    def _contents(messages: list[dict], model: str) -> list[dict]:
-        """providers.md §4.4."""
+    def _contents(self, messages: list[dict], model: str) -> tuple[list[str], list[dict]]:
+        """The system texts, for ``systemInstruction``, and the ``contents`` (providers.md §4.4).
+
+        A plain text history item arrives as this provider's fragment of it (issue 12).
+        """
+        system: list[str] = []
         contents: list[dict] = []
         answering = False         # the last content holds functionResponse parts
         for message in messages:
+            if type(message) is _Fragment:
+                answering = False
+                contents.append(message)
+                continue
             role = message["role"]
+            if role == "system":
+                system.append(message["content"])
+                continue
             if role == "assistant" and not message["toolCalls"] and message["content"]:
                 answering = False
-                contents.append({"role": "model", "parts": [{"text": message["content"]}]})   # a plain reply
+                contents.append(self._plain_wire(role, message["content"]))
                 continue
             if role == "user":
                 answering = False
                 if message["content"]:
                     # An empty text part is a 400 on Gemini, so a blank user message is left out (inferred).
-                    contents.append({"role": "user", "parts": [{"text": message["content"]}]})
+                    contents.append(self._plain_wire(role, message["content"]))
             elif role == "assistant":
                 answering = False
                 parts: list[dict] = []
@@ -1771,8 +1804,14 @@ class GeminiProvider(_HttpProvider):
                     contents.append({"role": "user", "parts": [part]})
                     answering = True
         if not _gemini_is_legacy(model):
-            GeminiProvider._sign_current_turn(contents)
-        return contents
+            self._sign_current_turn(contents)
+        return system, contents
+
+    _history_key = "contents"
+
+    @staticmethod
+    def _plain_wire(role: str, text: str) -> dict:
+        return {"role": "model" if role == "assistant" else role, "parts": [{"text": text}]}
 
     @staticmethod
     def _sign_current_turn(contents: list[dict]) -> None:
@@ -1979,7 +2018,7 @@ class OpenAICompatibleProvider(_HttpProvider):
         if self.site_name:
             headers["X-Title"] = self.site_name
         headers.update(self.headers)
-        messages = [self._message(m) for m in plan.messages]
+        messages = [m if type(m) is _Fragment else self._message(m) for m in plan.messages]   # a fragment is wire
         body: dict = {"model": model, "messages": messages, "stream": True}
         if self.include_usage:
             body["stream_options"] = {"include_usage": True}
@@ -2007,6 +2046,12 @@ class OpenAICompatibleProvider(_HttpProvider):
         if self.provider_order is not None:
             body["provider"] = {"order": list(self.provider_order), "allow_fallbacks": True}
         return url, headers, body
+
+    _history_key = "messages"
+
+    @staticmethod
+    def _plain_wire(role: str, text: str) -> dict:
+        return {"role": role, "content": text}
 
     def _message(self, message: dict) -> dict:
         role = message["role"]
