@@ -42,7 +42,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Generator, Iterable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 import requests
 
@@ -971,6 +971,13 @@ class _Plan:
     options: dict                # config overlaid with the request's maxTokens and effort
 
 
+@dataclasses.dataclass
+class _Failure:
+    """How one attempt failed."""
+    error: ProviderError
+    streamed: bool               # some of its text already reached the caller (§1.6 rule 4)
+
+
 class _Accumulator:
     """The fold of one attempt's events (providers.md §3.3)."""
 
@@ -1209,60 +1216,72 @@ class _HttpProvider:
     # -- one call (providers.md §3.1, §3.8) ------------------------------------
 
     def _run(self, request: GenerateRequest, streaming: bool) -> Iterator[GenerationChunk]:
+        """Each model in turn, each of its attempts until one answers (the ladder of §3.8)."""
         plan = self._plan(request)
         models = [self.model, *self.backup_models]
-        delivered = False
         for position, model in enumerate(models):
-            attempt = 0
+            backup = models[position + 1] if position + 1 < len(models) else None
+            attempt = 1
             while True:
-                attempt += 1
-                self._check_cancel(request)
-                accumulator = _Accumulator()
-                state = self._new_state()
-                events = self._attempt(model, plan, state)
-                try:
-                    for event in events:
-                        delta = accumulator.fold(event)
-                        if delta and streaming:
-                            delivered = True
-                            yield GenerationChunk(delta=delta, accumulated=accumulator.text, done=False)
-                    refusal = self._refusal(state, accumulator)
-                    if refusal is not None:
-                        raise refusal                                     # issue 7: one request, no retry
-                    if accumulator.is_empty():
-                        raise self._empty_error(state, accumulator)      # §3.5 rule 1, per attempt
-                except Exception as exc:
-                    error = self._sanitized(self._wrap(exc))
-                else:
-                    # After the stream: the empty-reply rule (§3.5 rule 6) is raised from here and is
-                    # deliberately outside the retry loop.
-                    try:
-                        final = self._final_chunk(plan, model, accumulator)
-                    except ProviderError:
-                        raise
-                    except Exception as exc:            # §1.6 rule 3, issue 7 item 9
-                        raise self._sanitized(self._wrap(exc)) from None
-                    yield final
+                failure = yield from self._attempt(plan, model, streaming)
+                if failure is None:
                     return
-                finally:
-                    events.close()
-                if request.cancel is not None and request.cancel.is_set() and error.kind != "aborted":
-                    raise self._aborted() from error
-                if error.kind == "aborted" or delivered:
-                    raise error          # §1.6 rule 4: text already reached the caller
-                log.warning("[%s] attempt %d on model %s failed (%s): %s", self.name, attempt, model,
-                            error.kind, error)
-                if attempt <= self._retries and self._retryable(error):
-                    delay_ms = self._delay_ms(error, attempt)
-                    if delay_ms is not None:
-                        self._pause(delay_ms, request)
-                        continue
-                break
-            if error.kind in BACKUP_KINDS and position + 1 < len(models):
-                log.warning("[%s] model %s failed (%s); falling back to backup model %s", self.name, model,
-                            error.kind, models[position + 1])
-                continue
-            raise error
+                if self._after_error(failure, request, model, attempt, backup) == "backup":
+                    break
+                attempt += 1
+
+    def _attempt(self, plan: _Plan, model: str, streaming: bool) -> Generator[GenerationChunk, None, _Failure | None]:
+        """One attempt (§3.3-§3.5): yield its text deltas when streaming, then its final chunk;
+        return how it failed instead, or None when it answered."""
+        self._check_cancel(plan.request)
+        accumulator = _Accumulator()
+        state = self._new_state()
+        events = self._request(model, plan, state)
+        try:
+            for event in events:
+                delta = accumulator.fold(event)
+                if delta and streaming:
+                    yield GenerationChunk(delta=delta, accumulated=accumulator.text, done=False)
+            refusal = self._refusal(state, accumulator)
+            if refusal is not None:
+                raise refusal                                     # issue 7: one request, no retry
+            if accumulator.is_empty():
+                raise self._empty_error(state, accumulator)      # §3.5 rule 1, per attempt
+        except Exception as exc:
+            return _Failure(self._sanitized(self._wrap(exc)), streamed=streaming and accumulator.text != "")
+        finally:
+            events.close()
+        # After the stream: the empty-reply rule (§3.5 rule 6) is raised from here and is
+        # deliberately outside the retry loop.
+        try:
+            final = self._final_chunk(plan, model, accumulator)
+        except ProviderError:
+            raise
+        except Exception as exc:            # §1.6 rule 3, issue 7 item 9
+            raise self._sanitized(self._wrap(exc)) from None
+        yield final
+        return None
+
+    def _after_error(self, failure: _Failure, request: GenerateRequest, model: str, attempt: int,
+                     backup: str | None) -> Literal["retry", "backup"]:
+        """What follows a failed attempt (§3.8): ``"retry"`` the model after a pause, go on to the
+        ``"backup"`` model, or raise the error."""
+        error = failure.error
+        if request.cancel is not None and request.cancel.is_set() and error.kind != "aborted":
+            raise self._aborted() from error
+        if error.kind == "aborted" or failure.streamed:
+            raise error          # §1.6 rule 4: text already reached the caller
+        log.warning("[%s] attempt %d on model %s failed (%s): %s", self.name, attempt, model, error.kind, error)
+        if attempt <= self._retries and self._retryable(error):
+            delay_ms = self._delay_ms(error, attempt)
+            if delay_ms is not None:
+                self._pause(delay_ms, request)
+                return "retry"
+        if error.kind in BACKUP_KINDS and backup is not None:
+            log.warning("[%s] model %s failed (%s); falling back to backup model %s", self.name, model,
+                        error.kind, backup)
+            return "backup"
+        raise error
 
     def _plan(self, request: GenerateRequest) -> _Plan:
         self._check_cancel(request)
@@ -1363,9 +1382,10 @@ class _HttpProvider:
             link = link.__cause__ or link.__context__
         return error
 
-    # -- one attempt (§3.7) -----------------------------------------------------
+    # -- one request (§3.7) -----------------------------------------------------
 
-    def _attempt(self, model: str, plan: _Plan, state: dict) -> Generator[dict, None, None]:
+    def _request(self, model: str, plan: _Plan, state: dict) -> Generator[dict, None, None]:
+        """One HTTP request to ``model``, read as normalized events (§3.7)."""
         request = plan.request
         try:
             url, headers, body = self._wire(model, plan)
