@@ -603,13 +603,22 @@ def _normalize_messages(request: GenerateRequest, fragments: _Fragments | None =
     messages: list[dict] = []
     if isinstance(request.system, str) and request.system.strip():
         messages.append({"role": "system", "content": request.system})
+    kept = fragments.by_role if fragments is not None else None
     for item in request.history or []:
         if type(item) is dict and len(item) == 2:
+            if kept is not None:
+                try:
+                    fragment = kept[item["role"]].get(item["content"])    # a plain text item sent before
+                except (KeyError, TypeError):                            # no such key, or no role kept
+                    fragment = None
+                if fragment is not None:
+                    messages.append(fragment)
+                    continue
             # The common plain text item, taken the way the branches below take it (issue 12).
             role, text = item.get("role"), item.get("content")
             if (role == "user" or role == "assistant") and type(text) is str:
                 if fragments is not None and text:
-                    messages.append(fragments.by_role[role].get(text) or fragments.add(role, text))
+                    messages.append(fragments.add(role, text))
                 elif role == "user":
                     messages.append({"role": "user", "content": text})
                 else:
@@ -1554,8 +1563,8 @@ class _HttpProvider:
             return compact_json(body)
         keys = list(body)
         at = keys.index(name)
-        head = compact_json({key: body[key] for key in keys[:at]})[:-1]
-        tail = compact_json({key: body[key] for key in keys[at + 1:]})[1:]
+        head = compact_json({key: body[key] for key in keys[:at]})[:-1] if at else "{"
+        tail = compact_json({key: body[key] for key in keys[at + 1:]})[1:] if at + 1 < len(keys) else "}"
         items = ",".join([item.json if type(item) is _Fragment else compact_json(item) for item in body[name]])
         return f'{head}{"," if at else ""}"{name}":[{items}]{"," if at + 1 < len(keys) else ""}{tail}'
 
