@@ -42,7 +42,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Generator, Iterable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 import requests
 
@@ -596,19 +596,33 @@ def _level_for(caps: ModelCaps, effort: str, names: dict[str, str]) -> str | Non
 # Every provider first turns the request into one list of normalized messages
 # (providers.md §2.3), then maps that list to its own wire (§2.4).
 
-def _normalize_messages(request: GenerateRequest) -> list[dict]:
+def _normalize_messages(request: GenerateRequest, fragments: _Fragments | None = None) -> list[dict]:
+    """The normalized messages of §2.3. With ``fragments``, a plain text history item
+    (``{"role": "user" | "assistant", "content": text}``, text not blank) is its
+    fragment instead: the vendor's wire form of it (issue 12)."""
     messages: list[dict] = []
     if isinstance(request.system, str) and request.system.strip():
         messages.append({"role": "system", "content": request.system})
+    kept = fragments.by_role if fragments is not None else None
     for item in request.history or []:
-        if type(item) is dict and len(item) == 2 and type(item.get("content")) is str:
+        if type(item) is dict and len(item) == 2:
+            if kept is not None:
+                try:
+                    fragment = kept[item["role"]].get(item["content"])    # a plain text item sent before
+                except (KeyError, TypeError):                            # no such key, or no role kept
+                    fragment = None
+                if fragment is not None:
+                    messages.append(fragment)
+                    continue
             # The common plain text item, taken the way the branches below take it (issue 12).
-            role = item.get("role")
-            if role == "user":
-                messages.append({"role": "user", "content": item["content"]})
-                continue
-            if role == "assistant":
-                messages.append({"role": "assistant", "content": item["content"], "toolCalls": []})
+            role, text = item.get("role"), item.get("content")
+            if (role == "user" or role == "assistant") and type(text) is str:
+                if fragments is not None and text:
+                    messages.append(fragments.add(role, text))
+                elif role == "user":
+                    messages.append({"role": "user", "content": text})
+                else:
+                    messages.append({"role": "assistant", "content": text, "toolCalls": []})
                 continue
         role = item.get("role") if isinstance(item, dict) else None
         if role == "system":
@@ -960,10 +974,17 @@ def _seconds(value: float) -> str:
 class _Plan:
     """What one call sends, worked out once before the first attempt (providers.md §3.1)."""
     request: GenerateRequest
-    messages: list[dict]         # the normalized messages (§2.3)
+    messages: list[dict]         # the normalized messages (§2.3); plain text history items as _Fragments
     tools: list[dict]
     json: dict | None            # {"name", "schema"} when a structured reply is wanted
     options: dict                # config overlaid with the request's maxTokens and effort
+
+
+@dataclasses.dataclass
+class _Failure:
+    """How one attempt failed."""
+    error: ProviderError
+    streamed: bool               # some of its text already reached the caller (§1.6 rule 4)
 
 
 class _Accumulator:
@@ -1045,22 +1066,50 @@ def _check_options(owner: str, config: Any) -> dict:
     return dict(config)
 
 
-_HISTORY_KEYS = ("messages", "contents")
-_FRAGMENTS_KEPT = 10_000
+FRAGMENTS_KEPT = 10_000          # plain history items whose wire form one provider keeps (issue 12)
 
 
-def _fragment_key(item: Any) -> tuple | None:
-    """A key that fixes a history item's JSON text: its key order, role and one text, or None for any other item."""
-    if type(item) is not dict or len(item) != 2 or type(item.get("role")) is not str:
-        return None
-    content = item.get("content")
-    if type(content) is str:
-        return tuple(item), item["role"], content
-    parts = item.get("parts")
-    if type(parts) is list and len(parts) == 1 and type(parts[0]) is dict and len(parts[0]) == 1 \
-            and type(parts[0].get("text")) is str:
-        return tuple(item), item["role"], parts[0]["text"]
-    return None
+class _Fragment(dict):
+    """A plain text history item in a vendor's wire form, with its JSON text worked out once (issue 12).
+
+    The same object goes into every body that holds the item, in this call and in
+    later turns, so nothing may change one once built; ``_body_text`` writes its
+    ``json`` instead of serializing it again.
+    """
+    __slots__ = ("json",)
+    json: str
+
+
+class _Fragments:
+    """A provider's fragments of the plain text items it has sent, by role and text (issue 12).
+
+    Keyed by content, not by the item: the engine hands each turn a fresh copy of
+    the history, equal item by item. At most FRAGMENTS_KEPT are kept; when full,
+    all are dropped and the next calls build them again. A provider may be shared
+    by threads: each step is one operation on a dict with str keys (get, set,
+    clear), atomic under the GIL, and two threads building the same fragment build
+    equal ones, so there is no lock.
+    """
+
+    def __init__(self, wire: Callable[[str, str], dict]) -> None:
+        self.by_role: dict[str, dict[str, _Fragment]] = {"user": {}, "assistant": {}}
+        self._wire = wire            # (role, text) -> the vendor's wire dict of a plain text message (static)
+
+    def __len__(self) -> int:
+        return sum(len(kept) for kept in self.by_role.values())
+
+    def add(self, role: str, text: str) -> _Fragment:
+        """The fragment of a plain ``role`` message saying ``text``, built on first sight."""
+        kept = self.by_role[role]
+        fragment = kept.get(text)
+        if fragment is None:
+            fragment = _Fragment(self._wire(role, text))
+            fragment.json = compact_json(fragment)
+            if len(self) >= FRAGMENTS_KEPT:
+                for other in self.by_role.values():
+                    other.clear()
+            kept[text] = fragment
+        return fragment
 
 
 class _HttpProvider:
@@ -1147,7 +1196,7 @@ class _HttpProvider:
         self.retry_config = {"timeout": timeout, "retries": retries}
         self.headers = dict(headers or {})
         self.session = session if session is not None else requests.Session()
-        self._fragments: dict[tuple, str] = {}      # _body_text(): JSON text of history items seen before
+        self._fragments = _Fragments(self._plain_wire)
         self._sleep = sleep
         self._retries = retries
         self._idle_s = timeout / 1000
@@ -1176,60 +1225,72 @@ class _HttpProvider:
     # -- one call (providers.md §3.1, §3.8) ------------------------------------
 
     def _run(self, request: GenerateRequest, streaming: bool) -> Iterator[GenerationChunk]:
+        """Each model in turn, each of its attempts until one answers (the ladder of §3.8)."""
         plan = self._plan(request)
         models = [self.model, *self.backup_models]
-        delivered = False
         for position, model in enumerate(models):
-            attempt = 0
+            backup = models[position + 1] if position + 1 < len(models) else None
+            attempt = 1
             while True:
-                attempt += 1
-                self._check_cancel(request)
-                accumulator = _Accumulator()
-                state = self._new_state()
-                events = self._attempt(model, plan, state)
-                try:
-                    for event in events:
-                        delta = accumulator.fold(event)
-                        if delta and streaming:
-                            delivered = True
-                            yield GenerationChunk(delta=delta, accumulated=accumulator.text, done=False)
-                    refusal = self._refusal(state, accumulator)
-                    if refusal is not None:
-                        raise refusal                                     # issue 7: one request, no retry
-                    if accumulator.is_empty():
-                        raise self._empty_error(state, accumulator)      # §3.5 rule 1, per attempt
-                except Exception as exc:
-                    error = self._sanitized(self._wrap(exc))
-                else:
-                    # After the stream: the empty-reply rule (§3.5 rule 6) is raised from here and is
-                    # deliberately outside the retry loop.
-                    try:
-                        final = self._final_chunk(plan, model, accumulator)
-                    except ProviderError:
-                        raise
-                    except Exception as exc:            # §1.6 rule 3, issue 7 item 9
-                        raise self._sanitized(self._wrap(exc)) from None
-                    yield final
+                failure = yield from self._attempt(plan, model, streaming)
+                if failure is None:
                     return
-                finally:
-                    events.close()
-                if request.cancel is not None and request.cancel.is_set() and error.kind != "aborted":
-                    raise self._aborted() from error
-                if error.kind == "aborted" or delivered:
-                    raise error          # §1.6 rule 4: text already reached the caller
-                log.warning("[%s] attempt %d on model %s failed (%s): %s", self.name, attempt, model,
-                            error.kind, error)
-                if attempt <= self._retries and self._retryable(error):
-                    delay_ms = self._delay_ms(error, attempt)
-                    if delay_ms is not None:
-                        self._pause(delay_ms, request)
-                        continue
-                break
-            if error.kind in BACKUP_KINDS and position + 1 < len(models):
-                log.warning("[%s] model %s failed (%s); falling back to backup model %s", self.name, model,
-                            error.kind, models[position + 1])
-                continue
-            raise error
+                if self._after_error(failure, request, model, attempt, backup) == "backup":
+                    break
+                attempt += 1
+
+    def _attempt(self, plan: _Plan, model: str, streaming: bool) -> Generator[GenerationChunk, None, _Failure | None]:
+        """One attempt (§3.3-§3.5): yield its text deltas when streaming, then its final chunk;
+        return how it failed instead, or None when it answered."""
+        self._check_cancel(plan.request)
+        accumulator = _Accumulator()
+        state = self._new_state()
+        events = self._request(model, plan, state)
+        try:
+            for event in events:
+                delta = accumulator.fold(event)
+                if delta and streaming:
+                    yield GenerationChunk(delta=delta, accumulated=accumulator.text, done=False)
+            refusal = self._refusal(state, accumulator)
+            if refusal is not None:
+                raise refusal                                     # issue 7: one request, no retry
+            if accumulator.is_empty():
+                raise self._empty_error(state, accumulator)      # §3.5 rule 1, per attempt
+        except Exception as exc:
+            return _Failure(self._sanitized(self._wrap(exc)), streamed=streaming and accumulator.text != "")
+        finally:
+            events.close()
+        # After the stream: the empty-reply rule (§3.5 rule 6) is raised from here and is
+        # deliberately outside the retry loop.
+        try:
+            final = self._final_chunk(plan, model, accumulator)
+        except ProviderError:
+            raise
+        except Exception as exc:            # §1.6 rule 3, issue 7 item 9
+            raise self._sanitized(self._wrap(exc)) from None
+        yield final
+        return None
+
+    def _after_error(self, failure: _Failure, request: GenerateRequest, model: str, attempt: int,
+                     backup: str | None) -> Literal["retry", "backup"]:
+        """What follows a failed attempt (§3.8): ``"retry"`` the model after a pause, go on to the
+        ``"backup"`` model, or raise the error."""
+        error = failure.error
+        if request.cancel is not None and request.cancel.is_set() and error.kind != "aborted":
+            raise self._aborted() from error
+        if error.kind == "aborted" or failure.streamed:
+            raise error          # §1.6 rule 4: text already reached the caller
+        log.warning("[%s] attempt %d on model %s failed (%s): %s", self.name, attempt, model, error.kind, error)
+        if attempt <= self._retries and self._retryable(error):
+            delay_ms = self._delay_ms(error, attempt)
+            if delay_ms is not None:
+                self._pause(delay_ms, request)
+                return "retry"
+        if error.kind in BACKUP_KINDS and backup is not None:
+            log.warning("[%s] model %s failed (%s); falling back to backup model %s", self.name, model,
+                        error.kind, backup)
+            return "backup"
+        raise error
 
     def _plan(self, request: GenerateRequest) -> _Plan:
         self._check_cancel(request)
@@ -1248,8 +1309,8 @@ class _HttpProvider:
         schema = request.schema
         json_request = {"name": request.schema_name or "structured_output", "schema": schema} if schema else None
         try:
-            return _Plan(request, _normalize_messages(request), _tool_definitions(request.tools), json_request,
-                         options)
+            messages = _normalize_messages(request, self._fragments if self._history_key else None)
+            return _Plan(request, messages, _tool_definitions(request.tools), json_request, options)
         except Exception as exc:
             # §1.6 rule 3: a malformed history or tool list fails the call as a ProviderError.
             raise ProviderError(f"{self.name}: cannot build the request: {type(exc).__name__}: {exc}",
@@ -1330,9 +1391,10 @@ class _HttpProvider:
             link = link.__cause__ or link.__context__
         return error
 
-    # -- one attempt (§3.7) -----------------------------------------------------
+    # -- one request (§3.7) -----------------------------------------------------
 
-    def _attempt(self, model: str, plan: _Plan, state: dict) -> Generator[dict, None, None]:
+    def _request(self, model: str, plan: _Plan, state: dict) -> Generator[dict, None, None]:
+        """One HTTP request to ``model``, read as normalized events (§3.7)."""
         request = plan.request
         try:
             url, headers, body = self._wire(model, plan)
@@ -1495,32 +1557,23 @@ class _HttpProvider:
         return {}
 
     def _body_text(self, body: dict) -> str:
-        """``compact_json(body)``, byte for byte, reusing the text of history items seen in earlier calls (issue 12).
-
-        Only the list of messages (``messages``, Gemini's ``contents``) is split:
-        a plain text item's JSON depends on nothing but its keys and text, so it
-        is keyed by them; any other item is serialized afresh.
-        """
-        name = next((key for key in _HISTORY_KEYS if isinstance(body.get(key), list)), None)
-        if name is None:
+        """``compact_json(body)``, byte for byte, writing each kept fragment's text as it is (issue 12)."""
+        name = self._history_key
+        if name is None or name not in body:
             return compact_json(body)
         keys = list(body)
         at = keys.index(name)
-        head = compact_json({key: body[key] for key in keys[:at]})[:-1]
-        tail = compact_json({key: body[key] for key in keys[at + 1:]})[1:]
-        if len(self._fragments) > _FRAGMENTS_KEPT:
-            self._fragments.clear()                 # a bound, not a policy: the next calls fill it again
-        items = []
-        for item in body[name]:
-            key = _fragment_key(item)
-            text = self._fragments.get(key) if key is not None else None
-            if text is None:
-                text = compact_json(item)
-                if key is not None:
-                    self._fragments[key] = text
-            items.append(text)
-        return (f'{head}{"," if at else ""}"{name}":[{",".join(items)}]'
-                f'{"," if at + 1 < len(keys) else ""}{tail}')
+        head = compact_json({key: body[key] for key in keys[:at]})[:-1] if at else "{"
+        tail = compact_json({key: body[key] for key in keys[at + 1:]})[1:] if at + 1 < len(keys) else "}"
+        items = ",".join([item.json if type(item) is _Fragment else compact_json(item) for item in body[name]])
+        return f'{head}{"," if at else ""}"{name}":[{items}]{"," if at + 1 < len(keys) else ""}{tail}'
+
+    _history_key: str | None = None          # the body key of the history list, when it may hold fragments
+
+    @staticmethod
+    def _plain_wire(role: str, text: str) -> dict:
+        """The wire form of a plain text message of ``role``; a vendor that has a ``_history_key`` says."""
+        raise NotImplementedError
 
     def _wire(self, model: str, plan: _Plan) -> tuple[str, dict, dict]:
         raise NotImplementedError
@@ -1675,8 +1728,7 @@ class GeminiProvider(_HttpProvider):
         url = (f"{self.base_url}/v1beta/models/{urllib.parse.quote(model, safe='/.-_~')}"
                ":streamGenerateContent?alt=sse")
         headers = {**self._base_headers(), "x-goog-api-key": self._api_key, **self.headers}
-        system = [m["content"] for m in plan.messages if m["role"] == "system"]
-        contents = self._contents([m for m in plan.messages if m["role"] != "system"], model)
+        system, contents = self._contents(plan.messages, model)
         options = plan.options
         caps = self._caps("gemini", model)
         config: dict = {}
@@ -1732,22 +1784,32 @@ class GeminiProvider(_HttpProvider):
             return {"thinkingBudget": min(high, max(low, _GEMINI_BUDGETS[effort]))}
         return None
 
-    @staticmethod
-    def _contents(messages: list[dict], model: str) -> list[dict]:
-        """providers.md §4.4."""
+    def _contents(self, messages: list[dict], model: str) -> tuple[list[str], list[dict]]:
+        """The system texts, for ``systemInstruction``, and the ``contents`` (providers.md §4.4).
+
+        A plain text history item arrives as this provider's fragment of it (issue 12).
+        """
+        system: list[str] = []
         contents: list[dict] = []
         answering = False         # the last content holds functionResponse parts
         for message in messages:
+            if type(message) is _Fragment:
+                answering = False
+                contents.append(message)
+                continue
             role = message["role"]
+            if role == "system":
+                system.append(message["content"])
+                continue
             if role == "assistant" and not message["toolCalls"] and message["content"]:
                 answering = False
-                contents.append({"role": "model", "parts": [{"text": message["content"]}]})   # a plain reply
+                contents.append(self._plain_wire(role, message["content"]))
                 continue
             if role == "user":
                 answering = False
                 if message["content"]:
                     # An empty text part is a 400 on Gemini, so a blank user message is left out (inferred).
-                    contents.append({"role": "user", "parts": [{"text": message["content"]}]})
+                    contents.append(self._plain_wire(role, message["content"]))
             elif role == "assistant":
                 answering = False
                 parts: list[dict] = []
@@ -1771,8 +1833,14 @@ class GeminiProvider(_HttpProvider):
                     contents.append({"role": "user", "parts": [part]})
                     answering = True
         if not _gemini_is_legacy(model):
-            GeminiProvider._sign_current_turn(contents)
-        return contents
+            self._sign_current_turn(contents)
+        return system, contents
+
+    _history_key = "contents"
+
+    @staticmethod
+    def _plain_wire(role: str, text: str) -> dict:
+        return {"role": "model" if role == "assistant" else role, "parts": [{"text": text}]}
 
     @staticmethod
     def _sign_current_turn(contents: list[dict]) -> None:
@@ -1979,7 +2047,7 @@ class OpenAICompatibleProvider(_HttpProvider):
         if self.site_name:
             headers["X-Title"] = self.site_name
         headers.update(self.headers)
-        messages = [self._message(m) for m in plan.messages]
+        messages = [m if type(m) is _Fragment else self._message(m) for m in plan.messages]   # a fragment is wire
         body: dict = {"model": model, "messages": messages, "stream": True}
         if self.include_usage:
             body["stream_options"] = {"include_usage": True}
@@ -2007,6 +2075,12 @@ class OpenAICompatibleProvider(_HttpProvider):
         if self.provider_order is not None:
             body["provider"] = {"order": list(self.provider_order), "allow_fallbacks": True}
         return url, headers, body
+
+    _history_key = "messages"
+
+    @staticmethod
+    def _plain_wire(role: str, text: str) -> dict:
+        return {"role": role, "content": text}
 
     def _message(self, message: dict) -> dict:
         role = message["role"]
