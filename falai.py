@@ -41,8 +41,8 @@ SPDX-License-Identifier: MIT. Copyright (c) 2026 The falai for Python authors; f
 from __future__ import annotations
 
 import copy
+import functools
 import json
-import logging
 import math
 import re
 import threading
@@ -50,7 +50,10 @@ import unicodedata
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields as dataclass_fields, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal, NamedTuple, NoReturn, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, NoReturn, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import logging
 
 __version__ = "0.1.0"
 
@@ -84,7 +87,30 @@ SIBLING_IMPORTS = {
     "falai_cli": ("_Checks", "_flow_frame", "check_flow_shape", "iso", "parse_iso", "strip_nones", "system_clock"),
 }
 
-log = logging.getLogger("falai")
+
+class _FalaiLog:
+    """The "falai" logger, looked up on first use: ``import falai`` neither imports logging nor creates
+    a logger (issue 12). An attribute is the logger's own bound method, so a record still names the engine
+    function that logged it."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(falai_logger(), name)
+
+    def isEnabledFor(self, level: int) -> bool:
+        # Checked on every outcome line and model call: a method of its own, since __getattr__ runs
+        # only after a failed lookup, which costs more than the check.
+        return falai_logger().isEnabledFor(level)
+
+
+@functools.cache     # logging keeps one logger per name for the process's life: remembering it changes nothing
+def falai_logger() -> logging.Logger:
+    """``logging.getLogger("falai")``, importing logging on the first call."""
+    import logging
+    return logging.getLogger("falai")
+
+
+log = _FalaiLog()
+DEBUG = 10                     # logging.DEBUG, named here so that a level check need not import logging
 
 
 # The spec's numbers, in one place ------------------------------------------------------------
@@ -596,7 +622,7 @@ def log_swallowed(where: str) -> None:
     Call it inside the ``except`` block: the warning already names the error,
     this keeps where it came from for whoever turned debug on.
     """
-    if log.isEnabledFor(logging.DEBUG):
+    if log.isEnabledFor(DEBUG):
         log.debug("%s: the swallowed exception's traceback", where, exc_info=True)
 
 
@@ -1320,7 +1346,7 @@ class Agent:
         self._tool_pool: Any = None      # tool_pool(), created on the first batch of safe tool calls
         self._tool_pool_lock = threading.Lock()
         if debug:
-            log.setLevel(logging.DEBUG)
+            log.setLevel(DEBUG)
         self.flow_by_id: dict[str, dict] = {}
         for flow in self.flows:
             if isinstance(flow, dict) and isinstance(flow.get("id"), str):
@@ -3806,7 +3832,7 @@ def write_line(turn: Turn, run: Run | None, kind: str, status: str, *, code: str
         line.run_id, line.flow_id, line.step_id = run.id, run.flow_id, run.step_id
         run.outcomes = [*run.outcomes, line.to_dict()][-OUTCOMES_KEPT:]
     turn.outcomes.append(line)
-    if log.isEnabledFor(logging.DEBUG):      # debug=True (python-api.md, The toolkit)
+    if log.isEnabledFor(DEBUG):      # debug=True (python-api.md, The toolkit)
         log.debug("outcome: %s", compact_json(line.to_dict()))
     return line
 
@@ -4543,7 +4569,7 @@ SECTION_KEYS = ("flows", "mentions", "extract", "branches", "fields")
 
 def log_call(request: GenerateRequest, generation: Generation) -> None:
     """debug=True: one DEBUG line per model call, what was asked and what came back (issue 9)."""
-    if not log.isEnabledFor(logging.DEBUG):
+    if not log.isEnabledFor(DEBUG):
         return
     usage = generation.usage
     counted = (f"{usage.prompt_tokens} in / {usage.completion_tokens} out tokens" if usage is not None
