@@ -6778,7 +6778,7 @@ def flow_spec_schema(registries: dict | None = None) -> dict:
 # migrate_session reads a 3.x state once, at the place the host deserializes an
 # old row; stores never call it.
 
-LEGACY_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+LEGACY_DATE = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"    # text: re compiles it on the first migration (issue 12)
 
 
 def migrate_session(blob: Any, *, session_id: str, flow_id_of: Callable | None = None,
@@ -6888,7 +6888,7 @@ def _usable_date(value: Any) -> str | None:
             return iso(value)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return iso(from_ms(value)) if math.isfinite(value) else None
-        if isinstance(value, str) and LEGACY_DATE.match(value):
+        if isinstance(value, str) and re.match(LEGACY_DATE, value):
             return iso(parse_iso(value))
     except (ValueError, OverflowError, OSError):
         return None
@@ -7254,7 +7254,7 @@ class Store(Protocol):
     def save(self, session: Session, expected_version: int) -> Session: ...
 
 
-SQL_TABLE_NAME = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]*")
+SQL_TABLE_NAME = r"(?:[A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]*"   # text: compiled by the first store (issue 12)
 
 
 def check_expected_version(expected_version: Any) -> int:
@@ -7267,7 +7267,7 @@ def check_expected_version(expected_version: Any) -> int:
 
 def check_table_name(table: Any) -> str:
     """A table name is an SQL identifier with at most one `schema.` prefix, else ValueError (§3.2)."""
-    if not isinstance(table, str) or SQL_TABLE_NAME.fullmatch(table) is None:
+    if not isinstance(table, str) or re.fullmatch(SQL_TABLE_NAME, table) is None:
         raise ValueError(f"table {table!r} is not an SQL identifier: use letters, digits and _, not starting "
                          'with a digit, with at most one "schema." prefix.')
     return table
