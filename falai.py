@@ -135,6 +135,8 @@ RETRY_LADDER = ("1m", "5m", "15m", "1h", "6h")   # a talk step's speak retry wak
 #
 # Objects that carry code or results are dataclasses (python-api.md, Two rules).
 # Declarative data (flows, steps, fields, the blob) stays plain JSON dicts.
+# An internal record that bundles one call's inputs or an agent's worked-out parts is eq=False: nothing
+# compares one, and @dataclass writes each method it generates with an exec at import (issue 12).
 
 @dataclass
 class TokenUsage:
@@ -956,7 +958,7 @@ _MISSING = object()
 _BLANK = object()
 
 
-@dataclass
+@dataclass(eq=False)
 class Scope:
     """The roots a template reads: data, context and input (None = not provided)."""
     data: dict
@@ -1851,7 +1853,7 @@ def check_flow_shape(flow: Any, checks: _Checks | None = None) -> None:
 
 # Phase 2: names and the step graph ------------------------------------------------------------
 
-@dataclass
+@dataclass(eq=False)
 class _FlowNames:
     """What a flow's names are checked against: the registries of persistence.md §1.10."""
     fields: dict
@@ -2852,7 +2854,7 @@ TURN_KEYWORDS = {"session_id", "session", "context", "history", "silenced", "anc
                  *INPUT_KINDS, "id", "at", "key", "payload", "hop"}
 
 
-@dataclass
+@dataclass(eq=False)
 class TurnInput:
     """The arguments of one turn, checked (runtime.md §2)."""
     session_id: str
@@ -3285,7 +3287,7 @@ def eligibility(turn: Turn, floor: Run | None) -> Eligibility:
     return found
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class FlowFacts:
     """What phase 3 reads from a flow on every message; the agent's flows never change, so once per agent."""
     phrased: dict | None                # the first message trigger with phrases
@@ -4496,7 +4498,7 @@ class AskedBranch(NamedTuple):
     when: Any                   # the question the model answers
 
 
-@dataclass
+@dataclass(eq=False)
 class UnderstandAsk:
     """What the understand call may judge, as the engine worked it out (runtime.md §3.4)."""
     message: str
@@ -4524,7 +4526,7 @@ class Judgement:
     usage: TokenUsage | None = None
 
 
-@dataclass
+@dataclass(eq=False)
 class SpeakAsk:
     """Everything one speak call needs (model-calls.md §5.1)."""
     input_kind: str                               # "message", "wake", "event" or "start"
@@ -4957,14 +4959,14 @@ SCORE_RUBRIC = ("How to score:\n"
                 "- 0–29: minimal or no evidence")
 
 
-@dataclass
+@dataclass(eq=False)
 class _UnderstandCall:
     request: GenerateRequest
     aliases: AliasTable
     lean: _LeanReading | None = None
 
 
-@dataclass
+@dataclass(eq=False)
 class _Envelope:
     """The v4 understand envelope (§3.3) and the aliased items it asks about (§2.8)."""
     schema: dict
@@ -5168,7 +5170,7 @@ LEAN_KEY_RULES = {     # the schema gives each item's keys: the rules say what b
 }
 
 
-@dataclass
+@dataclass(eq=False)
 class _LeanParts:
     """The agent-constant part of a lean understand call: system text after the stable prefix, schema."""
     text: str
@@ -5178,7 +5180,7 @@ class _LeanParts:
     slugs: list           # the fields described in the catalog (extract "anywhere")
 
 
-@dataclass
+@dataclass(eq=False)
 class _LeanReading:
     """What reading a lean-form reply needs beyond the alias table."""
     flows: set = field(default_factory=set)         # real ids of this call's candidates
@@ -5743,7 +5745,7 @@ class ToolOutput:
     data: dict | None = None
 
 
-@dataclass
+@dataclass(eq=False)
 class _Round:
     """One speak round's reply as read by model-calls.md §5.5."""
     message: str
