@@ -41,8 +41,8 @@ SPDX-License-Identifier: MIT. Copyright (c) 2026 The falai for Python authors; f
 from __future__ import annotations
 
 import copy
+import functools
 import json
-import logging
 import math
 import re
 import threading
@@ -50,7 +50,10 @@ import unicodedata
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields as dataclass_fields, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal, NamedTuple, NoReturn, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, NoReturn, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import logging
 
 __version__ = "0.1.0"
 
@@ -84,7 +87,30 @@ SIBLING_IMPORTS = {
     "falai_cli": ("_Checks", "_flow_frame", "check_flow_shape", "iso", "parse_iso", "strip_nones", "system_clock"),
 }
 
-log = logging.getLogger("falai")
+
+class _FalaiLog:
+    """The "falai" logger, looked up on first use: ``import falai`` neither imports logging nor creates
+    a logger (issue 12). An attribute is the logger's own bound method, so a record still names the engine
+    function that logged it."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(falai_logger(), name)
+
+    def isEnabledFor(self, level: int) -> bool:
+        # Checked on every outcome line and model call: a method of its own, since __getattr__ runs
+        # only after a failed lookup, which costs more than the check.
+        return falai_logger().isEnabledFor(level)
+
+
+@functools.cache     # logging keeps one logger per name for the process's life: remembering it changes nothing
+def falai_logger() -> logging.Logger:
+    """``logging.getLogger("falai")``, importing logging on the first call."""
+    import logging
+    return logging.getLogger("falai")
+
+
+log = _FalaiLog()
+DEBUG = 10                     # logging.DEBUG, named here so that a level check need not import logging
 
 
 # The spec's numbers, in one place ------------------------------------------------------------
@@ -110,6 +136,8 @@ RETRY_LADDER = ("1m", "5m", "15m", "1h", "6h")   # a talk step's speak retry wak
 #
 # Objects that carry code or results are dataclasses (python-api.md, Two rules).
 # Declarative data (flows, steps, fields, the blob) stays plain JSON dicts.
+# An internal record that bundles one call's inputs or an agent's worked-out parts is eq=False: nothing
+# compares one, and @dataclass writes each method it generates with an exec at import (issue 12).
 
 @dataclass
 class TokenUsage:
@@ -599,7 +627,7 @@ def log_swallowed(where: str) -> None:
     Call it inside the ``except`` block: the warning already names the error,
     this keeps where it came from for whoever turned debug on.
     """
-    if log.isEnabledFor(logging.DEBUG):
+    if log.isEnabledFor(DEBUG):
         log.debug("%s: the swallowed exception's traceback", where, exc_info=True)
 
 
@@ -943,7 +971,7 @@ _MISSING = object()
 _BLANK = object()
 
 
-@dataclass
+@dataclass(eq=False)
 class Scope:
     """The roots a template reads: data, context and input (None = not provided)."""
     data: dict
@@ -1335,7 +1363,7 @@ class Agent:
         self._turn_parts: dict = {}      # what the turn path reads and the agent never changes, built on first use
         self._tool_pool_lock = threading.Lock()
         if debug:
-            log.setLevel(logging.DEBUG)
+            log.setLevel(DEBUG)
         self.flow_by_id: dict[str, dict] = {}
         for flow in self.flows:
             if isinstance(flow, dict) and isinstance(flow.get("id"), str):
@@ -1840,7 +1868,7 @@ def check_flow_shape(flow: Any, checks: _Checks | None = None) -> None:
 
 # Phase 2: names and the step graph ------------------------------------------------------------
 
-@dataclass
+@dataclass(eq=False)
 class _FlowNames:
     """What a flow's names are checked against: the registries of persistence.md §1.10."""
     fields: dict
@@ -2845,7 +2873,7 @@ FOREIGN_KEYWORDS = {kind: tuple((keyword, other) for other, keywords in KIND_KEY
 TYPED_KEYWORDS = (("id", str), ("at", str), ("history", list), ("anchors", dict), ("claims", dict))
 
 
-@dataclass
+@dataclass(eq=False)
 class TurnInput:
     """The arguments of one turn, checked (runtime.md §2)."""
     session_id: str
@@ -3297,7 +3325,7 @@ def qualifying(turn: Turn, listed: TriggerList, claim_free: bool) -> list:
     return [flow for flow, trigger in zip(listed.flows, listed.triggers) if qualifies(turn, flow, trigger, "message")]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class FlowFacts:
     """What phase 3 reads from a flow on every message; the agent's flows never change, so once per agent."""
     phrased: dict | None                # the first message trigger with phrases
@@ -3934,7 +3962,7 @@ def write_line(turn: Turn, run: Run | None, kind: str, status: str, *, code: str
         line.run_id, line.flow_id, line.step_id = run.id, run.flow_id, run.step_id
         run.outcomes = [*run.outcomes, line.to_dict()][-OUTCOMES_KEPT:]
     turn.outcomes.append(line)
-    if log.isEnabledFor(logging.DEBUG):      # debug=True (python-api.md, The toolkit)
+    if log.isEnabledFor(DEBUG):      # debug=True (python-api.md, The toolkit)
         log.debug("outcome: %s", compact_json(line.to_dict()))
     return line
 
@@ -4608,7 +4636,7 @@ class AskedBranch(NamedTuple):
     when: Any                   # the question the model answers
 
 
-@dataclass
+@dataclass(eq=False)
 class UnderstandAsk:
     """What the understand call may judge, as the engine worked it out (runtime.md §3.4)."""
     message: str
@@ -4636,7 +4664,7 @@ class Judgement:
     usage: TokenUsage | None = None
 
 
-@dataclass
+@dataclass(eq=False)
 class SpeakAsk:
     """Everything one speak call needs (model-calls.md §5.1)."""
     input_kind: str                               # "message", "wake", "event" or "start"
@@ -4681,7 +4709,7 @@ SECTION_KEYS = ("flows", "mentions", "extract", "branches", "fields")
 
 def log_call(request: GenerateRequest, generation: Generation) -> None:
     """debug=True: one DEBUG line per model call, what was asked and what came back (issue 9)."""
-    if not log.isEnabledFor(logging.DEBUG):
+    if not log.isEnabledFor(DEBUG):
         return
     usage = generation.usage
     counted = (f"{usage.prompt_tokens} in / {usage.completion_tokens} out tokens" if usage is not None
@@ -5076,14 +5104,14 @@ UNDERSTAND_TASK = ("## Task\nJudge the customer's latest message, quoted below, 
                    'guesses. Answer with one JSON object in the shape given under "Output".')
 
 
-@dataclass
+@dataclass(eq=False)
 class _UnderstandCall:
     request: GenerateRequest
     aliases: AliasTable
     lean: _LeanReading | None = None
 
 
-@dataclass
+@dataclass(eq=False)
 class _Envelope:
     """The v4 understand envelope (§3.3), the aliased items it asks about (§2.8), and the prompt parts built
     from them alone: every call of the agent that asks the same reuses it (issue 12)."""
@@ -5332,7 +5360,7 @@ LEAN_KEY_RULES = {     # the schema gives each item's keys: the rules say what b
 }
 
 
-@dataclass
+@dataclass(eq=False)
 class _LeanParts:
     """The agent-constant part of a lean understand call: system text after the stable prefix, schema."""
     text: str
@@ -5343,7 +5371,7 @@ class _LeanParts:
     system: str = ""      # the call's system text: the knowledge base, then ``text``
 
 
-@dataclass
+@dataclass(eq=False)
 class _LeanReading:
     """What reading a lean-form reply needs beyond the alias table."""
     flows: set = field(default_factory=set)         # real ids of this call's candidates
@@ -5953,7 +5981,7 @@ class ToolOutput:
     data: dict | None = None
 
 
-@dataclass
+@dataclass(eq=False)
 class _Round:
     """One speak round's reply as read by model-calls.md §5.5."""
     message: str
@@ -6988,7 +7016,7 @@ def flow_spec_schema(registries: dict | None = None) -> dict:
 # migrate_session reads a 3.x state once, at the place the host deserializes an
 # old row; stores never call it.
 
-LEGACY_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+LEGACY_DATE = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"    # text: re compiles it on the first migration (issue 12)
 
 
 def migrate_session(blob: Any, *, session_id: str, flow_id_of: Callable | None = None,
@@ -7098,7 +7126,7 @@ def _usable_date(value: Any) -> str | None:
             return iso(value)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return iso(from_ms(value)) if math.isfinite(value) else None
-        if isinstance(value, str) and LEGACY_DATE.match(value):
+        if isinstance(value, str) and re.match(LEGACY_DATE, value):
             return iso(parse_iso(value))
     except (ValueError, OverflowError, OSError):
         return None
@@ -7467,7 +7495,7 @@ class Store(Protocol):
     def save(self, session: Session, expected_version: int) -> Session: ...
 
 
-SQL_TABLE_NAME = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]*")
+SQL_TABLE_NAME = r"(?:[A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]*"   # text: compiled by the first store (issue 12)
 
 
 def check_expected_version(expected_version: Any) -> int:
@@ -7480,7 +7508,7 @@ def check_expected_version(expected_version: Any) -> int:
 
 def check_table_name(table: Any) -> str:
     """A table name is an SQL identifier with at most one `schema.` prefix, else ValueError (§3.2)."""
-    if not isinstance(table, str) or SQL_TABLE_NAME.fullmatch(table) is None:
+    if not isinstance(table, str) or re.fullmatch(SQL_TABLE_NAME, table) is None:
         raise ValueError(f"table {table!r} is not an SQL identifier: use letters, digits and _, not starting "
                          'with a digit, with at most one "schema." prefix.')
     return table

@@ -63,3 +63,20 @@ def test_sibling_modules_import_only_the_api_and_their_named_helpers():
         assert extra == [], f"{module} imports {extra} from falai: add them to SIBLING_IMPORTS or use the API"
         assert all(hasattr(falai, name) for name in helpers)
         assert sorted(set(helpers) - used) == [], f"{module} no longer uses {sorted(set(helpers) - used)}"
+
+
+def test_import_falai_neither_imports_logging_nor_creates_the_falai_logger():
+    """issue 12: the "falai" logger is looked up on first use; -S, so that no site .pth imports logging first."""
+    code = "import sys; import falai; print('logging' in sys.modules)"
+    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True,
+                         cwd=falai.__file__.rsplit("/", 1)[0])
+    assert out.stdout.strip() == "False"
+
+
+def test_a_record_of_the_falai_logger_names_the_function_that_logged(caplog):
+    """The looked-up-on-use logger hands out the logger's own methods, so a record's funcName is the caller's."""
+    import logging
+    with caplog.at_level(logging.WARNING, logger="falai"):
+        falai.log.warning("a warning")
+    assert [(r.name, r.funcName) for r in caplog.records] == [
+        ("falai", "test_a_record_of_the_falai_logger_names_the_function_that_logged")]
