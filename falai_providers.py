@@ -603,8 +603,15 @@ def _normalize_messages(request: GenerateRequest, fragments: _Fragments | None =
     messages: list[dict] = []
     if isinstance(request.system, str) and request.system.strip():
         messages.append({"role": "system", "content": request.system})
+    start = len(messages)                  # where the history's messages begin
     kept = fragments.by_role if fragments is not None else None
-    for item in request.history or []:
+    history = request.history or []
+    known: list = []
+    lead: list = []
+    if fragments is not None and type(history) is list:
+        known, lead = fragments.lead(history)
+        messages.extend(lead)
+    for item in history[len(known):] if known else history:
         if type(item) is dict and len(item) == 2:
             if kept is not None:
                 try:
@@ -651,7 +658,27 @@ def _normalize_messages(request: GenerateRequest, fragments: _Fragments | None =
                              "name": item.get("name") or "", "content": _as_text(item.get("content"))})
         # Any other role is skipped (providers.md §2.1, inferred).
     messages.append({"role": "user", "content": request.prompt or ""})
+    if fragments is not None and type(history) is list and history:
+        _keep_lead(fragments, history, messages[start:], known, lead)
     return messages
+
+
+def _keep_lead(fragments: _Fragments, history: list, messages: list[dict], known: list[dict],
+               lead: list[_Fragment]) -> None:
+    """Keep the history's opening run of plain text items as its conversation's lead. Each of them became
+    exactly one fragment, so up to the first other item, item i is ``messages[i]``."""
+    plain = len(known)
+    while plain < len(history):
+        item = history[plain]
+        if not (type(item) is dict and len(item) == 2 and item.get("role") in ("user", "assistant")
+                and type(item.get("content")) is str and item["content"]
+                and type(messages[plain]) is _Fragment):
+            break
+        plain += 1
+    if plain > len(known):
+        fragments.keep_lead(history[0]["content"], known + [{"role": item["role"], "content": item["content"]}
+                                                         for item in history[len(known):plain]],
+                            lead + messages[len(known):plain])
 
 
 def _as_text(value: Any) -> str:
@@ -1067,6 +1094,7 @@ def _check_options(owner: str, config: Any) -> dict:
 
 
 FRAGMENTS_KEPT = 10_000          # plain history items whose wire form one provider keeps (issue 12)
+LEADS_KEPT = 256                 # conversations whose opening plain items one provider keeps (issue 12)
 
 
 class _Fragment(dict):
@@ -1094,6 +1122,10 @@ class _Fragments:
     def __init__(self, wire: Callable[[str, str], dict]) -> None:
         self.by_role: dict[str, dict[str, _Fragment]] = {"user": {}, "assistant": {}}
         self._wire = wire            # (role, text) -> the vendor's wire dict of a plain text message (static)
+        # Leads: for a conversation (keyed by its first text), the plain items its history last opened with,
+        # as copies, and their fragments. A later turn's history that opens with equal items takes their
+        # fragments after one list comparison, done in C, instead of one lookup per item.
+        self.leads: dict[str, tuple[list[dict], list[_Fragment]]] = {}
 
     def __len__(self) -> int:
         return sum(len(kept) for kept in self.by_role.values())
@@ -1110,6 +1142,21 @@ class _Fragments:
                     other.clear()
             kept[text] = fragment
         return fragment
+
+    def lead(self, history: list) -> tuple[list[dict], list[_Fragment]]:
+        """The kept lead of this history's conversation, when the history still opens with it; else none."""
+        first = history[0].get("content") if history and type(history[0]) is dict else None
+        found = self.leads.get(first) if type(first) is str else None
+        if found is None or len(history) < len(found[0]) or history[:len(found[0])] != found[0]:
+            return [], []
+        return found
+
+    def keep_lead(self, first: str, items: list[dict], fragments: list) -> None:
+        """Keep ``items`` (copies of a history's opening plain text items) and their fragments as the lead
+        of the conversation whose first text is ``first``."""
+        if len(self.leads) >= LEADS_KEPT:
+            self.leads.clear()
+        self.leads[first] = (items, fragments)
 
 
 class _HttpProvider:

@@ -66,3 +66,58 @@ def test_the_kept_fragments_are_bounded_and_start_over_when_full(monkeypatch):
     history = [{"role": "user", "content": f"mensagem {i}"} for i in range(6)]
     text, body = body_text(provider, request(history))
     assert text == F.compact_json(body) and len(provider._fragments) == 2
+
+
+def fresh_body(provider_factory, history):
+    return body_text(provider_factory(), request(copy.deepcopy(history)))[0]
+
+
+LEAD_FACTORIES = (lambda: GeminiProvider(api_key="k", model="gemini-3.8-flash"),
+                  lambda: OpenAICompatibleProvider(api_key="k", model="gpt-4.1-mini"))
+
+
+def test_a_conversation_lead_reused_across_turns_sends_what_a_provider_that_kept_nothing_sends():
+    """The lead (a conversation's opening plain items) is only a shortcut: every body equals the body a fresh
+    provider builds, as the history grows, changes in place, shrinks, or holds items of other shapes."""
+    for factory in LEAD_FACTORIES:
+        provider = factory()
+        history = [{"role": "user", "content": "Oi"}, {"role": "assistant", "content": "Olá!"}]
+        steps = [lambda h: h.append({"role": "user", "content": "Quero reservar"}),
+                 lambda h: h.append({"role": "assistant", "content": "Para quando?"}),
+                 lambda h: h[1].update(content="Olá, tudo bem?"),                  # changed in place
+                 lambda h: h.insert(2, {"role": "system", "content": ""}),          # a blank system item
+                 lambda h: h.insert(1, {"role": "narrator", "content": "x"}),       # skipped: no message
+                 lambda h: h.insert(1, {"role": "system", "content": "Seja breve."}),
+                 lambda h: h.append({"role": "user", "content": "Amanhã"}),
+                 lambda h: h.insert(1, {"role": "assistant", "content": "", "tool_calls": [
+                     {"id": "c1", "name": "t", "arguments": {}}]}),                 # not a plain item
+                 lambda h: h.append({"role": "assistant", "content": "Feito."}),
+                 lambda h: h.__delitem__(slice(1, None)),                           # shrunk to its first item
+                 lambda h: h.extend([{"role": "user", "content": "De novo"}, {"role": "user", "content": ""}])]
+        for step in steps:
+            step(history)
+            sent, _ = body_text(provider, request(history))
+            assert sent == fresh_body(factory, history)
+            again, _ = body_text(provider, request(copy.deepcopy(history)))
+            assert again == sent
+
+
+def test_conversations_that_open_with_the_same_text_share_no_lead_they_should_not():
+    for factory in LEAD_FACTORIES:
+        provider = factory()
+        one = [{"role": "user", "content": "Oi"}, {"role": "assistant", "content": "Olá, Ana!"}]
+        two = [{"role": "user", "content": "Oi"}, {"role": "assistant", "content": "Olá, Bia!"}]
+        for history in (one, two, one, two + [{"role": "user", "content": "E aí?"}], one):
+            assert body_text(provider, request(history))[0] == fresh_body(factory, history)
+
+
+def test_a_history_that_opens_with_its_kept_lead_takes_the_kept_fragments_without_building_them():
+    provider = LEAD_FACTORIES[1]()
+    history = [{"role": "user", "content": f"mensagem {i}"} for i in range(20)]
+    body_text(provider, request(history))
+    first = history[0]["content"]
+    items, fragments = provider._fragments.leads[first]
+    assert len(items) == 20 and all(type(f) is P._Fragment for f in fragments)
+    _, body = body_text(provider, request(copy.deepcopy(history) + [{"role": "user", "content": "nova"}]))
+    assert all(a is b for a, b in zip(body["messages"][1:21], fragments))
+    assert len(provider._fragments.leads[first][0]) == 21
