@@ -5689,7 +5689,8 @@ def read_judgement(generation: Generation, aliases: AliasTable, lean: _LeanReadi
         log.warning("understand: the reply is not a usable judgement; nothing is judged this turn: %r",
                     text[:200])
         return judgement
-    read_lean_sections(reply, aliases, lean or _LeanReading(), judgement)
+    if any(isinstance(value, list) for value in reply.values()):    # only the lean form has list sections
+        read_lean_sections(reply, aliases, lean or _LeanReading(), judgement)
 
     def section(key: str) -> dict:
         value = reply.get(key)
