@@ -5717,7 +5717,8 @@ def read_judgement(generation: Generation, aliases: AliasTable, lean: _LeanReadi
         log.warning("understand: the reply is not a usable judgement; nothing is judged this turn: %r",
                     text[:200])
         return judgement
-    read_lean_sections(reply, aliases, lean or _LeanReading(), judgement)
+    if any(isinstance(value, list) for value in reply.values()):    # only the lean form has list sections
+        read_lean_sections(reply, aliases, lean or _LeanReading(), judgement)
 
     def section(key: str) -> dict:
         value = reply.get(key)
@@ -7357,7 +7358,9 @@ class ScriptedProvider:
     name = "scripted"
 
     def __init__(self, script: dict | None = None, usage: bool | TokenUsage = False, strict: bool = False):
-        self.script = {name: list(entries) for name, entries in (script or {}).items()}
+        from collections import deque   # here, not at import: only tests and demos script a provider
+        # A deque per queue: taking the next entry costs the same however long the script is.
+        self.script = {name: deque(entries) for name, entries in (script or {}).items()}
         self.usage = usage
         self.strict = strict
         self.calls: list[GenerateRequest] = []
@@ -7380,7 +7383,7 @@ class ScriptedProvider:
                                       f'Add a "{request.schema_name}" entry to the script, or script the failure '
                                       "itself (an exception entry).")
                 raise RuntimeError(text)
-            entry = queue.pop(0)
+            entry = queue.popleft()
         if type(entry) is dict and not self.strict:
             return entry                # the common reply: neither a callable nor an exception, and unchecked
         if callable(entry) and not isinstance(entry, type):
