@@ -25,7 +25,8 @@ HEADING_NUMBER = re.compile(r"^#+\s+(?:Part\s+)?(\d+(?:\.\d+)*)\.?\s")
 def cited_files() -> list[pathlib.Path]:
     files = [ROOT / "falai.py", ROOT / "falai_providers.py", ROOT / "falai_stores.py"]
     for folder in ("tests", "examples", "bench"):
-        files += sorted((ROOT / folder).rglob("*.py"))
+        files += sorted(f for f in (ROOT / folder).rglob("*.py")            # not bench/.venvs' packages
+                        if not any(part.startswith(".") for part in f.relative_to(ROOT).parts))
     return [f for f in files if f.exists() and f.name != pathlib.Path(__file__).name]   # not this file's samples
 
 
