@@ -2238,11 +2238,12 @@ def flows_by_trigger(agent: Agent) -> FlowsByTrigger:
     return listed
 
 
-def reused(cache: dict, key: Any, build: Callable[[], Any], bound: int) -> Any:
-    """``cache[key]``, built by ``build()`` on a miss; a full cache is emptied first (a bound, not a policy)."""
+def reused(cache: dict, key: Any, build: Callable[[], Any], bound: int | None = None) -> Any:
+    """``cache[key]``, built by ``build()`` on a miss; a full cache is emptied first (a bound, not a policy).
+    Without a bound, the keys are a fixed few names (an agent's ``_turn_parts``)."""
     value = cache.get(key)
     if value is None:
-        if len(cache) >= bound:
+        if bound is not None and len(cache) >= bound:
             cache.clear()
         value = cache[key] = build()
     return value
@@ -2631,12 +2632,9 @@ def defer_talk(turn: Turn, run: Run, failure: Deferred) -> None:
 
 def silence_flows(agent: Agent) -> list[tuple[dict, dict]]:
     """(flow, its first silence trigger) of each flow whose silence is a duration; once per agent (issue 12)."""
-    found = agent._turn_parts.get("silence flows")
-    if found is None:
-        found = agent._turn_parts["silence flows"] = [
-            (flow, trigger) for flow in agent.flows for trigger in [first_trigger(flow, "silence")]
-            if trigger is not None and is_duration(trigger.get("silence"))]
-    return found
+    return reused(agent._turn_parts, "silence flows", lambda: [
+        (flow, trigger) for flow in agent.flows for trigger in [first_trigger(flow, "silence")]
+        if trigger is not None and is_duration(trigger.get("silence"))])
 
 
 def arm_silence_wakes(turn: Turn) -> None:
@@ -4679,13 +4677,13 @@ def response_format_section(agent: Agent, wire: list[tuple[str, str]]) -> str:
 def speak_prefix(agent: Agent, scope: Scope) -> tuple[str | None, str | None]:
     """(system, Identity for the prompt) of a speak call: ``stable_prefix``, the system part (under protocol
     "lean" with the reply rules, docs/guide/tokens.md) built once per agent, as it never reads the turn."""
-    cached = agent._turn_parts.get("speak system")
-    if cached is None:
+    def build() -> tuple[str | None, bool]:
         system, _ = stable_prefix(agent, scope)
         if agent.protocol == "lean":
             system = join_sections(system, LEAN_SPEAK_FORMAT + ("\n" + LEAN_TOOLS_RULE if agent.tools else ""))
-        cached = agent._turn_parts["speak system"] = (system, identity_varies(agent))
-    system, varies = cached
+        return system, identity_varies(agent)
+
+    system, varies = reused(agent._turn_parts, "speak system", build)
     return system, identity_section(agent, scope) if varies else None
 
 
