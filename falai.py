@@ -137,8 +137,8 @@ RETRY_LADDER = ("1m", "5m", "15m", "1h", "6h")   # a talk step's speak retry wak
 #
 # Objects that carry code or results are dataclasses (python-api.md, Two rules).
 # Declarative data (flows, steps, fields, the blob) stays plain JSON dicts.
-# An internal record that bundles one call's inputs or an agent's worked-out parts is eq=False: nothing
-# compares one, and @dataclass writes each method it generates with an exec at import (issue 12).
+# A record the API never hands out (a turn's inputs, a call's reading, an agent's worked-out parts)
+# is a _Record instead: see its docstring.
 
 @dataclass
 class TokenUsage:
@@ -439,6 +439,26 @@ class Problem:
     severity: str
     path: list
     message: str
+
+
+class _Record:
+    """The base of the engine's internal records: named fields in ``__slots__``, set by a written
+    ``__init__``, compared and shown field by field, like a dataclass.
+
+    Not a dataclass because @dataclass compiles every method it generates when the module is imported:
+    for two dozen internal records that was a fifth of ``import falai`` (issue 12; docs/guide/development.md).
+    The public types above stay dataclasses.
+    """
+    __slots__: tuple[str, ...] = ()
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in self.__slots__)
+
+    def __repr__(self) -> str:
+        values = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"{type(self).__name__}({values})"
 
 
 OUTCOME_MESSAGES: dict[str, str] = {
@@ -972,12 +992,14 @@ _MISSING = object()
 _BLANK = object()
 
 
-@dataclass(eq=False)
-class Scope:
+class Scope(_Record):
     """The roots a template reads: data, context and input (None = not provided)."""
-    data: dict
-    context: Any = None
-    input: Any = None
+    __slots__ = ("data", "context", "input")
+
+    def __init__(self, data: dict, context: Any = None, input: Any = None) -> None:
+        self.data = data
+        self.context = context
+        self.input = input
 
 
 def _lookup(path: str, scope: Scope) -> Any:
@@ -1713,26 +1735,33 @@ FOREIGN_KEYWORDS = {kind: tuple((keyword, other) for other, keywords in KIND_KEY
 TYPED_KEYWORDS = (("id", str), ("at", str), ("history", list), ("anchors", dict), ("claims", dict))
 
 
-@dataclass(eq=False)
-class TurnInput:
+class TurnInput(_Record):
     """The arguments of one turn, checked (runtime.md §2)."""
-    session_id: str
-    kind: str
-    session: Session | None = None
-    context: Any = None
-    history: list | None = None
-    silenced: Any = None
-    anchors: dict = field(default_factory=dict)
-    claims: dict = field(default_factory=dict)
-    message: str | None = None
-    id: str | None = None
-    at: str | None = None
-    wake: str | None = None
-    event: str | None = None
-    key: str | None = None
-    payload: Any = None
-    hop: int = 0
-    start: dict | None = None
+    __slots__ = ("session_id", "kind", "session", "context", "history", "silenced", "anchors", "claims",
+                 "message", "id", "at", "wake", "event", "key", "payload", "hop", "start")
+
+    def __init__(self, session_id: str, kind: str, session: Session | None = None, context: Any = None,
+                 history: list | None = None, silenced: Any = None, anchors: dict | None = None,
+                 claims: dict | None = None, message: str | None = None, id: str | None = None,
+                 at: str | None = None, wake: str | None = None, event: str | None = None,
+                 key: str | None = None, payload: Any = None, hop: int = 0, start: dict | None = None) -> None:
+        self.session_id = session_id
+        self.kind = kind
+        self.session = session
+        self.context = context
+        self.history = history
+        self.silenced = silenced
+        self.anchors = {} if anchors is None else anchors
+        self.claims = {} if claims is None else claims
+        self.message = message
+        self.id = id
+        self.at = at
+        self.wake = wake
+        self.event = event
+        self.key = key
+        self.payload = payload
+        self.hop = hop
+        self.start = start
 
 
 def read_turn_input(kwargs: dict) -> TurnInput:
@@ -1983,11 +2012,13 @@ def run_turn(agent: Agent, kwargs: dict, streaming: bool) -> Generator[str, None
 
 # Phases 1-2: load and ingest (runtime.md §3.1-§3.3) -------------------------------------------
 
-@dataclass(frozen=True)
-class Ignored:
+class Ignored(_Record):
     """An input the turn ignores: its ``wait / skipped`` line's code and key (runtime.md §3.3)."""
-    code: str                   # no-session, duplicate-input, stale-wake or silence-broken
-    key: str
+    __slots__ = ("code", "key")
+
+    def __init__(self, code: str, key: str) -> None:
+        self.code = code        # no-session, duplicate-input, stale-wake or silence-broken
+        self.key = key
 
 
 def ingest(turn: Turn) -> Ignored | None:
@@ -2127,13 +2158,16 @@ def customer_wrote_since(turn: Turn, flow_id: str, since: str) -> bool:
 
 # Phases 3-4: understand and decide (runtime.md §3.4-§3.5) -------------------------------------
 
-@dataclass
-class Eligibility:
+class Eligibility(_Record):
     """Which message and mention flows may be judged on this message (runtime.md §3.4 items 2-5)."""
-    eligible: list = field(default_factory=list)      # flows qualifying through a phrased message trigger
-    catch_alls: list = field(default_factory=list)    # flows qualifying through an empty message trigger
-    unscored: bool = False                            # the single-flow shortcut applies
-    mentions: list = field(default_factory=list)      # flows whose phrased mention trigger is asked
+    __slots__ = ("eligible", "catch_alls", "unscored", "mentions")
+
+    def __init__(self, eligible: list | None = None, catch_alls: list | None = None, unscored: bool = False,
+                 mentions: list | None = None) -> None:
+        self.eligible = [] if eligible is None else eligible        # flows qualifying through a phrased message trigger
+        self.catch_alls = [] if catch_alls is None else catch_alls  # flows qualifying through an empty message trigger
+        self.unscored = unscored                                    # the single-flow shortcut applies
+        self.mentions = [] if mentions is None else mentions        # flows whose phrased mention trigger is asked
 
 
 def qualifies(turn: Turn, flow: dict, trigger: dict | None, kind: str) -> bool:
@@ -2165,13 +2199,16 @@ def qualifying(turn: Turn, listed: TriggerList, claim_free: bool) -> list:
     return [flow for flow, trigger in zip(listed.flows, listed.triggers) if qualifies(turn, flow, trigger, "message")]
 
 
-@dataclass(frozen=True, eq=False)
-class FlowFacts:
+class FlowFacts(_Record):
     """What phase 3 reads from a flow on every message; the agent's flows never change, so once per agent."""
-    phrased: dict | None                # the first message trigger with phrases
-    catch_all: dict | None              # the first message trigger with an empty list
-    mention: dict | None                # the first mention trigger
-    slugs: tuple[str, ...]              # the flow's collect, then each talk step's, once each (§3.4 item 7)
+    __slots__ = ("phrased", "catch_all", "mention", "slugs")
+
+    def __init__(self, phrased: dict | None, catch_all: dict | None, mention: dict | None,
+                 slugs: tuple[str, ...]) -> None:
+        self.phrased = phrased          # the first message trigger with phrases
+        self.catch_all = catch_all      # the first message trigger with an empty list
+        self.mention = mention          # the first mention trigger
+        self.slugs = slugs              # the flow's collect, then each talk step's, once each (§3.4 item 7)
 
 
 def flow_facts(agent: Agent, flow: dict) -> FlowFacts:
@@ -2189,12 +2226,14 @@ def flow_facts(agent: Agent, flow: dict) -> FlowFacts:
     return facts
 
 
-@dataclass(frozen=True)
-class TriggerList:
+class TriggerList(_Record):
     """Flows holding one kind of trigger, in agent order, each with that trigger."""
-    flows: tuple = ()
-    triggers: tuple = ()
-    conditional: bool = False          # some trigger has an if
+    __slots__ = ("flows", "triggers", "conditional")
+
+    def __init__(self, flows: tuple = (), triggers: tuple = (), conditional: bool = False) -> None:
+        self.flows = flows
+        self.triggers = triggers
+        self.conditional = conditional      # some trigger has an if
 
     @classmethod
     def of(cls, pairs: list) -> TriggerList:
@@ -2202,25 +2241,30 @@ class TriggerList:
                    any(trigger.get("if") is not None for _, trigger in pairs))
 
 
-@dataclass(frozen=True)
-class FlowsByTrigger:
+class FlowsByTrigger(_Record):
     """The agent's flows by the triggers phases 3 and 4 read on every message (runtime.md §3.4-§3.5)."""
-    phrased: TriggerList               # each flow's first phrased message trigger
-    catch_alls: TriggerList            # each flow's first empty message trigger
-    mentions: TriggerList              # each flow's first mention trigger, phrased or not
-    asked_mentions: TriggerList        # the phrased ones of those: the model judges them
-    own: frozenset                     # id() of each of the agent's flows (they live as long as the agent)
+    __slots__ = ("phrased", "catch_alls", "mentions", "asked_mentions", "own")
+
+    def __init__(self, phrased: TriggerList, catch_alls: TriggerList, mentions: TriggerList,
+                 asked_mentions: TriggerList, own: frozenset) -> None:
+        self.phrased = phrased                  # each flow's first phrased message trigger
+        self.catch_alls = catch_alls            # each flow's first empty message trigger
+        self.mentions = mentions                # each flow's first mention trigger, phrased or not
+        self.asked_mentions = asked_mentions    # the phrased ones of those: the model judges them
+        self.own = own                          # id() of each of the agent's flows (they live as long as the agent)
 
 
-@dataclass
-class _Understanding:
+class _Understanding(_Record):
     """What the understand side of a turn reuses across turns: the agent's flows and fields never change,
     so what depends only on them, or on which flows and fields a turn asks about, is built once (issue 12)."""
-    by_trigger: FlowsByTrigger | None = None
-    harvest: dict = field(default_factory=dict)     # ids of asked flows -> their "anywhere" slugs, once each
-    envelopes: dict = field(default_factory=dict)   # ids of candidates and mentions, branches, fields -> _Envelope
-    field_order: dict | None = None                 # slug -> its place among the agent's fields
-    words: dict = field(default_factory=dict)       # id() of an agent flow -> flow_words()
+    __slots__ = ("by_trigger", "harvest", "envelopes", "field_order", "words")
+
+    def __init__(self) -> None:
+        self.by_trigger: FlowsByTrigger | None = None
+        self.harvest: dict = {}                 # ids of asked flows -> their "anywhere" slugs, once each
+        self.envelopes: dict = {}               # ids of candidates and mentions, branches, fields -> _Envelope
+        self.field_order: dict | None = None    # slug -> its place among the agent's fields
+        self.words: dict = {}                   # id() of an agent flow -> flow_words()
 
 
 def flows_by_trigger(agent: Agent) -> FlowsByTrigger:
@@ -2257,11 +2301,13 @@ def floor_of(turn: Turn) -> Run | None:
     return turn.floor_run if turn.floor_run is not None and turn.live(turn.floor_run) else None
 
 
-@dataclass
-class Understood:
+class Understood(_Record):
     """What phase 3 hands phase 4: the judgement and who was eligible to be judged (runtime.md §3.4-§3.5)."""
-    judgement: Judgement
-    eligibility: Eligibility
+    __slots__ = ("judgement", "eligibility")
+
+    def __init__(self, judgement: Judgement, eligibility: Eligibility) -> None:
+        self.judgement = judgement
+        self.eligibility = eligibility
 
 
 def understand_message(turn: Turn) -> Understood:
@@ -3058,15 +3104,17 @@ def park(turn: Turn, run: Run, key: str, at: datetime, kind: str = "timer", even
     turn.schedule.append(ScheduleEntry(key=key, at=at))
 
 
-@dataclass(frozen=True)
-class Go:
+class Go(_Record):
     """What moves a run on: this then, else, onFail or branch target (``None``: the next step, runtime.md §3.6.4).
 
     A step kind returns one (runtime.md §3.6.3), and so do the releases of Ingest (a timer wait the customer
     answered, a wake, an event: §3.2), a branch that fired (§3.5.2) and a talk step settled with nothing left
     to ask (§3.8 item 3). ``advance`` applies it.
     """
-    target: Any
+    __slots__ = ("target",)
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
 
 
 def go(turn: Turn, run: Run, kind: str, status: str, target: Any, **line: Any) -> Go:
@@ -3474,68 +3522,91 @@ class AskedBranch(NamedTuple):
     when: Any                   # the question the model answers
 
 
-@dataclass(eq=False)
-class UnderstandAsk:
+class UnderstandAsk(_Record):
     """What the understand call may judge, as the engine worked it out (runtime.md §3.4)."""
-    message: str
-    scope: Scope                                  # data and context; input is None
-    history: list
-    floor_run: Run | None = None
-    floor_flow: dict | None = None
-    floor_step: dict | None = None                # the floor run's current step when it is a talk step
-    floor_pending: list = field(default_factory=list)
-    candidates: list = field(default_factory=list)   # flow dicts to score, the floor flow first
-    mentions: list = field(default_factory=list)     # flow dicts whose first mention trigger is asked
-    branches: list = field(default_factory=list)     # AskedBranch (run_id, step_id, position, when)
-    fields: list = field(default_factory=list)       # harvestable field slugs, in order
+    __slots__ = ("message", "scope", "history", "floor_run", "floor_flow", "floor_step", "floor_pending",
+                 "candidates", "mentions", "branches", "fields")
+
+    def __init__(self, message: str, scope: Scope, history: list, floor_run: Run | None = None,
+                 floor_flow: dict | None = None, floor_step: dict | None = None,
+                 floor_pending: list | None = None, candidates: list | None = None,
+                 mentions: list | None = None, branches: list | None = None, fields: list | None = None) -> None:
+        self.message = message
+        self.scope = scope                  # data and context; input is None
+        self.history = history
+        self.floor_run = floor_run
+        self.floor_flow = floor_flow
+        self.floor_step = floor_step        # the floor run's current step when it is a talk step
+        self.floor_pending = [] if floor_pending is None else floor_pending
+        self.candidates = [] if candidates is None else candidates  # flow dicts to score, the floor flow first
+        self.mentions = [] if mentions is None else mentions        # flow dicts whose first mention trigger is asked
+        self.branches = [] if branches is None else branches        # AskedBranch (run_id, step_id, position, when)
+        self.fields = [] if fields is None else fields              # harvestable field slugs, in order
 
 
-@dataclass
-class Judgement:
+class Judgement(_Record):
     """The understand call's reading of a message (runtime.md §3.4)."""
-    flows: dict = field(default_factory=dict)        # flow id -> score 0..100
-    mentions: dict = field(default_factory=dict)     # flow id -> True/False
-    extract: dict = field(default_factory=dict)      # flow id -> {param: value}
-    branches: dict = field(default_factory=dict)     # "<runId>/<stepId>/<index>" -> True/False
-    fields: dict = field(default_factory=dict)       # slug -> raw value, in reply order
-    llm_calls: int = 0
-    usage: TokenUsage | None = None
+    __slots__ = ("flows", "mentions", "extract", "branches", "fields", "llm_calls", "usage")
+
+    def __init__(self, flows: dict | None = None, mentions: dict | None = None, extract: dict | None = None,
+                 branches: dict | None = None, fields: dict | None = None, llm_calls: int = 0,
+                 usage: TokenUsage | None = None) -> None:
+        self.flows = {} if flows is None else flows             # flow id -> score 0..100
+        self.mentions = {} if mentions is None else mentions    # flow id -> True/False
+        self.extract = {} if extract is None else extract       # flow id -> {param: value}
+        self.branches = {} if branches is None else branches    # "<runId>/<stepId>/<index>" -> True/False
+        self.fields = {} if fields is None else fields          # slug -> raw value, in reply order
+        self.llm_calls = llm_calls
+        self.usage = usage
 
 
-@dataclass(eq=False)
-class SpeakAsk:
+class SpeakAsk(_Record):
     """Everything one speak call needs (model-calls.md §5.1)."""
-    input_kind: str                               # "message", "wake", "event" or "start"
-    text: str | None                              # the message text on a message turn
-    scope: Scope                                  # data (live), context, input (the run's; None for idle)
-    history: list
-    now: datetime
-    run: Run | None = None                        # None for the idle speaker
-    flow: dict | None = None
-    step: dict | None = None
-    pending: list = field(default_factory=list)
-    instructions: list = field(default_factory=list)  # kept instruction dicts, agent -> flow -> step
-    tools: list = field(default_factory=list)          # offered Tool objects, in agent order
+    __slots__ = ("input_kind", "text", "scope", "history", "now", "run", "flow", "step", "pending",
+                 "instructions", "tools")
+
+    def __init__(self, input_kind: str, text: str | None, scope: Scope, history: list, now: datetime,
+                 run: Run | None = None, flow: dict | None = None, step: dict | None = None,
+                 pending: list | None = None, instructions: list | None = None,
+                 tools: list | None = None) -> None:
+        self.input_kind = input_kind    # "message", "wake", "event" or "start"
+        self.text = text                # the message text on a message turn
+        self.scope = scope              # data (live), context, input (the run's; None for idle)
+        self.history = history
+        self.now = now
+        self.run = run                  # None for the idle speaker
+        self.flow = flow
+        self.step = step
+        self.pending = [] if pending is None else pending
+        # the kept instruction dicts, agent -> flow -> step, and the offered Tool objects, in agent order
+        self.instructions = [] if instructions is None else instructions
+        self.tools = [] if tools is None else tools
 
 
-@dataclass
-class Spoken:
+class Spoken(_Record):
     """A speak call that produced a reply."""
-    message: str
-    fields: dict = field(default_factory=dict)    # slug -> raw envelope value
-    data: dict = field(default_factory=dict)      # merged tool data patches
-    llm_calls: int = 0
-    usage: TokenUsage | None = None
+    __slots__ = ("message", "fields", "data", "llm_calls", "usage")
+
+    def __init__(self, message: str, fields: dict | None = None, data: dict | None = None, llm_calls: int = 0,
+                 usage: TokenUsage | None = None) -> None:
+        self.message = message
+        self.fields = {} if fields is None else fields  # slug -> raw envelope value
+        self.data = {} if data is None else data        # merged tool data patches
+        self.llm_calls = llm_calls
+        self.usage = usage
 
 
-@dataclass
-class Deferred:
+class Deferred(_Record):
     """A speak call that failed: the step waits or the run fails (runtime.md §10.2)."""
-    code: str
-    retryable: bool
-    reset_at_ms: int | None = None
-    llm_calls: int = 0
-    usage: TokenUsage | None = None
+    __slots__ = ("code", "retryable", "reset_at_ms", "llm_calls", "usage")
+
+    def __init__(self, code: str, retryable: bool, reset_at_ms: int | None = None, llm_calls: int = 0,
+                 usage: TokenUsage | None = None) -> None:
+        self.code = code
+        self.retryable = retryable
+        self.reset_at_ms = reset_at_ms
+        self.llm_calls = llm_calls
+        self.usage = usage
 
 
 # Shared building blocks (model-calls.md §2) ---------------------------------------------------
@@ -3942,26 +4013,32 @@ UNDERSTAND_TASK = ("## Task\nJudge the customer's latest message, quoted below, 
                    'guesses. Answer with one JSON object in the shape given under "Output".')
 
 
-@dataclass(eq=False)
-class _UnderstandCall:
-    request: GenerateRequest
-    aliases: AliasTable
-    lean: _LeanReading | None = None
+class _UnderstandCall(_Record):
+    __slots__ = ("request", "aliases", "lean")
+
+    def __init__(self, request: GenerateRequest, aliases: AliasTable, lean: _LeanReading | None = None) -> None:
+        self.request = request
+        self.aliases = aliases
+        self.lean = lean
 
 
-@dataclass(eq=False)
-class _Envelope:
+class _Envelope(_Record):
     """The v4 understand envelope (§3.3), the aliased items it asks about (§2.8), and the prompt parts built
     from them alone: every call of the agent that asks the same reuses it (issue 12)."""
-    schema: dict
-    aliases: AliasTable
-    cand: list                          # (alias, flow) of each candidate
-    ment: list                          # (alias, flow) of each mention
-    branches: list                      # (alias, rendered when) of each branch
-    fields: list                        # (alias, slug) of each field
-    cand_templated: bool = False        # a candidate's description or phrases render with the turn's scope
-    ment_templated: bool = False        # a mention's description or phrases render with the turn's scope
-    parts: dict = field(default_factory=dict)   # prompt parts built from the envelope alone, by name
+    __slots__ = ("schema", "aliases", "cand", "ment", "branches", "fields", "cand_templated", "ment_templated",
+                 "parts")
+
+    def __init__(self, schema: dict, aliases: AliasTable, cand: list, ment: list, branches: list, fields: list,
+                 cand_templated: bool = False, ment_templated: bool = False) -> None:
+        self.schema = schema
+        self.aliases = aliases
+        self.cand = cand                        # (alias, flow) of each candidate
+        self.ment = ment                        # (alias, flow) of each mention
+        self.branches = branches                # (alias, rendered when) of each branch
+        self.fields = fields                    # (alias, slug) of each field
+        self.cand_templated = cand_templated    # a candidate's description or phrases render with the turn's scope
+        self.ment_templated = ment_templated    # a mention's description or phrases render with the turn's scope
+        self.parts: dict = {}                   # prompt parts built from the envelope alone, by name
 
 
 def _understand_call(agent: Agent, ask: UnderstandAsk) -> _UnderstandCall:
@@ -4198,24 +4275,29 @@ LEAN_KEY_RULES = {     # the schema gives each item's keys: the rules say what b
 }
 
 
-@dataclass(eq=False)
-class _LeanParts:
+class _LeanParts(_Record):
     """The agent-constant part of a lean understand call: system text after the stable prefix, schema."""
-    text: str
-    schema: dict
-    flows: set            # flow ids described in the catalog
-    mentions: set         # mention flow ids described in the catalog
-    slugs: list           # the fields described in the catalog (extract "anywhere")
-    system: str = ""      # the call's system text: the knowledge base, then ``text``
+    __slots__ = ("text", "schema", "flows", "mentions", "slugs", "system")
+
+    def __init__(self, text: str, schema: dict, flows: set, mentions: set, slugs: list, system: str = "") -> None:
+        self.text = text
+        self.schema = schema
+        self.flows = flows          # flow ids described in the catalog
+        self.mentions = mentions    # mention flow ids described in the catalog
+        self.slugs = slugs          # the fields described in the catalog (extract "anywhere")
+        self.system = system        # the call's system text: the knowledge base, then ``text``
 
 
-@dataclass(eq=False)
-class _LeanReading:
+class _LeanReading(_Record):
     """What reading a lean-form reply needs beyond the alias table."""
-    flows: set = field(default_factory=set)         # real ids of this call's candidates
-    mentions: dict = field(default_factory=dict)    # real mention flow id -> its extract definitions
-    fields: list = field(default_factory=list)      # the slugs asked for this call
-    field_names: list = field(default_factory=list)     # those slugs and their aliases, longest first
+    __slots__ = ("flows", "mentions", "fields", "field_names")
+
+    def __init__(self, flows: set | None = None, mentions: dict | None = None, fields: list | None = None,
+                 field_names: list | None = None) -> None:
+        self.flows = set() if flows is None else flows                  # real ids of this call's candidates
+        self.mentions = {} if mentions is None else mentions            # real mention flow id -> its extracts
+        self.fields = [] if fields is None else fields                  # the slugs asked for this call
+        self.field_names = [] if field_names is None else field_names   # those slugs and their aliases, longest first
 
 
 def _templated(*texts: Any) -> bool:
@@ -4805,29 +4887,36 @@ def lean_field_line(name: str, definition: Any) -> str:
     return line.replace(f"{name} (string)", name, 1) if line.startswith(f"{name} (string)") else line
 
 
-@dataclass
-class ToolCall:
+class ToolCall(_Record):
     """One tool call of a speak round, as read from the reply (model-calls.md §5.5, §6.7)."""
-    name: str
-    arguments: dict
-    thought_signature: Any = None       # Gemini's, carried back on the assistant item
+    __slots__ = ("name", "arguments", "thought_signature")
+
+    def __init__(self, name: str, arguments: dict, thought_signature: Any = None) -> None:
+        self.name = name
+        self.arguments = arguments
+        self.thought_signature = thought_signature      # Gemini's, carried back on the assistant item
 
 
-@dataclass(frozen=True)
-class ToolOutput:
+class ToolOutput(_Record):
     """One call's result: what the model reads, and the data patch or None (model-calls.md §6.3, §6.6)."""
-    text: str
-    data: dict | None = None
+    __slots__ = ("text", "data")
+
+    def __init__(self, text: str, data: dict | None = None) -> None:
+        self.text = text
+        self.data = data
 
 
-@dataclass(eq=False)
-class _Round:
+class _Round(_Record):
     """One speak round's reply as read by model-calls.md §5.5."""
-    message: str
-    fields: dict
-    calls: list[ToolCall]
-    reasoning: str | None = None
-    reasoning_details: Any = None
+    __slots__ = ("message", "fields", "calls", "reasoning", "reasoning_details")
+
+    def __init__(self, message: str, fields: dict, calls: list[ToolCall], reasoning: str | None = None,
+                 reasoning_details: Any = None) -> None:
+        self.message = message
+        self.fields = fields
+        self.calls = calls
+        self.reasoning = reasoning
+        self.reasoning_details = reasoning_details
 
 
 def read_round(generation: Generation, wire: list[tuple[str, str]]) -> _Round:
@@ -6002,15 +6091,18 @@ def check_flow_shape(flow: Any, checks: _Checks | None = None) -> None:
 
 # Phase 2: names and the step graph ------------------------------------------------------------
 
-@dataclass(eq=False)
-class _FlowNames:
+class _FlowNames(_Record):
     """What a flow's names are checked against: the registries of persistence.md §1.10."""
-    fields: dict
-    actions: dict
-    events: dict
-    conditions: dict
-    tool_ids: list
-    flow_ids: list | None     # None: targets naming a flow are not checked
+    __slots__ = ("fields", "actions", "events", "conditions", "tool_ids", "flow_ids")
+
+    def __init__(self, fields: dict, actions: dict, events: dict, conditions: dict, tool_ids: list,
+                 flow_ids: list | None) -> None:
+        self.fields = fields
+        self.actions = actions
+        self.events = events
+        self.conditions = conditions
+        self.tool_ids = tool_ids
+        self.flow_ids = flow_ids        # None: targets naming a flow are not checked
 
     @classmethod
     def of(cls, registries: dict | None) -> _FlowNames:

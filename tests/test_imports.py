@@ -2,6 +2,8 @@
 import subprocess
 import sys
 
+import pytest
+
 import falai
 
 THIRD_PARTY = ("requests", "jsonschema", "urllib3", "charset_normalizer", "idna", "certifi")
@@ -92,3 +94,47 @@ def test_a_record_of_the_falai_logger_names_the_function_that_logged(caplog):
         falai.log.warning("a warning")
     assert [(r.name, r.funcName) for r in caplog.records] == [
         ("falai", "test_a_record_of_the_falai_logger_names_the_function_that_logged")]
+
+
+# Internal records are _Record, public types dataclasses (issue 12) ---------------------------------------------
+
+HANDED_TO_HOST_CODE = {"BusinessHoursCtx"}     # outside __all__, but business_hours(at, ctx) reads it
+
+
+def test_every_dataclass_of_falai_is_a_public_type_or_handed_to_host_code():
+    """issue 12: @dataclass compiles its methods at import, so an internal record is a _Record instead;
+    a new internal dataclass would put that cost back on every ``import falai``."""
+    import dataclasses
+    made_here = [value for value in vars(falai).values()
+                 if isinstance(value, type) and value.__module__ == "falai" and dataclasses.is_dataclass(value)]
+    internal = sorted(cls.__name__ for cls in made_here if cls.__name__ not in falai.__all__)
+    assert internal == sorted(HANDED_TO_HOST_CODE), "make these falai._Record subclasses (see its docstring)"
+
+
+def test_the_internal_records_are_slotted_records():
+    records = [value for value in vars(falai).values()
+               if isinstance(value, type) and issubclass(value, falai._Record) and value is not falai._Record]
+    assert len(records) >= 20
+    for record in records:
+        assert record.__name__ not in falai.__all__, f"{record.__name__} is public: make it a dataclass"
+        assert record.__slots__ and "__dict__" not in dir(record), record.__name__
+
+
+def test_a_record_compares_and_shows_field_by_field_like_a_dataclass():
+    first = falai.Deferred("provider-unavailable", True, llm_calls=1)
+    assert first == falai.Deferred(code="provider-unavailable", retryable=True, reset_at_ms=None, llm_calls=1)
+    assert first != falai.Deferred("provider-unavailable", True, llm_calls=2)
+    assert first != falai.Spoken("provider-unavailable")       # another record type is never equal
+    assert repr(first) == ("Deferred(code='provider-unavailable', retryable=True, reset_at_ms=None, "
+                           "llm_calls=1, usage=None)")
+    with pytest.raises(TypeError):      # mutable, so unhashable, like a dataclass that compares
+        hash(first)
+    with pytest.raises(AttributeError):     # slotted: a misspelt attribute fails instead of sticking
+        first.retryabel = False
+
+
+def test_a_records_default_lists_are_its_own():
+    """Like ``field(default_factory=list)``: two records never share a default list or dict."""
+    one, two = falai.Judgement(), falai.Judgement()
+    one.flows["a"] = 90
+    assert two.flows == {} and falai.Eligibility().eligible is not falai.Eligibility().eligible
