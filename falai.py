@@ -2005,8 +2005,9 @@ def run_turn(agent: Agent, kwargs: dict, streaming: bool) -> Generator[str, None
         spoken = yield from speak(agent, ask, streaming)
     turn.phase = "settle"
     settle(turn, speaker, spoken)                            # phase 7
-    changed = (given.session is None or turn.session != given.session or bool(
-        turn.messages or turn.schedule or turn.outcomes or turn.skipped))
+    # What the turn produced first: comparing the sessions walks the whole blob, a long history included.
+    changed = bool(turn.messages or turn.schedule or turn.outcomes or turn.skipped) or (
+        given.session is None or turn.session != given.session)
     return turn.result(changed=changed)                      # phase 8
 
 
