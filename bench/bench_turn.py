@@ -3,7 +3,7 @@
     python bench/bench_turn.py                            # prints a table
     python bench/bench_turn.py --issue12                  # only the rows of issue 12's targets
     python bench/bench_turn.py --issue12 --baseline       # those rows for e397a6a and for this tree, side by side
-    python bench/bench_turn.py --issue12 --baseline REV --rounds 5
+    python bench/bench_turn.py --issue12 --baseline REV --rounds 10 --pairs 10
     python bench/bench_turn.py --issue12 --cpu            # CPU time rather than wall time
 
 What it measures is falai's own work (routing, runs and steps, prompts,
@@ -19,26 +19,29 @@ and the absolute figures of issue 12's table ("today") came from another
 machine. So the issue's targets are read as ratios (target / today: triage
 0.10 / 0.17 ms), and each row is measured for REV (default ``e397a6a``, the
 commit whose figures the issue calls "today", exported with ``git archive``
-into a temporary folder) and for this tree, each measurement in a fresh
-subprocess, the two trees alternating within each round over several rounds,
-so that drift falls on both alike. The table gives each tree's best figure
-over the rounds and their ratio (now / REV), which decides "meets", then the
-median and range of the rounds' own ratios (the two trees measured one right
-after the other). The best figure, because the machine's other work only ever
-adds time: the least disturbed round is the closest to what the code costs
-(timeit's advice too), while a median ratio still moves by 0.05-0.1 between
-runs when the load comes in bursts.
-The subprocesses time with the process's CPU clock (``--cpu``), not the wall
+into a temporary folder) and for this tree. Each round starts one server
+process per tree (this file with ``--issue12-serve``); for each row both
+prepare it (the agent, the scripts, the old session), then they time batches
+of BATCH repetitions in turn, one tree right after the other, ``--pairs``
+times (default 10), the order swapped every pair, so that drift falls on
+both alike. ``--rounds`` (default 10) starts fresh servers each round,
+because a process has a speed of its own too (where its memory landed, its
+hash seed): one long-lived pair of servers gave a triage ratio of 0.39 in one
+run and 0.62 in the next. An import is one fresh interpreter per tree, in
+pairs the same way. The table gives each tree's median over every batch, their
+ratio (now / REV), which decides "meets", and the range of the rounds' ratios.
+The servers time with the process's CPU clock (as ``--cpu`` does), not the wall
 clock: on a busy machine a turn that lasts longer than a scheduler slice is
 preempted, and its wall time grows with the load (a 15 ms loop measured 63 ms
 at a load of 12 on 2 cores) while a short one's does not, which would bend the
 ratios.
-The subprocess runs this file's scenario code (REV's bench lacks the newer
+A server runs this file's scenario code (REV's bench lacks the newer
 rows) against REV's falai: ``--tree PATH`` puts PATH first on ``sys.path``
 before falai is imported.
 """
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -49,6 +52,7 @@ import tarfile
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, ".."))
@@ -66,6 +70,7 @@ from falai_stores import SQLiteStore  # noqa: E402
 from request_bodies import TRIAGE_FIELDS, TRIAGE_FLOWS  # noqa: E402  (the triage agent bench_tokens measures too)
 
 REPEAT = 300
+BATCH = 15             # --baseline: repetitions a server times per batch, a median (so a GC pause counts once)
 # --cpu: time with the process's CPU clock, which other work on a busy machine does not inflate (see --baseline)
 CLOCK = time.process_time if "--cpu" in sys.argv else time.perf_counter
 BASELINE = "e397a6a"   # the commit whose figures issue 12 calls "today"
@@ -81,8 +86,8 @@ def agent_for(script_factory, **options):
                    clock=fake_clock("2026-09-20T10:00:00.000Z"), idle={"prompt": "Atenda."}, **options)
 
 
-def many(entry, n=REPEAT * 4):
-    return [entry] * n
+def many(entry, n: int | None = None) -> list:
+    return [entry] * (REPEAT * 4 if n is None else n)
 
 
 SCENARIOS = {
@@ -167,13 +172,14 @@ def median_us(call, repeat: int = REPEAT) -> float:
     return statistics.median(samples) * 1e6
 
 
-def triage_turn_us() -> float:
+def triage_turn() -> Callable[[], object]:
     """The routed start of the triage flow on a fresh session: one understand and one speak call."""
     factory, call = SCENARIOS["routed start + collect (understand + speak)"]
-    return time_scenario(factory, call)[0]
+    agent, counter = agent_for(factory), iter(range(10 ** 9))
+    return lambda: call(agent, next(counter), None)
 
 
-def many_flows_us(count: int) -> float:
+def many_flows(count: int) -> Callable[[], object]:
     """A message turn on an agent with ``count`` phrased flows, each scored by the understand call."""
     f = falai().fields({f"campo{i}": {"type": "string", "ask": f"Pergunte o campo {i}."} for i in range(count)})
     flows = [{"id": f"fluxo{i}", "name": f"Fluxo {i}", "description": f"O assunto número {i}.",
@@ -184,11 +190,10 @@ def many_flows_us(count: int) -> float:
     agent = f.agent(name="Ana", provider=ScriptedProvider(script=script), flows=flows,
                     clock=fake_clock("2026-09-20T10:00:00.000Z"), idle={"prompt": "Atenda."})
     counter = iter(range(10 ** 9))
-    return median_us(lambda: agent.turn(session_id=f"s{next(counter)}", message="quero falar", id="m1"),
-                     REPEAT // 2)
+    return lambda: agent.turn(session_id=f"s{next(counter)}", message="quero falar", id="m1")
 
 
-def old_session_us(turns: int = 1000) -> float:
+def old_session(turns: int = 1000) -> Callable[[], object]:
     """One idle turn on a session that has lived through ``turns`` turns (the saved blob passed back in)."""
     agent = agent_for(lambda: {"understand": many({"flows": {"triagem": 0, "suporte": 0}}, turns + REPEAT * 2),
                                "speak": many({"message": "Certo."}, turns + REPEAT * 2)})
@@ -196,62 +201,51 @@ def old_session_us(turns: int = 1000) -> float:
     for i in range(turns):
         session = agent.turn(session_id="old", session=session, message=f"mensagem {i}", id=f"m{i}").session
     counter = iter(range(10 ** 9))
-    return median_us(lambda: agent.turn(session_id="old", session=session, message="mais uma",
-                                        id=f"x{next(counter)}"), REPEAT // 2)
+    return lambda: agent.turn(session_id="old", session=session, message="mais uma", id=f"x{next(counter)}")
 
 
-def request_body_us(provider, items: int) -> float:
-    """Plan, wire and JSON text of one speak request over ``items`` history items (nothing is sent)."""
-    history = []
-    for i in range(items // 2):
-        history.append({"role": "user", "content": f"Mensagem número {i} do cliente, com algum texto a mais."})
-        history.append({"role": "assistant", "content": f"Resposta número {i} da assistente, também curta."})
-    request = GenerateRequest(system="Você é a Ana.", prompt="Responda.", history=history, context={},
-                              schema={"type": "object", "properties": {"message": {"type": "string"}}},
-                              schema_name="speak", tools=None)
-    def body() -> None:
-        plan = provider._plan(request)
-        _, _, wire = provider._wire(provider.model, plan)
-        getattr(provider, "_body_text", compact_json)(wire)      # what _attempt sends (older trees: compact_json)
-    return median_us(body, 100)
-
-
-def request_body(vendor: str, items: int):
-    """The request-body row of one vendor: a measure taking no argument, like the other rows."""
-    def measure() -> float:
+def request_body(vendor: str, items: int) -> Callable[[], Callable[[], object]]:
+    """The request-body row of one vendor: plan, wire and JSON text of one speak request over ``items``
+    history items (nothing is sent)."""
+    def prepare() -> Callable[[], object]:
         from falai_providers import GeminiProvider, OpenAICompatibleProvider  # noqa: PLC0415
         provider = (GeminiProvider(api_key="k", model="gemini-2.5-flash") if vendor == "gemini"
                     else OpenAICompatibleProvider(api_key="k", model="gpt-4.1-mini"))
-        return request_body_us(provider, items)
-    return measure
+        history = []
+        for i in range(items // 2):
+            history.append({"role": "user", "content": f"Mensagem número {i} do cliente, com algum texto a mais."})
+            history.append({"role": "assistant", "content": f"Resposta número {i} da assistente, também curta."})
+        request = GenerateRequest(system="Você é a Ana.", prompt="Responda.", history=history, context={},
+                                  schema={"type": "object", "properties": {"message": {"type": "string"}}},
+                                  schema_name="speak", tools=None)
+        def body() -> object:
+            plan = provider._plan(request)
+            _, _, wire = provider._wire(provider.model, plan)
+            return getattr(provider, "_body_text", compact_json)(wire)   # what _attempt sends (older: compact_json)
+        return body
+    return prepare
 
 
-# Issue 12's rows: key -> (what, the unit its measure returns, measure, the issue's "today", the issue's target),
-# today and target in ms as the issue's table gives them.
-ISSUE12 = {
-    "triage": ("triage turn", "µs", triage_turn_us, 0.17, 0.10),
-    "flows50": ("50 flows", "µs", lambda: many_flows_us(50), 0.66, 0.25),
-    "flows200": ("200 flows", "µs", lambda: many_flows_us(200), 2.2, 0.5),
-    "old1000": ("a session 1,000 turns old", "µs", old_session_us, 0.21, 0.10),
-    "gemini200": ("gemini request body, 200 history items", "µs", request_body("gemini", 200), 0.25, 0.05),
-    "gemini2000": ("gemini request body, 2,000 history items", "µs", request_body("gemini", 2000), 3.0, 0.5),
-    "openai200": ("openai request body, 200 history items", "µs", request_body("openai", 200), 0.25, 0.05),
-    "openai2000": ("openai request body, 2,000 history items", "µs", request_body("openai", 2000), 3.0, 0.5),
-    "import": ("import falai", "ms", lambda: import_time_ms(), 26, 20),
+# Issue 12's rows: key -> (what, prepare, the issue's "today", the issue's target), today and target in ms
+# as the issue's table gives them. ``prepare()`` builds what the row needs and returns one repetition of it
+# (a turn, a request body) for median_us or the paired loop of --baseline; "import" is a fresh interpreter.
+ISSUE12: dict[str, tuple[str, Callable[[], Callable[[], object]] | None, float, float]] = {
+    "triage": ("triage turn", triage_turn, 0.17, 0.10),
+    "flows50": ("50 flows", lambda: many_flows(50), 0.66, 0.25),
+    "flows200": ("200 flows", lambda: many_flows(200), 2.2, 0.5),
+    "old1000": ("a session 1,000 turns old", old_session, 0.21, 0.10),
+    "gemini200": ("gemini request body, 200 history items", request_body("gemini", 200), 0.25, 0.05),
+    "gemini2000": ("gemini request body, 2,000 history items", request_body("gemini", 2000), 3.0, 0.5),
+    "openai200": ("openai request body, 200 history items", request_body("openai", 200), 0.25, 0.05),
+    "openai2000": ("openai request body, 2,000 history items", request_body("openai", 2000), 3.0, 0.5),
+    "import": ("import falai", None, 26, 20),
 }
 
 
-def figure(value: float, unit: str) -> str:
-    return f"{value:,.1f} ms" if unit == "ms" else f"{value:,.0f} µs"
-
-
-def in_ms(value: float, unit: str) -> float:
-    return value / 1000 if unit == "µs" else value
-
-
 def issue12_rows() -> list[tuple[str, str, str, str]]:
-    """The rows of issue 12's table, measured in this process."""
-    return [(what, figure(measure(), unit), "", "") for what, unit, measure, _, _ in ISSUE12.values()]
+    """The rows of issue 12's table, measured in this process (the import in fresh interpreters)."""
+    return [(what, f"{import_time_ms():,.1f} ms" if prepare is None else f"{median_us(prepare(), REPEAT // 2):,.0f} µs",
+             "", "") for what, prepare, _, _ in ISSUE12.values()]
 
 
 def export_tree(rev: str, folder: str) -> None:
@@ -266,54 +260,131 @@ def export_tree(rev: str, folder: str) -> None:
             tar.extractall(folder)
 
 
-def measure_in_subprocess(key: str, tree: str) -> float:
-    """One issue-12 row, measured by a fresh interpreter running this file against the falai of ``tree``."""
-    done = subprocess.run([sys.executable, os.path.abspath(__file__), "--issue12-row", key, "--tree", tree, "--cpu"],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"bench_turn: row {key} on {tree} failed:\n{done.stderr.strip()}")
-    return float(done.stdout)
+class Server:
+    """A subprocess running this file against the falai of one tree: it prepares a row, then times batches."""
+
+    def __init__(self, tree: str):
+        self.process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--issue12-serve", "--tree", tree],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def ask(self, line: str) -> float:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+        answer = self.process.stdout.readline()
+        if not answer:
+            sys.exit(f"bench_turn: the server for {line!r} stopped (its error is above)")
+        return float(answer)
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait()
 
 
-def issue12_side_by_side(rev: str, rounds: int) -> None:
-    """Each row for commit ``rev`` and for this tree, alternating in each round; the best of the rounds."""
-    samples: dict[tuple[str, str], list[float]] = {(key, tree): [] for key in ISSUE12 for tree in ("base", "now")}
+def serve() -> None:
+    """--issue12-serve: ``prepare KEY`` builds a row; ``batch`` times BATCH repetitions of it and prints their
+    median in µs (CPU time). The parent alternates two of these servers, one per tree."""
+    global REPEAT
+    REPEAT = 1000                              # the scripts' length: enough for 260 batches of 15 a row
+    call: Callable[[], object] = lambda: None  # noqa: E731
+    for line in sys.stdin:
+        command, *args = line.split()
+        if command == "prepare":
+            call = ISSUE12[args[0]][1]()       # type: ignore[misc]  (never "import": the parent runs that one)
+            for _ in range(10):
+                call()                         # warm up
+            print(0.0, flush=True)
+        else:
+            samples = []
+            for _ in range(BATCH):
+                started = time.process_time()
+                call()
+                samples.append(time.process_time() - started)
+            print(statistics.median(samples) * 1e6, flush=True)
+
+
+def one_import_ms(tree: str, cache: str) -> float:
+    """One fresh interpreter's ``import falai`` from ``tree`` in CPU time, bytecode cached in ``cache``."""
+    code = "import time; t = time.process_time(); import falai; print((time.process_time() - t) * 1000)"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = cache
+    return float(subprocess.run([sys.executable, "-c", code], cwd=tree, env=env, capture_output=True,
+                                text=True).stdout)
+
+
+def paired(measure_base: Callable[[], float], measure_now: Callable[[], float], pairs: int) -> tuple[list, list]:
+    """``pairs`` measurements of each, one right after the other, the order swapped every pair."""
+    base, now = [], []
+    for n in range(pairs):
+        if n % 2:
+            now.append(measure_now())
+            base.append(measure_base())
+        else:
+            base.append(measure_base())
+            now.append(measure_now())
+    return base, now
+
+
+def issue12_side_by_side(rev: str, rounds: int, pairs: int) -> None:
+    """Each row for commit ``rev`` and for this tree: ``rounds`` fresh pairs of servers, each timing ``pairs``
+    pairs of batches, one tree right after the other."""
+    samples: dict[tuple[str, str], list[list[float]]] = {(key, name): [] for key in ISSUE12 for name in ("base", "now")}
     with tempfile.TemporaryDirectory() as folder:
-        export_tree(rev, folder)
-        trees = {"base": folder, "now": ROOT}
+        export_tree(rev, os.path.join(folder, "tree"))
+        trees = {"base": os.path.join(folder, "tree"), "now": ROOT}
+        caches = {name: os.path.join(folder, f"pycache-{name}") for name in trees}
+        for name in trees:
+            one_import_ms(trees[name], caches[name])     # writes the bytecode the later imports read
         for round_number in range(rounds):
-            order = ["base", "now"] if round_number % 2 == 0 else ["now", "base"]
-            for key in ISSUE12:
-                for tree in order:
-                    samples[key, tree].append(measure_in_subprocess(key, trees[tree]))
+            servers = {name: Server(tree) for name, tree in trees.items()}
+            for key, (_, prepare, _, _) in ISSUE12.items():
+                if prepare is None:
+                    measures = [functools.partial(one_import_ms, trees[name], caches[name]) for name in trees]
+                else:
+                    for server in servers.values():
+                        server.ask(f"prepare {key}")
+                    measures = [lambda server=server: server.ask("batch") / 1000 for server in servers.values()]
+                base, now = paired(*measures, pairs)
+                samples[key, "base"].append(base)
+                samples[key, "now"].append(now)
+            for server in servers.values():
+                server.close()
             print(f"round {round_number + 1} of {rounds} done", file=sys.stderr)
-    head = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True, text=True)
-    header = ("measure (instant provider, best round)", rev, f"now ({head.stdout.strip()})", "ratio",
-              "rounds' ratios: median, range", "issue: today -> target", "target ratio", "meets")
-    issue = lambda ms: f"{ms:.2f}" if ms < 1 else f"{ms:g}"  # noqa: E731  (as the issue writes them)
     rows = []
-    for key, (what, unit, _, today, target) in ISSUE12.items():
-        base, current = (in_ms(min(samples[key, tree]), unit) for tree in ("base", "now"))
-        ratios = [now / then for now, then in zip(samples[key, "now"], samples[key, "base"])]  # one per round
-        ratio, wanted = current / base, target / today
-        rows.append((what, f"{base:.3g} ms", f"{current:.3g} ms", f"{ratio:.2f}",
-                     f"{statistics.median(ratios):.2f}, {min(ratios):.2f}-{max(ratios):.2f}",
-                     f"{issue(today)} -> {issue(target)} ms", f"{wanted:.2f}", "yes" if ratio <= wanted else "no"))
-    print(f"falai bench, issue 12 side by side, Python {sys.version.split()[0]}, CPU time, the best of {rounds} "
-          f"rounds (each a fresh subprocess per row and tree, itself a median of many repetitions)\n")
+    for key, (what, _, today, target) in ISSUE12.items():
+        base, now = ([value for batch in samples[key, name] for value in batch] for name in ("base", "now"))
+        ratio, wanted = statistics.median(now) / statistics.median(base), target / today
+        per_round = [statistics.median(n) / statistics.median(b)
+                     for b, n in zip(samples[key, "base"], samples[key, "now"])]
+        rows.append((what, f"{statistics.median(base):.3g} ms", f"{statistics.median(now):.3g} ms", f"{ratio:.2f}",
+                     f"{min(per_round):.2f}-{max(per_round):.2f}", f"{issue(today)} -> {issue(target)} ms",
+                     f"{wanted:.2f}", "yes" if ratio <= wanted else "no"))
+    head = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True, text=True)
+    header = ("measure (instant provider, median)", rev, f"now ({head.stdout.strip()})", "ratio",
+              "rounds' ratios", "issue: today -> target", "target ratio", "meets")
+    print(f"falai bench, issue 12 side by side, Python {sys.version.split()[0]}, CPU time: {rounds} rounds of fresh "
+          f"processes, {pairs} pairs a row each (a turn or body row's figure is a median of {BATCH} repetitions; "
+          "an import is one fresh interpreter)\n")
     print_table(rows, header)
+
+
+def issue(ms: float) -> str:
+    """A figure of the issue's table, written as the issue writes it."""
+    return f"{ms:.2f}" if ms < 1 else f"{ms:g}"
 
 
 def main() -> None:
     rows = []
-    if "--issue12-row" in sys.argv:                           # a subprocess of --baseline: one row, one figure
-        print(ISSUE12[sys.argv[sys.argv.index("--issue12-row") + 1]][2]())
+    if "--issue12-serve" in sys.argv:                         # a subprocess of --baseline: one tree's rows
+        serve()
         return
     if "--issue12" in sys.argv and "--baseline" in sys.argv:
         following = sys.argv[sys.argv.index("--baseline") + 1:]
         rev = following[0] if following and not following[0].startswith("--") else BASELINE
-        rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 5
-        issue12_side_by_side(rev, rounds)
+        rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 10
+        pairs = int(sys.argv[sys.argv.index("--pairs") + 1]) if "--pairs" in sys.argv else 10
+        issue12_side_by_side(rev, rounds, pairs)
         return
     if "--issue12" in sys.argv:
         print_table(issue12_rows())
