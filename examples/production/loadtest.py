@@ -88,7 +88,7 @@ class FakeChannel:
 
     def __init__(self):
         self.deliveries: dict[str, list[float]] = {}
-        self.in_flight = 0
+        self.in_flight = 0      # deliveries recorded and held by delay_s, not yet acknowledged
         self.delay_s = 0.0
         self.lock = threading.Lock()
         channel = self
@@ -109,8 +109,10 @@ class FakeChannel:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with channel.lock:
                     channel.deliveries.setdefault(body["idempotency_key"], []).append(time.time())
-                    channel.in_flight += 1
                     delay = channel.delay_s
+                    # only a held delivery counts: one that came before delay_s was set is answered at once,
+                    # and a sender killed while it is "in flight" may already have marked it sent
+                    channel.in_flight += bool(delay)
                 try:
                     time.sleep(delay)
                     self._reply({"ok": True})
@@ -118,7 +120,7 @@ class FakeChannel:
                     pass                                # the sender died mid-delivery: the point of the test
                 finally:
                     with channel.lock:
-                        channel.in_flight -= 1
+                        channel.in_flight -= bool(delay)
 
             def do_GET(self):
                 key = parse_qs(urlparse(self.path).query)["key"][0]
