@@ -87,14 +87,24 @@ def is_strict_schema(schema: Any) -> bool:
     ...                   "required": ["a"], "additionalProperties": False})
     True
     """
-    return not _mentions_key(schema, ("$ref", "allOf")) and _strict(schema)
+    return not _mentions_key(schema, _NOT_STRICT_KEYS) and _strict(schema)
 
 
-def _mentions_key(value: Any, keys: tuple[str, ...]) -> bool:
-    if isinstance(value, dict):
-        return any(k in value for k in keys) or any(_mentions_key(v, keys) for v in value.values())
-    if isinstance(value, list):
-        return any(_mentions_key(v, keys) for v in value)
+_NOT_STRICT_KEYS = frozenset({"$ref", "allOf"})
+
+
+def _mentions_key(value: Any, keys: frozenset[str]) -> bool:
+    """Whether a dict anywhere in ``value`` has one of ``keys``: a walk with a stack, as every speak request
+    of an OpenAI-compatible provider walks its schema (issue 12)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if not keys.isdisjoint(item):
+                return True
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
     return False
 
 
@@ -1095,6 +1105,7 @@ def _check_options(owner: str, config: Any) -> dict:
 
 FRAGMENTS_KEPT = 10_000          # plain history items whose wire form one provider keeps (issue 12)
 LEADS_KEPT = 256                 # conversations whose opening plain items one provider keeps (issue 12)
+CAPS_KEPT = 64                   # models whose capability row one provider keeps (issue 12)
 
 
 class _Fragment(dict):
@@ -1234,6 +1245,7 @@ class _HttpProvider:
         self._api_key = api_key
         self._secret_forms = _secret_forms(api_key)
         self.model_caps = _check_model_caps(owner, model_caps)
+        self._caps_kept: dict[tuple, ModelCaps] = {}     # each model's row, looked up once (_caps)
         self.understand_effort = understand_effort
         self._warned: set = set()
         self.model = model.strip()
@@ -1637,7 +1649,15 @@ class _HttpProvider:
 
 
     def _caps(self, vendor: str, model: str, unknown: ModelCaps = UNKNOWN_MODEL) -> ModelCaps:
-        return model_caps(vendor, model, self.model_caps, unknown)
+        """The model's capability row, looked up once per model: every request reads it, and the table and
+        the provider's ``model_caps`` (checked when it was built) do not change (issue 12)."""
+        key = (vendor, model, unknown)
+        caps = self._caps_kept.get(key)
+        if caps is None:
+            if len(self._caps_kept) >= CAPS_KEPT:
+                self._caps_kept.clear()
+            caps = self._caps_kept[key] = model_caps(vendor, model, self.model_caps, unknown)
+        return caps
 
     def _warn_once(self, key: tuple, message: str, *args: Any) -> None:
         """Log a configuration value dropped for a model, once per provider object and model."""
