@@ -769,7 +769,9 @@ def iso(at: datetime) -> str:
     if at.tzinfo is not timezone.utc:
         at = at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
     if at.year >= 1000:         # isoformat pads the year to four digits, where strftime's %Y does not
-        return at.isoformat(timespec="milliseconds")[:-6] + "Z"
+        # isoformat() without timespec= is the cheaper call, and every turn stamps its instant (issue 12)
+        text = at.isoformat()   # "YYYY-MM-DDTHH:MM:SS[.ffffff]+00:00"
+        return text[:23] + "Z" if at.microsecond else text[:19] + ".000Z"
     return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
 
 
