@@ -286,12 +286,14 @@ def serve() -> None:
     """--issue12-serve: ``prepare KEY`` builds a row; ``batch`` times BATCH repetitions of it and prints their
     median in µs (CPU time). The parent alternates two of these servers, one per tree."""
     global REPEAT
-    REPEAT = 1000                              # the scripts' length: enough for 260 batches of 15 a row
+    REPEAT = 1000                              # the scripts' length: room for 130 batches of 15 a row
     call: Callable[[], object] = lambda: None  # noqa: E731
     for line in sys.stdin:
         command, *args = line.split()
         if command == "prepare":
-            call = ISSUE12[args[0]][1]()       # type: ignore[misc]  (never "import": the parent runs that one)
+            prepare = ISSUE12[args[0]][1]
+            assert prepare is not None         # never "import": the parent times that one itself
+            call = prepare()
             for _ in range(10):
                 call()                         # warm up
             print(0.0, flush=True)
