@@ -151,19 +151,14 @@ def store_round_trips(store, n: int = 500) -> float:
 
 def import_time_ms() -> float:
     """A fresh interpreter's ``import falai``, with its bytecode cached as an installed package has it."""
-    clock = CLOCK.__name__
-    code = f"import time; t = time.{clock}(); import falai; print((time.{clock}() - t) * 1000)"
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     with tempfile.TemporaryDirectory() as cache:
-        env["PYTHONPYCACHEPREFIX"] = cache
-        runs = [float(subprocess.run([sys.executable, "-c", code], cwd=TREE, env=env, capture_output=True,
-                                     text=True).stdout) for _ in range(6)]
-    return statistics.median(runs[1:])
+        runs = [one_import_ms(TREE, cache, CLOCK.__name__) for _ in range(6)]
+    return statistics.median(runs[1:])      # the first one writes the bytecode
 
 
-def median_us(call, repeat: int = REPEAT) -> float:
-    for _ in range(10):
-        call()                                                # warm up
+def median_us(call, repeat: int = REPEAT, warm_up: int = 10) -> float:
+    for _ in range(warm_up):
+        call()
     samples = []
     for _ in range(repeat):
         started = CLOCK()
@@ -264,7 +259,8 @@ class Server:
     """A subprocess running this file against the falai of one tree: it prepares a row, then times batches."""
 
     def __init__(self, tree: str):
-        self.process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--issue12-serve", "--tree", tree],
+        self.process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--issue12-serve", "--tree", tree,
+                                         "--cpu"],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def ask(self, line: str) -> float:
@@ -284,7 +280,7 @@ class Server:
 
 def serve() -> None:
     """--issue12-serve: ``prepare KEY`` builds a row; ``batch`` times BATCH repetitions of it and prints their
-    median in µs (CPU time). The parent alternates two of these servers, one per tree."""
+    median in µs (CPU time: the parent starts it with --cpu). The parent alternates two of these servers."""
     global REPEAT
     REPEAT = 1000                              # the scripts' length: room for 130 batches of 15 a row
     call: Callable[[], object] = lambda: None  # noqa: E731
@@ -298,17 +294,12 @@ def serve() -> None:
                 call()                         # warm up
             print(0.0, flush=True)
         else:
-            samples = []
-            for _ in range(BATCH):
-                started = time.process_time()
-                call()
-                samples.append(time.process_time() - started)
-            print(statistics.median(samples) * 1e6, flush=True)
+            print(median_us(call, BATCH, warm_up=0), flush=True)
 
 
-def one_import_ms(tree: str, cache: str) -> float:
-    """One fresh interpreter's ``import falai`` from ``tree`` in CPU time, bytecode cached in ``cache``."""
-    code = "import time; t = time.process_time(); import falai; print((time.process_time() - t) * 1000)"
+def one_import_ms(tree: str, cache: str, clock: str = "process_time") -> float:
+    """One fresh interpreter's ``import falai`` from ``tree`` (CPU time by default), bytecode cached in ``cache``."""
+    code = f"import time; t = time.{clock}(); import falai; print((time.{clock}() - t) * 1000)"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPYCACHEPREFIX"] = cache
     return float(subprocess.run([sys.executable, "-c", code], cwd=tree, env=env, capture_output=True,
