@@ -8,7 +8,7 @@ and never saves: the host does.
 Sections, in the order data flows through a turn: what a turn is built from
 (1-7), the turn itself (8-11), then what lives beside it (12-14).
 
-   1. Public types ............ the API's dataclasses, the provider seam, OUTCOME_MESSAGES
+   1. Public types ............ the API's dataclasses, the provider seam, OUTCOME_MESSAGES, _Record
    2. Errors .................. FalaiError and its four subclasses, classify_error
    3. Time .................... durations, ISO text, epoch milliseconds, clocks, fake_clock
    4. Templates and predicates  JavaScript-style values, {{data.x}} rendering, judge()

@@ -734,6 +734,8 @@ def test_parse_tool_args_warns_with_the_tool_name_and_field_count(caplog):
     ({"$defs": {"a": SPEAK}, "$ref": "#/$defs/a"}, False),
     ({"type": "object", "properties": {"a": {"allOf": [{"type": "string"}]}}, "required": ["a"],
       "additionalProperties": False}, False),
+    ({"type": "object", "properties": {}, "additionalProperties": False,      # a $ref inside a list, too
+      "x-variants": [{"type": "string"}, {"$ref": "#/$defs/a"}]}, False),
 ])
 def test_is_strict_schema(schema, strict):
     """providers.md §5.4: strict only when OpenAI's strict mode accepts the schema as written."""

@@ -354,6 +354,24 @@ def test_unknown_models_get_nothing_optional_and_rows_cite_a_current_line():
     assert model_caps("gemini", "gemini-3.5-flash-lite").levels[0] == "MINIMAL"
 
 
+
+def test_a_provider_looks_each_models_row_up_once(monkeypatch):
+    """issue 12: every request reads the model's row, so a provider keeps it per model; its model_caps
+    overrides still apply (docs/guide/providers.md, Overriding a row)."""
+    looked_up = []
+    real = falai_providers.model_caps
+
+    def counting(vendor, model, overrides=None, unknown=falai_providers.UNKNOWN_MODEL):
+        looked_up.append(model)
+        return real(vendor, model, overrides, unknown)
+
+    monkeypatch.setattr(falai_providers, "model_caps", counting)
+    provider = OpenAICompatibleProvider(api_key="k", model="my-model", base_url="http://127.0.0.1:9/v1",
+                                        model_caps={"my-*": {"sampling": "any"}})
+    rows = [provider._caps("openai", model) for model in ("my-model", "my-model", "other", "my-model")]
+    assert looked_up == ["my-model", "other"]
+    assert rows[0] is rows[1] is rows[3] and rows[0].sampling == "any" and rows[2].sampling == "none"
+
 # The strict fake refuses what the vendors refuse (issue 7 item 10) ################################
 
 GEMINI_OK = {"contents": [{"role": "user", "parts": [{"text": "oi"}]}]}
