@@ -4413,7 +4413,7 @@ def _lean_understand_call(agent: Agent, ask: UnderstandAsk) -> _UnderstandCall:
                            _lean_turn_section(agent, ask, scope, envelope, parts, routing),
                            latest_message_section(ask.message))
     request = GenerateRequest(system=parts.system, prompt=prompt, history=list(ask.history),
-                              context=ask.scope.context, schema=lean_schema(parts.schema["properties"]),
+                              context=ask.scope.context, schema=parts.schema,     # shared: providers never mutate it
                               schema_name="understand", cache_history=True, v4_schema=envelope.schema)
     reading = envelope_part(envelope, f"lean reading {routing}", lambda: _lean_reading(envelope, ask, routing))
     return _UnderstandCall(request=request, aliases=envelope.aliases, lean=reading)
@@ -4704,11 +4704,14 @@ def wire_names(pending: list[str]) -> list[tuple[str, str]]:
 
 
 def speak_envelope(agent: Agent, wire: list[tuple[str, str]]) -> dict:
-    """``{"message", <wire name>...}`` as a nullable envelope (model-calls.md §5.4, §2.7)."""
-    definitions: dict = {"message": {"type": "string"}}
-    for slug, name in wire:
-        definitions[name] = agent.fields.get(slug) or {"type": "string"}
-    return nullable_envelope(definitions)
+    """``{"message", <wire name>...}`` as a nullable envelope (model-calls.md §5.4, §2.7), built once per agent
+    for each wire list like ``_fields_envelope``."""
+    def build() -> dict:
+        definitions: dict = {"message": {"type": "string"}}
+        for slug, name in wire:
+            definitions[name] = agent.fields.get(slug) or {"type": "string"}
+        return nullable_envelope(definitions)
+    return reused(agent._field_envelopes, ("speak", *wire), build, FIELD_ENVELOPES_KEPT)
 
 
 def instruction_line(instruction: dict, scope: Scope) -> str | None:
@@ -5057,7 +5060,7 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
         schema, v4_schema = envelope, None
     else:
         system, base = lean_speak_call(agent, ask)
-        schema, v4_schema = None, envelope       # a fresh lean schema per round, like the v4 copy
+        schema, v4_schema = reused(agent._turn_parts, "lean speak schema", lean_speak_schema), envelope
     declarations = [{"name": t.id, "description": t.description, "parameters": t.parameters} for t in ask.tools]
     tools_by_id: dict[str, Tool] = {}
     for tool in ask.tools:
@@ -5077,7 +5080,7 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
             section = LEAN_WRAP_UP if not offer and round_no > 0 else None
         request = GenerateRequest(system=system, prompt=join_sections(base, section), history=list(history),
                                   context=ask.scope.context,
-                                  schema=json_copy(schema) if v4_schema is None else lean_speak_schema(),
+                                  schema=schema,              # shared: providers never mutate a request
                                   schema_name="speak", tools=[dict(d) for d in declarations] if offer else None,
                                   cache_history=v4_schema is not None, v4_schema=v4_schema)
         calls += 1

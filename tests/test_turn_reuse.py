@@ -90,3 +90,30 @@ def test_a_request_body_reusing_history_fragments_is_byte_for_byte_the_plain_one
         assert first == F.compact_json(body) and provider._body_text(body) == first
         kept = len(provider._fragments)
         assert provider._body_text(body) == first and len(provider._fragments) == kept
+
+
+def test_the_reply_schemas_are_built_once_per_agent_and_no_turn_changes_them():
+    """providers.md §1.6 rule 7: every call that asks the same reply gets the same schema dict, which the
+    engine never changes; each is what the call's builder gives (lean and v4 alike)."""
+    import copy
+
+    from request_bodies import triage_conversation
+    from falai import lean_schema, lean_speak_schema
+    for protocol in ("lean", "v4"):
+        requests, _ = triage_conversation({"protocol": protocol})
+        speak = [r for r in requests if r.schema_name == "speak"]
+        understand = [r for r in requests if r.schema_name == "understand"]
+        assert len(speak) >= 4 and len(understand) >= 3
+        seen: dict[int, dict] = {}
+        for request in requests:
+            for schema in (request.schema, request.v4_schema):
+                if schema is not None:
+                    assert seen.setdefault(id(schema), copy.deepcopy(schema)) == schema, protocol
+        if protocol == "lean":
+            assert all(r.schema is speak[0].schema for r in speak) and speak[0].schema == lean_speak_schema()
+            assert all(r.schema is understand[0].schema for r in understand)
+            assert understand[0].schema == lean_schema(understand[0].schema["properties"])
+        # The same pending fields ask the same speak envelope: the last two speak rounds (a tool round
+        # and its answer) share theirs.
+        assert (speak[-1].schema if protocol == "v4" else speak[-1].v4_schema) is \
+            (speak[-2].schema if protocol == "v4" else speak[-2].v4_schema)
