@@ -1836,7 +1836,7 @@ def json_copy(value: Any) -> Any:
     """A deep copy of JSON-shaped data, several times faster than deepcopy; other values go through deepcopy."""
     kind = type(value)
     if kind is dict:
-        if _JSON_SCALARS.issuperset(map(type, value.values())):    # flat: one copy, the loop in C
+        if not value or _JSON_SCALARS.issuperset(map(type, value.values())):   # flat: one copy, the loop in C
             return value.copy()
         return {key: item if type(item) in _JSON_SCALARS else json_copy(item) for key, item in value.items()}
     if kind is list:
@@ -1860,8 +1860,10 @@ def run_values(run: Run) -> dict:
 def copy_session(session: Session) -> Session:
     """The turn's own copy of the input session: the host's object is never mutated (runtime.md §3.1)."""
     runs = [Run(**run_values(run)) if type(run) is Run else copy.deepcopy(run) for run in session.runs]
+    ids = session.inputs
     values = dict(data=json_copy(session.data), runs=runs, claims=json_copy(session.claims),
-                  inputs=json_copy(session.inputs), metadata=json_copy(session.metadata),
+                  inputs=ids.copy() if type(ids) is list else json_copy(ids),   # ids: text, only ever replaced
+                  metadata=json_copy(session.metadata),
                   history=json_copy(session.history))
     if type(session) is not Session:
         return replace(session, **values)
@@ -1946,7 +1948,10 @@ class Turn:
                 and not self.spoke)
 
     def live(self, run: Run) -> bool:
-        return any(live is run for live in self.session.runs)
+        for live in self.session.runs:      # noqa: SIM110 (a loop: any() over a generator costs more, per turn)
+            if live is run:
+                return True
+        return False
 
     def asker(self) -> Run | None:
         for run in self.session.runs:
@@ -3616,7 +3621,7 @@ class Deferred(_Record):
 
 WIRE_NAME = re.compile(r"[a-zA-Z0-9_-]+")
 ENVELOPE_SHAPED = re.compile(r"\s*(?:```|\{)")
-SECTION_KEYS = ("flows", "mentions", "extract", "branches", "fields")
+SECTION_KEYS = frozenset({"flows", "mentions", "extract", "branches", "fields"})
 
 
 def log_call(request: GenerateRequest, generation: Generation) -> None:
@@ -4587,10 +4592,10 @@ def understand(agent: Agent, ask: UnderstandAsk) -> Judgement:
 
 def _judgement_reply(generation: Generation) -> dict | None:
     structured = generation.structured
-    if isinstance(structured, dict) and any(key in structured for key in SECTION_KEYS):
+    if isinstance(structured, dict) and not SECTION_KEYS.isdisjoint(structured):
         return structured
     found = find_json_object(generation.message)
-    if found is not None and any(key in found for key in SECTION_KEYS):
+    if found is not None and not SECTION_KEYS.isdisjoint(found):
         return found
     return None
 
