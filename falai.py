@@ -8,7 +8,7 @@ and never saves: the host does.
 Sections, in the order data flows through a turn: what a turn is built from
 (1-7), the turn itself (8-11), then what lives beside it (12-14).
 
-   1. Public types ............ the API's dataclasses, the provider seam, OUTCOME_MESSAGES, _Record
+   1. Public types ............ _FieldWise, _Record, the API's dataclasses, the provider seam, OUTCOME_MESSAGES
    2. Errors .................. FalaiError and its four subclasses, classify_error
    3. Time .................... durations, ISO text, epoch milliseconds, clocks, fake_clock
    4. Templates and predicates  JavaScript-style values, {{data.x}} rendering, judge()
@@ -46,6 +46,7 @@ import functools
 import json
 import math
 import re
+import reprlib
 import threading
 import unicodedata
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
@@ -135,13 +136,57 @@ RETRY_LADDER = ("1m", "5m", "15m", "1h", "6h")   # a talk step's speak retry wak
 
 # 1. Public types ##############################################################################
 #
-# Objects that carry code or results are dataclasses (python-api.md, Two rules).
+# Objects that carry code or results are dataclasses (python-api.md, Two rules), each
+# @dataclass(repr=False, eq=False) on _FieldWise, which writes == and repr() as @dataclass would.
 # Declarative data (flows, steps, fields, the blob) stays plain JSON dicts.
 # A record the API never hands out (a turn's inputs, a call's reading, an agent's worked-out parts)
 # is a _Record instead: see its docstring.
 
-@dataclass
-class TokenUsage:
+class _FieldWise:
+    """``==`` and ``repr()`` field by field, the way @dataclass writes them, for the public dataclasses
+    (``@dataclass(repr=False, eq=False)``) and the internal records (``_Record``).
+
+    Written once here because @dataclass compiles each method it writes, for every class, when the module
+    is imported: for the 30 public types their ``__eq__`` and ``__repr__`` were a sixth of ``import falai``
+    (issue 12; docs/guide/development.md). The same rules as @dataclass's: an object equals another of its
+    own class whose field values are equal as a tuple (so a value is equal to itself, NaN included),
+    another class gets NotImplemented, and defining ``__eq__`` leaves the classes unhashable; the repr is
+    ``Name(field=value, ...)``, with ``...`` where it would recurse.
+    """
+    __slots__ = ()
+
+    def _field_names(self) -> Iterable[str]:
+        # In definition order, a base class's first; every subclass but _Record is a dataclass.
+        return [f.name for f in dataclass_fields(self)]      # type: ignore[arg-type]
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        names = self._field_names()
+        return tuple(getattr(self, name) for name in names) == tuple(getattr(other, name) for name in names)
+
+    @reprlib.recursive_repr()
+    def __repr__(self) -> str:
+        values = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._field_names())
+        return f"{self.__class__.__qualname__}({values})"
+
+
+class _Record(_FieldWise):
+    """The base of the engine's internal records: named fields in ``__slots__``, set by a written
+    ``__init__``, compared and shown field by field like a dataclass (``_FieldWise``).
+
+    Not a dataclass because @dataclass also compiles the ``__init__`` it writes when the module is
+    imported: for two dozen internal records that was a fifth of ``import falai`` (issue 12;
+    docs/guide/development.md). The public types stay dataclasses.
+    """
+    __slots__: tuple[str, ...] = ()
+
+    def _field_names(self) -> Iterable[str]:
+        return self.__slots__
+
+
+@dataclass(repr=False, eq=False)
+class TokenUsage(_FieldWise):
     """Token counts reported by a provider, summed over a turn's calls."""
     prompt_tokens: int
     completion_tokens: int
@@ -156,8 +201,8 @@ def add_usage(a: TokenUsage | None, b: TokenUsage | None) -> TokenUsage | None:
                       a.cached_input_tokens + b.cached_input_tokens)
 
 
-@dataclass
-class ProviderCapabilities:
+@dataclass(repr=False, eq=False)
+class ProviderCapabilities(_FieldWise):
     """What a provider implementation can do (providers.md §1.5); informational."""
     supports_tools: bool = True
     supports_native_json_schema: bool = True
@@ -166,8 +211,8 @@ class ProviderCapabilities:
     supports_prompt_caching: bool = False
 
 
-@dataclass
-class GenerateRequest:
+@dataclass(repr=False, eq=False)
+class GenerateRequest(_FieldWise):
     """One model call (providers.md §1.3).
 
     ``system`` is the stable, cacheable text; ``prompt`` is sent after the
@@ -190,8 +235,8 @@ class GenerateRequest:
     v4_schema: dict | None = None
 
 
-@dataclass
-class ToolCallRequest:
+@dataclass(repr=False, eq=False)
+class ToolCallRequest(_FieldWise):
     """A tool call the model asked for."""
     id: str
     name: str
@@ -199,8 +244,8 @@ class ToolCallRequest:
     thought_signature: str | None = None
 
 
-@dataclass
-class Generation:
+@dataclass(repr=False, eq=False)
+class Generation(_FieldWise):
     """What one model call returned (providers.md §1.4)."""
     message: str
     structured: dict | None = None
@@ -211,8 +256,8 @@ class Generation:
     metadata: dict = field(default_factory=dict)
 
 
-@dataclass
-class GenerationChunk:
+@dataclass(repr=False, eq=False)
+class GenerationChunk(_FieldWise):
     """One piece of a streamed model call; the last one has ``done=True``."""
     delta: str
     accumulated: str
@@ -236,28 +281,30 @@ class AiProvider(Protocol):
     def generate_stream(self, request: GenerateRequest) -> Iterator[GenerationChunk]: ...
 
 
-@dataclass
-class ToolValidationResult:
+@dataclass(repr=False, eq=False)
+class ToolValidationResult(_FieldWise):
+    """What a tool's ``validate_input`` returns (the Tool seed page)."""
     valid: bool
     error: str | None = None
     corrected_input: dict | None = None
 
 
-@dataclass
-class ToolPermissionResult:
+@dataclass(repr=False, eq=False)
+class ToolPermissionResult(_FieldWise):
+    """What a tool's ``check_permissions`` returns (the Tool seed page)."""
     allowed: bool
     reason: str | None = None
 
 
-@dataclass
-class ToolResult:
+@dataclass(repr=False, eq=False)
+class ToolResult(_FieldWise):
     """``value`` is what the model reads; ``data`` is merged into the session's fields."""
     value: Any = None
     data: dict | None = None
 
 
-@dataclass
-class ToolCtx:
+@dataclass(repr=False, eq=False)
+class ToolCtx(_FieldWise):
     """What a tool handler sees (the Tool seed page, ToolCtx fields)."""
     context: Any
     data: dict
@@ -266,8 +313,8 @@ class ToolCtx:
     now: datetime
 
 
-@dataclass
-class Tool:
+@dataclass(repr=False, eq=False)
+class Tool(_FieldWise):
     """A function the model may call while phrasing a reply (the Tool seed page)."""
     id: str
     handler: Callable[[dict, ToolCtx], ToolResult | dict | None]
@@ -281,8 +328,8 @@ class Tool:
     check_permissions: Callable[[dict, ToolCtx], ToolPermissionResult | dict] | None = None
 
 
-@dataclass
-class PredCtx:
+@dataclass(repr=False, eq=False)
+class PredCtx(_FieldWise):
     """What a predicate sees (flows.md §7.5)."""
     context: Any
     data: dict
@@ -292,8 +339,8 @@ class PredCtx:
     now: datetime
 
 
-@dataclass
-class ActionResult:
+@dataclass(repr=False, eq=False)
+class ActionResult(_FieldWise):
     """The result of an action's ``run`` (flows.md §9.5); a dict with these keys works too."""
     ok: bool | None = None
     detail: str | None = None
@@ -303,8 +350,8 @@ class ActionResult:
     defer: str | None = None
 
 
-@dataclass
-class ActionCtx:
+@dataclass(repr=False, eq=False)
+class ActionCtx(_FieldWise):
     """What an action's ``run`` sees (flows.md §9.4)."""
     context: Any
     data: dict
@@ -320,28 +367,28 @@ class ActionCtx:
         merge_patch(self.data, patch)
 
 
-@dataclass
-class Action:
+@dataclass(repr=False, eq=False)
+class Action(_FieldWise):
     """A host action a ``do`` step names (flows.md §9)."""
     parameters: dict
     run: Callable[[dict, ActionCtx], ActionResult | dict | None]
     description: str | None = None
 
 
-@dataclass
-class EventDef:
+@dataclass(repr=False, eq=False)
+class EventDef(_FieldWise):
     """A host event (flows.md §10); ``direction`` is "inbound", "outbound" or None."""
     direction: str | None = None
 
 
-@dataclass
-class Condition:
+@dataclass(repr=False, eq=False)
+class Condition(_FieldWise):
     """A named code predicate JSON flows may use (flows.md §7.3)."""
     check: Callable[[PredCtx, Any], bool]
 
 
-@dataclass
-class OutboundMessage:
+@dataclass(repr=False, eq=False)
+class OutboundMessage(_FieldWise):
     """A message for the host to send (runtime.md §12)."""
     text: str
     kind: str
@@ -352,24 +399,25 @@ class OutboundMessage:
     step_id: str | None = None
 
 
-@dataclass
-class ScheduleEntry:
+@dataclass(repr=False, eq=False)
+class ScheduleEntry(_FieldWise):
     """A wake for the host to enqueue; ``turn(wake=entry.key)`` when ``at`` comes."""
     key: str
     at: datetime
     replaces: str | None = None
 
 
-@dataclass
-class StartedRun:
+@dataclass(repr=False, eq=False)
+class StartedRun(_FieldWise):
+    """A run the turn started (runtime.md §12)."""
     run_id: str
     flow_id: str
     anchor: str
     dedupe_key: str
 
 
-@dataclass
-class SkippedTrigger:
+@dataclass(repr=False, eq=False)
+class SkippedTrigger(_FieldWise):
     """A start that was refused (runtime.md §5)."""
     flow_id: str
     anchor: str
@@ -378,8 +426,8 @@ class SkippedTrigger:
     message: str
 
 
-@dataclass
-class StepOutcome:
+@dataclass(repr=False, eq=False)
+class StepOutcome(_FieldWise):
     """One outcome line (runtime.md §11.1); times are ISO text as in the blob."""
     kind: str
     status: str
@@ -414,22 +462,22 @@ OUTCOME_KEYS = {"run_id": "runId", "flow_id": "flowId", "step_id": "stepId", "ke
 OUTCOME_CAMEL = tuple(OUTCOME_KEYS.values())       # the order StepOutcome.to_dict reads its values in
 
 
-@dataclass
-class TurnStreamChunk:
+@dataclass(repr=False, eq=False)
+class TurnStreamChunk(_FieldWise):
     """A piece of ``turn_stream()``: text deltas, then one ``done=True`` chunk with the result."""
     delta: str = ""
     done: bool = False
     result: TurnResult | None = None
 
 
-@dataclass
-class FlowValidation:
+@dataclass(repr=False, eq=False)
+class FlowValidation(_FieldWise):
     """What ``validate_flow`` returns when a flow can run: its warnings."""
     warnings: list[str] = field(default_factory=list)
 
 
-@dataclass
-class Problem:
+@dataclass(repr=False, eq=False)
+class Problem(_FieldWise):
     """One finding of ``check_flow``: ``severity`` is "error" (the flow cannot run) or "warning".
 
     ``path`` leads from the flow to the spot, keys and list indexes:
@@ -439,26 +487,6 @@ class Problem:
     severity: str
     path: list
     message: str
-
-
-class _Record:
-    """The base of the engine's internal records: named fields in ``__slots__``, set by a written
-    ``__init__``, compared and shown field by field, like a dataclass.
-
-    Not a dataclass because @dataclass compiles every method it generates when the module is imported:
-    for two dozen internal records that was a fifth of ``import falai`` (issue 12; docs/guide/development.md).
-    The public types above stay dataclasses.
-    """
-    __slots__: tuple[str, ...] = ()
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
-            return NotImplemented
-        return all(getattr(self, name) == getattr(other, name) for name in self.__slots__)
-
-    def __repr__(self) -> str:
-        values = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
-        return f"{type(self).__name__}({values})"
 
 
 OUTCOME_MESSAGES: dict[str, str] = {
@@ -1456,8 +1484,8 @@ def _turn_arguments(arguments: dict) -> dict:
 # One conversation's whole state (runtime.md §13, persistence.md Part 2).
 # Times stay ISO text; nested values stay the camelCase dicts the blob holds.
 
-@dataclass
-class Run:
+@dataclass(repr=False, eq=False)
+class Run(_FieldWise):
     """One live execution of a flow inside a session (runtime.md §4.1)."""
     id: str
     flow_id: str
@@ -1481,14 +1509,14 @@ class Run:
         return run_to_dict(self)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class EndedRun(Run):
     """A snapshot of a run that ended, with the reason (runtime.md §4.8)."""
     reason: str = "end"
 
 
-@dataclass
-class Session:
+@dataclass(repr=False, eq=False)
+class Session(_FieldWise):
     """One conversation's state; ``to_dict()`` is the v4 blob (persistence.md §2.3)."""
     id: str
     version: int = 0
@@ -1712,8 +1740,8 @@ def _read_run(run: dict) -> Run:
 
 # One turn: its input, its state, the pipeline (runtime.md §2, §3, §12) ------------------------
 
-@dataclass
-class TurnResult:
+@dataclass(repr=False, eq=False)
+class TurnResult(_FieldWise):
     """What one turn produced (runtime.md §12). ``changed=False``: save, send, schedule nothing."""
     session: Session
     changed: bool
@@ -3025,8 +3053,8 @@ def business_time(turn: Turn, at: datetime) -> datetime:
     return check_instant(snapped, "the time business_hours returned", "Return a working moment inside it.")
 
 
-@dataclass
-class BusinessHoursCtx:
+@dataclass(repr=False, eq=False)
+class BusinessHoursCtx(_FieldWise):
     """What business_hours(at, ctx) gets besides the time: the turn's context."""
     context: Any
 
