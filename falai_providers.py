@@ -606,10 +606,13 @@ def _level_for(caps: ModelCaps, effort: str, names: dict[str, str]) -> str | Non
 # Every provider first turns the request into one list of normalized messages
 # (providers.md §2.3), then maps that list to its own wire (§2.4).
 
-def _normalize_messages(request: GenerateRequest, fragments: _Fragments | None = None) -> list[dict]:
-    """The normalized messages of §2.3. With ``fragments``, a plain text history item
-    (``{"role": "user" | "assistant", "content": text}``, text not blank) is its
-    fragment instead: the vendor's wire form of it (issue 12)."""
+def _normalize_messages(request: GenerateRequest,
+                        fragments: _Fragments | None = None) -> tuple[list[dict], list[_Fragment], str]:
+    """The normalized messages of §2.3, with the kept lead they open the history with and its JSON text.
+
+    With ``fragments``, a plain text history item (``{"role": "user" | "assistant",
+    "content": text}``, text not blank) is its fragment instead: the vendor's wire
+    form of it (issue 12); without, the lead is ``[]`` and its text ``""``."""
     messages: list[dict] = []
     if isinstance(request.system, str) and request.system.strip():
         messages.append({"role": "system", "content": request.system})
@@ -618,8 +621,9 @@ def _normalize_messages(request: GenerateRequest, fragments: _Fragments | None =
     history = request.history or []
     known: list = []
     lead: list = []
+    lead_text = ""
     if fragments is not None and type(history) is list:
-        known, lead = fragments.lead(history)
+        known, lead, lead_text = fragments.lead(history)
         messages.extend(lead)
     for item in history[len(known):] if known else history:
         if type(item) is dict and len(item) == 2:
@@ -669,14 +673,15 @@ def _normalize_messages(request: GenerateRequest, fragments: _Fragments | None =
         # Any other role is skipped (providers.md §2.1, inferred).
     messages.append({"role": "user", "content": request.prompt or ""})
     if fragments is not None and type(history) is list and history:
-        _keep_lead(fragments, history, messages[start:], known, lead)
-    return messages
+        _keep_lead(fragments, history, messages[start:], known, lead, lead_text)
+    return messages, lead, lead_text
 
 
 def _keep_lead(fragments: _Fragments, history: list, messages: list[dict], known: list[dict],
-               lead: list[_Fragment]) -> None:
-    """Keep the history's opening run of plain text items as its conversation's lead. Each of them became
-    exactly one fragment, so up to the first other item, item i is ``messages[i]``."""
+               lead: list[_Fragment], lead_text: str) -> None:
+    """Keep the history's opening run of plain text items as its conversation's lead, with the JSON text
+    of its fragments: the kept lead's text and the new ones'. Each of them became exactly one fragment,
+    so up to the first other item, item i is ``messages[i]``."""
     plain = len(known)
     while plain < len(history):
         item = history[plain]
@@ -686,9 +691,11 @@ def _keep_lead(fragments: _Fragments, history: list, messages: list[dict], known
             break
         plain += 1
     if plain > len(known):
+        new = messages[len(known):plain]        # each a _Fragment (checked above)
+        text = ",".join([_item_text(fragment) for fragment in new])
         fragments.keep_lead(history[0]["content"], known + [{"role": item["role"], "content": item["content"]}
                                                          for item in history[len(known):plain]],
-                            lead + messages[len(known):plain])
+                            lead + new, f"{lead_text},{text}" if lead_text else text)
 
 
 def _as_text(value: Any) -> str:
@@ -1015,6 +1022,8 @@ class _Plan:
     tools: list[dict]
     json: dict | None            # {"name", "schema"} when a structured reply is wanted
     options: dict                # config overlaid with the request's maxTokens and effort
+    lead: list = dataclasses.field(default_factory=list)   # the kept lead's fragments, as in messages
+    lead_text: str = ""          # their JSON texts joined by commas, for _body_text
 
 
 @dataclasses.dataclass
@@ -1119,6 +1128,31 @@ class _Fragment(dict):
     json: str
 
 
+def _items_text(items: list[dict], lead: list[_Fragment], lead_text: str) -> str:
+    """The JSON texts of a body's history items joined by commas: a fragment's own text, and the run of
+    the kept lead's fragments as ``lead_text`` when the items hold it whole (a vendor's wire keeps each
+    fragment as it is, in order)."""
+    start = _run_at(items, lead) if lead else -1
+    if start < 0:
+        return ",".join([_item_text(item) for item in items])
+    end = start + len(lead)
+    return ",".join([*[_item_text(item) for item in items[:start]], lead_text,
+                     *[_item_text(item) for item in items[end:]]])
+
+
+def _run_at(items: list[dict], lead: list[_Fragment]) -> int:
+    """Where ``lead`` sits whole in ``items``, or -1. The same objects compare equal by identity, in C."""
+    try:
+        start = items.index(lead[0])
+    except ValueError:
+        return -1
+    return start if items[start:start + len(lead)] == lead else -1
+
+
+def _item_text(item: dict) -> str:
+    return item.json if type(item) is _Fragment else compact_json(item)
+
+
 class _Fragments:
     """A provider's fragments of the plain text items it has sent, by role and text (issue 12).
 
@@ -1134,9 +1168,10 @@ class _Fragments:
         self.by_role: dict[str, dict[str, _Fragment]] = {"user": {}, "assistant": {}}
         self._wire = wire            # (role, text) -> the vendor's wire dict of a plain text message (static)
         # Leads: for a conversation (keyed by its first text), the plain items its history last opened with,
-        # as copies, and their fragments. A later turn's history that opens with equal items takes their
-        # fragments after one list comparison, done in C, instead of one lookup per item.
-        self.leads: dict[str, tuple[list[dict], list[_Fragment]]] = {}
+        # as copies, their fragments and the fragments' JSON texts joined by commas. A later turn's history
+        # that opens with equal items takes their fragments after one list comparison, done in C, instead
+        # of one lookup per item, and its body takes their text whole instead of joining it again.
+        self.leads: dict[str, tuple[list[dict], list[_Fragment], str]] = {}
 
     def __len__(self) -> int:
         return sum(len(kept) for kept in self.by_role.values())
@@ -1154,20 +1189,20 @@ class _Fragments:
             kept[text] = fragment
         return fragment
 
-    def lead(self, history: list) -> tuple[list[dict], list[_Fragment]]:
+    def lead(self, history: list) -> tuple[list[dict], list[_Fragment], str]:
         """The kept lead of this history's conversation, when the history still opens with it; else none."""
         first = history[0].get("content") if history and type(history[0]) is dict else None
         found = self.leads.get(first) if type(first) is str else None
         if found is None or len(history) < len(found[0]) or history[:len(found[0])] != found[0]:
-            return [], []
+            return [], [], ""
         return found
 
-    def keep_lead(self, first: str, items: list[dict], fragments: list) -> None:
-        """Keep ``items`` (copies of a history's opening plain text items) and their fragments as the lead
-        of the conversation whose first text is ``first``."""
+    def keep_lead(self, first: str, items: list[dict], fragments: list, text: str) -> None:
+        """Keep ``items`` (copies of a history's opening plain text items), their fragments and the
+        fragments' JSON text as the lead of the conversation whose first text is ``first``."""
         if len(self.leads) >= LEADS_KEPT:
             self.leads.clear()
-        self.leads[first] = (items, fragments)
+        self.leads[first] = (items, fragments, text)
 
 
 class _HttpProvider:
@@ -1368,8 +1403,8 @@ class _HttpProvider:
         schema = request.schema
         json_request = {"name": request.schema_name or "structured_output", "schema": schema} if schema else None
         try:
-            messages = _normalize_messages(request, self._fragments if self._history_key else None)
-            return _Plan(request, messages, _tool_definitions(request.tools), json_request, options)
+            messages, lead, lead_text = _normalize_messages(request, self._fragments if self._history_key else None)
+            return _Plan(request, messages, _tool_definitions(request.tools), json_request, options, lead, lead_text)
         except Exception as exc:
             # §1.6 rule 3: a malformed history or tool list fails the call as a ProviderError.
             raise ProviderError(f"{self.name}: cannot build the request: {type(exc).__name__}: {exc}",
@@ -1457,7 +1492,7 @@ class _HttpProvider:
         request = plan.request
         try:
             url, headers, body = self._wire(model, plan)
-            data = self._body_text(body).encode("utf-8")
+            data = self._body_text(body, plan).encode("utf-8")
         except Exception as exc:
             raise ProviderError(f"{self.name}: cannot build the request: {type(exc).__name__}: {exc}",
                                 provider=self.name, kind="invalid") from exc
@@ -1615,8 +1650,9 @@ class _HttpProvider:
     def _new_state(self) -> dict:
         return {}
 
-    def _body_text(self, body: dict) -> str:
-        """``compact_json(body)``, byte for byte, writing each kept fragment's text as it is (issue 12)."""
+    def _body_text(self, body: dict, plan: _Plan | None = None) -> str:
+        """``compact_json(body)``, byte for byte, writing each kept fragment's text as it is, and the plan's
+        kept lead as its one text (issue 12)."""
         name = self._history_key
         if name is None or name not in body:
             return compact_json(body)
@@ -1624,7 +1660,8 @@ class _HttpProvider:
         at = keys.index(name)
         head = compact_json({key: body[key] for key in keys[:at]})[:-1] if at else "{"
         tail = compact_json({key: body[key] for key in keys[at + 1:]})[1:] if at + 1 < len(keys) else "}"
-        items = ",".join([item.json if type(item) is _Fragment else compact_json(item) for item in body[name]])
+        lead, lead_text = (plan.lead, plan.lead_text) if plan is not None else ([], "")
+        items = _items_text(body[name], lead, lead_text)
         return f'{head}{"," if at else ""}"{name}":[{items}]{"," if at + 1 < len(keys) else ""}{tail}'
 
     _history_key: str | None = None          # the body key of the history list, when it may hold fragments

@@ -42,6 +42,7 @@ before falai is imported.
 from __future__ import annotations
 
 import functools
+import inspect
 import io
 import json
 import os
@@ -213,10 +214,16 @@ def request_body(vendor: str, items: int) -> Callable[[], Callable[[], object]]:
         request = GenerateRequest(system="Você é a Ana.", prompt="Responda.", history=history, context={},
                                   schema={"type": "object", "properties": {"message": {"type": "string"}}},
                                   schema_name="speak", tools=None)
+        # What _request sends: _body_text(body, plan) now, _body_text(body) or compact_json(body) in older trees.
+        text = getattr(provider, "_body_text", None)
+        takes_plan = text is not None and "plan" in inspect.signature(text).parameters
+
         def body() -> object:
             plan = provider._plan(request)
             _, _, wire = provider._wire(provider.model, plan)
-            return getattr(provider, "_body_text", compact_json)(wire)   # what _attempt sends (older: compact_json)
+            if text is None:
+                return compact_json(wire)
+            return text(wire, plan) if takes_plan else text(wire)
         return body
     return prepare
 

@@ -21,8 +21,12 @@ def request(history, prompt="Responda."):
 
 
 def body_text(provider, req):
-    _, _, body = provider._wire(provider.model, provider._plan(req))
-    return provider._body_text(body), body
+    """The text and the body one attempt sends (_request): the plan carries the kept lead's text."""
+    plan = provider._plan(req)
+    _, _, body = provider._wire(provider.model, plan)
+    text = provider._body_text(body, plan)
+    assert text == F.compact_json(body), "the kept fragments and lead text changed a byte"
+    return text, body
 
 
 def providers():
@@ -116,8 +120,12 @@ def test_a_history_that_opens_with_its_kept_lead_takes_the_kept_fragments_withou
     history = [{"role": "user", "content": f"mensagem {i}"} for i in range(20)]
     body_text(provider, request(history))
     first = history[0]["content"]
-    items, fragments = provider._fragments.leads[first]
+    items, fragments, text = provider._fragments.leads[first]
     assert len(items) == 20 and all(type(f) is P._Fragment for f in fragments)
-    _, body = body_text(provider, request(copy.deepcopy(history) + [{"role": "user", "content": "nova"}]))
+    assert text == ",".join(f.json for f in fragments)
+    later = request(copy.deepcopy(history) + [{"role": "user", "content": "nova"}])
+    plan = provider._plan(later)          # the kept lead and its text ride on the plan to _body_text
+    assert plan.lead == fragments and plan.lead_text == text
+    _, body = body_text(provider, later)
     assert all(a is b for a, b in zip(body["messages"][1:21], fragments))
     assert len(provider._fragments.leads[first][0]) == 21
