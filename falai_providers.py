@@ -2151,7 +2151,7 @@ class OpenAICompatibleProvider(_HttpProvider):
         if self.site_name:
             headers["X-Title"] = self.site_name
         headers.update(self.headers)
-        messages = [m if type(m) is _Fragment else self._message(m) for m in plan.messages]   # a fragment is wire
+        messages = self._wire_messages(plan)
         body: dict = {"model": model, "messages": messages, "stream": True}
         if self.include_usage:
             body["stream_options"] = {"include_usage": True}
@@ -2185,6 +2185,17 @@ class OpenAICompatibleProvider(_HttpProvider):
     @staticmethod
     def _plain_wire(role: str, text: str) -> dict:
         return {"role": role, "content": text}
+
+    def _wire_messages(self, plan: _Plan) -> list[dict]:
+        """The plan's messages in wire form: a fragment is wire already, and the kept lead's run of them is
+        copied whole (in C) rather than looked at one by one (issue 12)."""
+        messages = plan.messages
+        start = _run_at(messages, plan.lead) if plan.lead else -1
+        if start < 0:
+            return [m if type(m) is _Fragment else self._message(m) for m in messages]
+        end = start + len(plan.lead)
+        return [*(m if type(m) is _Fragment else self._message(m) for m in messages[:start]), *plan.lead,
+                *(m if type(m) is _Fragment else self._message(m) for m in messages[end:])]
 
     def _message(self, message: dict) -> dict:
         role = message["role"]
