@@ -1410,7 +1410,7 @@ class Agent:
         self.max_candidates = max_candidates
         self._lean_parts: dict = {}      # the agent-constant parts of lean prompts, built on first use
         self._flow_facts: dict[int, tuple[dict, FlowFacts]] = {}   # flow_facts(), built on first use
-        self._field_envelopes: dict[tuple, dict] = {}   # _fields_envelope(), built on first use
+        self._field_envelopes: dict[tuple, Any] = {}    # _fields_envelope(), speak_reply_shape(): on first use
         self._understanding = _Understanding()   # the understand side's reuse, built on first use (issue 12)
         self._tool_pool: Any = None      # tool_pool(), created on the first batch of safe tool calls
         self._turn_parts: dict = {}      # what the turn path reads and the agent never changes, built on first use
@@ -1794,11 +1794,11 @@ class TurnInput(_Record):
         self.start = start
 
 
-def read_turn_input(kwargs: dict) -> TurnInput:
-    """Check turn() keywords; a TypeError names what is wrong (runtime.md §2.2)."""
-    if not TURN_KEYWORDS.issuperset(kwargs):
-        raise TypeError(f"turn() got unexpected keyword argument(s): {', '.join(sorted(set(kwargs) - TURN_KEYWORDS))}")
-    given = {name: value for name, value in kwargs.items() if value is not None}   # None is "not given"
+def read_turn_input(given: dict) -> TurnInput:
+    """Check the keywords given to turn() (``_turn_arguments``: None is "not given"); a TypeError names what
+    is wrong (runtime.md §2.2)."""
+    if not TURN_KEYWORDS.issuperset(given):
+        raise TypeError(f"turn() got unexpected keyword argument(s): {', '.join(sorted(set(given) - TURN_KEYWORDS))}")
     session_id = given.get("session_id")
     if not isinstance(session_id, str) or not session_id:
         raise TypeError(f"turn() needs session_id=<non-empty str>, got {session_id!r}")
@@ -4675,30 +4675,31 @@ def read_judgement(generation: Generation, aliases: AliasTable, lean: _LeanReadi
         return judgement
     if any(isinstance(value, list) for value in reply.values()):    # only the lean form has list sections
         read_lean_sections(reply, aliases, lean or _LeanReading(), judgement)
-
-    def section(key: str) -> dict:
-        value = reply.get(key)
-        return value if isinstance(value, dict) else {}
-
-    for key, value in section("flows").items():
+    for key, value in _section(reply, "flows").items():
         score = read_score(value)
         if score is not None:
             judgement.flows[aliases.real(key)] = score
     for target, key in ((judgement.mentions, "mentions"), (judgement.branches, "branches")):
-        for name, value in section(key).items():
+        for name, value in _section(reply, key).items():
             answer = read_boolean(value)
             if answer is not None:
                 target[aliases.real(name)] = answer
-    for key, value in section("extract").items():
+    for key, value in _section(reply, "extract").items():
         if isinstance(value, dict):
             # NaN and Infinity (Python's json reads both, JSON has neither) would make the session
             # unsavable: such an entry is dropped like a blank one (inferred).
             judgement.extract[aliases.real(key)] = {name: v for name, v in value.items()
                                                     if is_known(v) and is_finite_json(v)}
-    for key, value in section("fields").items():
+    for key, value in _section(reply, "fields").items():
         if is_known(value):
             judgement.fields[aliases.real(key)] = value
     return judgement
+
+
+def _section(reply: dict, key: str) -> dict:
+    """A v4 reply section: an object, or nothing."""
+    value = reply.get(key)
+    return value if isinstance(value, dict) else {}
 
 
 # The speak call (model-calls.md §5) -----------------------------------------------------------
@@ -4737,14 +4738,20 @@ def wire_names(pending: list[str]) -> list[tuple[str, str]]:
 
 
 def speak_envelope(agent: Agent, wire: list[tuple[str, str]]) -> dict:
-    """``{"message", <wire name>...}`` as a nullable envelope (model-calls.md §5.4, §2.7), built once per agent
-    for each wire list like ``_fields_envelope``."""
-    def build() -> dict:
-        definitions: dict = {"message": {"type": "string"}}
-        for slug, name in wire:
-            definitions[name] = agent.fields.get(slug) or {"type": "string"}
-        return nullable_envelope(definitions)
-    return reused(agent._field_envelopes, ("speak", *wire), build, FIELD_ENVELOPES_KEPT)
+    """``{"message", <wire name>...}`` as a nullable envelope (model-calls.md §5.4, §2.7)."""
+    definitions: dict = {"message": {"type": "string"}}
+    for slug, name in wire:
+        definitions[name] = agent.fields.get(slug) or {"type": "string"}
+    return nullable_envelope(definitions)
+
+
+def speak_reply_shape(agent: Agent, pending: list[str]) -> tuple[list[tuple[str, str]], dict]:
+    """The wire names of the pending fields and the speak envelope over them, built once per agent for each
+    pending list, like ``_fields_envelope``: the agent's fields never change (issue 12)."""
+    def build() -> tuple[list[tuple[str, str]], dict]:
+        wire = wire_names(pending)
+        return wire, speak_envelope(agent, wire)
+    return reused(agent._field_envelopes, ("speak", *pending), build, FIELD_ENVELOPES_KEPT)
 
 
 def instruction_line(instruction: dict, scope: Scope) -> str | None:
@@ -5086,8 +5093,7 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
     nothing. It returns ``Spoken`` or ``Deferred`` and never raises for a
     provider failure or a tool.
     """
-    wire = wire_names(ask.pending) if ask.step is not None else []
-    envelope = speak_envelope(agent, wire)
+    wire, envelope = speak_reply_shape(agent, ask.pending if ask.step is not None else [])
     if agent.protocol == "v4":
         system, base = speak_prompt(agent, ask, wire)
         schema, v4_schema = envelope, None
@@ -5114,7 +5120,7 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
         request = GenerateRequest(system=system, prompt=join_sections(base, section), history=list(history),
                                   context=ask.scope.context,
                                   schema=schema,              # shared: providers never mutate a request
-                                  schema_name="speak", tools=[dict(d) for d in declarations] if offer else None,
+                                  schema_name="speak", tools=declarations if offer else None,
                                   cache_history=v4_schema is not None, v4_schema=v4_schema)
         calls += 1
         try:                       # only the provider's part: an engine bug below must surface (issue 12)
