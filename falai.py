@@ -2506,15 +2506,15 @@ def choose_route(turn: Turn, judgement: Judgement, found: Eligibility,
         asker_flow = turn.agent.flow_by_id.get(asker.flow_id)
         asker_score = score(asker_flow) if asker_flow else 0
         if top is not None and score(top) >= ROUTE_MIN_SCORE and score(top) >= asker_score + ROUTE_OVER_ASKER:
-            return top, message_trigger(top, phrased=True)
+            return top, flow_facts(turn.agent, top).phrased
         return None, None
     if found.unscored:
-        return found.eligible[0], message_trigger(found.eligible[0], phrased=True)
+        return found.eligible[0], flow_facts(turn.agent, found.eligible[0]).phrased
     top = best(found.eligible)
     if top is not None and score(top) >= ROUTE_MIN_SCORE:
-        return top, message_trigger(top, phrased=True)
+        return top, flow_facts(turn.agent, top).phrased
     if found.catch_alls:
-        return found.catch_alls[0], message_trigger(found.catch_alls[0], phrased=False)
+        return found.catch_alls[0], flow_facts(turn.agent, found.catch_alls[0]).catch_all
     return None, None
 
 
@@ -4768,6 +4768,8 @@ def instruction_line(instruction: dict, scope: Scope) -> str | None:
 
 
 def instructions_section(instructions: list, scope: Scope) -> str | None:
+    if not instructions:
+        return None
     lines = [line for line in (instruction_line(i, scope) for i in instructions if isinstance(i, dict)) if line]
     return "## Instructions\n" + "\n".join(lines) if lines else None
 

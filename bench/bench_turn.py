@@ -3,8 +3,9 @@
     python bench/bench_turn.py                            # prints a table
     python bench/bench_turn.py --issue12                  # only the rows of issue 12's targets
     python bench/bench_turn.py --issue12 --baseline       # those rows for e397a6a and for this tree, side by side
-    python bench/bench_turn.py --issue12 --baseline REV --rounds 10 --pairs 10
+    python bench/bench_turn.py --issue12 --baseline REV --rounds 20 --pairs 10
     python bench/bench_turn.py --issue12 --cpu            # CPU time rather than wall time
+    python bench/bench_turn.py --issue12 --instructions   # valgrind's instruction counts, e397a6a and this tree
 
 What it measures is falai's own work (routing, runs and steps, prompts,
 envelopes, the session copy), not a model's latency: every model call is an
@@ -24,7 +25,7 @@ process per tree (this file with ``--issue12-serve``); for each row both
 prepare it (the agent, the scripts, the old session), then they time batches
 of BATCH repetitions in turn, one tree right after the other, ``--pairs``
 times (default 10), the order swapped every pair, so that drift falls on
-both alike. ``--rounds`` (default 10) starts fresh servers each round,
+both alike. ``--rounds`` (default 20) starts fresh servers each round,
 because a process has a speed of its own too (where its memory landed, its
 hash seed): one long-lived pair of servers gave a triage ratio of 0.39 in one
 run and 0.62 in the next. An import is one fresh interpreter per tree, in
@@ -38,14 +39,28 @@ ratios.
 A server runs this file's scenario code (REV's bench lacks the newer
 rows) against REV's falai: ``--tree PATH`` puts PATH first on ``sys.path``
 before falai is imported.
+
+``--issue12 --instructions [REV]`` counts instructions instead, with valgrind
+(callgrind), which no other work on the machine moves: for each row and tree,
+one process prepares the row and runs it COUNTED times with the garbage
+collector paused, another runs it none, and the difference over COUNTED is
+the figure (a collection would land wherever the allocations add up and blur
+it); the hash seed is fixed and the bytecode cached, and an import is
+``python -S -c "import falai"`` minus ``pass``. About 3 minutes on 2 cores.
+Instructions are not time (a cache miss costs more than an add), so the CPU
+time of ``--baseline`` stays the verdict; the count says which way a change
+moved a row when the timing's noise is as large as the change.
 """
 from __future__ import annotations
 
 import functools
+import gc
 import inspect
 import io
 import json
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -369,6 +384,78 @@ def issue12_side_by_side(rev: str, rounds: int, pairs: int) -> None:
     print_table(rows, header)
 
 
+COUNTED = 40    # --instructions: a row's count is the difference between this many repetitions and none
+
+
+def count_row() -> None:
+    """--issue12-count KEY N: prepare row KEY, warm it up, pause the garbage collector and run it N times
+    (a subprocess of --instructions, under valgrind)."""
+    key, repeat = sys.argv[sys.argv.index("--issue12-count") + 1], int(sys.argv[sys.argv.index("--issue12-count") + 2])
+    prepare = ISSUE12[key][1]
+    assert prepare is not None
+    call = prepare()
+    for _ in range(10):
+        call()
+    gc.collect()
+    gc.disable()        # a collection lands wherever the allocations add up: it would blur the difference
+    for _ in range(repeat):
+        call()
+
+
+def run_counted(tree: str, cache: str, arguments: list[str],
+                under: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """This file (or, for ``-S``, a bare interpreter) run for ``tree``, hash seed fixed, bytecode kept in ``cache``."""
+    command = [sys.executable, *arguments] if arguments[0] == "-S" else \
+        [sys.executable, os.path.abspath(__file__), "--tree", tree, *arguments]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(PYTHONHASHSEED="0", PYTHONPYCACHEPREFIX=cache)
+    return subprocess.run([*under, *command], cwd=tree, env=env, capture_output=True, text=True)
+
+
+def instructions(tree: str, cache: str, key: str, repeat: int) -> int:
+    """What valgrind counts for one process of ``tree``: row ``key`` prepared and run ``repeat`` times
+    (``import``: ``python -S -c "import falai"``, or ``pass`` for 0)."""
+    arguments = ["-S", "-c", "import falai" if repeat else "pass"] if key == "import" else \
+        ["--issue12-count", key, str(repeat)]
+    done = run_counted(tree, cache, arguments, ("valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"))
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if done.returncode != 0 or found is None:
+        sys.exit(f"bench_turn --instructions: valgrind failed on {key} of {tree}:\n{done.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def issue12_instructions(rev: str) -> None:
+    """Each row's instructions per repetition for commit ``rev`` and for this tree, and their ratio: a count
+    no other work on the machine moves (docs/guide/development.md)."""
+    if shutil.which("valgrind") is None:
+        sys.exit("bench_turn --instructions needs valgrind (apt-get install valgrind)")
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+    with tempfile.TemporaryDirectory() as folder:
+        export_tree(rev, os.path.join(folder, "tree"))
+        trees = {"base": os.path.join(folder, "tree"), "now": ROOT}
+        caches = {name: os.path.join(folder, f"pycache-{name}") for name in trees}
+        for name in trees:      # writes the bytecode the counted runs read: compiling would be counted too
+            run_counted(trees[name], caches[name], ["--issue12-count", "triage", "0"])
+        jobs = [(name, key, repeat) for key in ISSUE12 for name in trees
+                for repeat in ((0, 1) if key == "import" else (0, COUNTED))]
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+            counts = dict(zip(jobs, pool.map(lambda job: instructions(trees[job[0]], caches[job[0]], job[1], job[2]),
+                                             jobs)))
+    rows = []
+    for key, (what, _, today, target) in ISSUE12.items():
+        top = 1 if key == "import" else COUNTED
+        base, now = ((counts[name, key, top] - counts[name, key, 0]) / top for name in ("base", "now"))
+        wanted = target / today
+        rows.append((what, f"{base / 1e6:,.3f}M", f"{now / 1e6:,.3f}M", f"{now / base:.2f}", f"{wanted:.2f}",
+                     "yes" if now / base <= wanted else "no"))
+    head = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True, text=True)
+    print(f"falai bench, issue 12 in instructions (valgrind), Python {sys.version.split()[0]}: a turn or body "
+          f"row is one repetition, the difference of {COUNTED} and none with the garbage collector paused; "
+          "an import is `python -S -c \"import falai\"` minus `pass`\n")
+    print_table(rows, ("measure (instant provider)", rev, f"now ({head.stdout.strip()})", "ratio", "target ratio",
+                       "meets"))
+
+
 def issue(ms: float) -> str:
     """A figure of the issue's table, written as the issue writes it."""
     return f"{ms:.2f}" if ms < 1 else f"{ms:g}"
@@ -379,10 +466,17 @@ def main() -> None:
     if "--issue12-serve" in sys.argv:                         # a subprocess of --baseline: one tree's rows
         serve()
         return
+    if "--issue12-count" in sys.argv:                         # a subprocess of --instructions
+        count_row()
+        return
+    if "--issue12" in sys.argv and "--instructions" in sys.argv:
+        following = sys.argv[sys.argv.index("--instructions") + 1:]
+        issue12_instructions(following[0] if following and not following[0].startswith("--") else BASELINE)
+        return
     if "--issue12" in sys.argv and "--baseline" in sys.argv:
         following = sys.argv[sys.argv.index("--baseline") + 1:]
         rev = following[0] if following and not following[0].startswith("--") else BASELINE
-        rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 10
+        rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 20
         pairs = int(sys.argv[sys.argv.index("--pairs") + 1]) if "--pairs" in sys.argv else 10
         issue12_side_by_side(rev, rounds, pairs)
         return
