@@ -83,7 +83,7 @@ __all__ = [
 # (tests/test_imports.py holds them to this list). Renaming one of these breaks a sibling module.
 SIBLING_IMPORTS = {
     "falai_providers": ("ENVELOPE_SHAPED", "compact_json", "decode_json_string", "lenient_loads", "parse_iso",
-                        "to_ms", "unfenced"),
+                        "reused", "to_ms", "unfenced"),
     "falai_stores": ("ABSENT", "BLOB_NESTING", "check_expected_version", "check_table_name", "decode_session_row",
                      "encode_session_row", "saved_session", "store_now_text"),
     "falai_cli": ("_Checks", "_flow_frame", "check_flow_shape", "iso", "parse_iso", "strip_nones", "system_clock"),
@@ -4446,7 +4446,7 @@ def _lean_understand_call(agent: Agent, ask: UnderstandAsk) -> _UnderstandCall:
                            _lean_turn_section(agent, ask, scope, envelope, parts, routing),
                            latest_message_section(ask.message))
     request = GenerateRequest(system=parts.system, prompt=prompt, history=list(ask.history),
-                              context=ask.scope.context, schema=parts.schema,     # shared: providers never mutate it
+                              context=ask.scope.context, schema=parts.schema,     # shared: a provider never changes it
                               schema_name="understand", cache_history=True, v4_schema=envelope.schema)
     reading = envelope_part(envelope, f"lean reading {routing}", lambda: _lean_reading(envelope, ask, routing))
     return _UnderstandCall(request=request, aliases=envelope.aliases, lean=reading)
@@ -5121,7 +5121,7 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
             section = LEAN_WRAP_UP if not offer and round_no > 0 else None
         request = GenerateRequest(system=system, prompt=join_sections(base, section), history=list(history),
                                   context=ask.scope.context,
-                                  schema=schema,              # shared: providers never mutate a request
+                                  schema=schema,              # shared: a provider never changes a request
                                   schema_name="speak", tools=declarations if offer else None,
                                   cache_history=v4_schema is not None, v4_schema=v4_schema)
         calls += 1

@@ -49,7 +49,7 @@ import requests
 import falai
 from falai import (ENVELOPE_SHAPED, GenerateRequest, Generation, GenerationChunk, ProviderCapabilities,
                    ProviderError, TokenUsage, ToolCallRequest, classify_error, compact_json, decode_json_string,
-                   lenient_loads, parse_iso, to_ms, unfenced)
+                   lenient_loads, parse_iso, reused, to_ms, unfenced)
 
 __all__ = [
     "GeminiProvider", "OpenAICompatibleProvider", "AnthropicProvider", "FallbackProvider",
@@ -1128,16 +1128,13 @@ class _Fragment(dict):
     json: str
 
 
-def _items_text(items: list[dict], lead: list[_Fragment], lead_text: str) -> str:
-    """The JSON texts of a body's history items joined by commas: a fragment's own text, and the run of
-    the kept lead's fragments as ``lead_text`` when the items hold it whole (a vendor's wire keeps each
-    fragment as it is, in order)."""
+def _spliced(items: list[dict], lead: list[_Fragment], each: Callable[[dict], Any], whole: list) -> list:
+    """``each(item)`` for every item, except that the kept lead's run of fragments, when ``items`` hold it
+    whole (a vendor's wire keeps each fragment as it is, in order), is ``whole`` instead: no call per item."""
     start = _run_at(items, lead) if lead else -1
     if start < 0:
-        return ",".join([_item_text(item) for item in items])
-    end = start + len(lead)
-    return ",".join([*[_item_text(item) for item in items[:start]], lead_text,
-                     *[_item_text(item) for item in items[end:]]])
+        return [each(item) for item in items]
+    return [*map(each, items[:start]), *whole, *map(each, items[start + len(lead):])]
 
 
 def _run_at(items: list[dict], lead: list[_Fragment]) -> int:
@@ -1660,8 +1657,8 @@ class _HttpProvider:
         at = keys.index(name)
         head = compact_json({key: body[key] for key in keys[:at]})[:-1] if at else "{"
         tail = compact_json({key: body[key] for key in keys[at + 1:]})[1:] if at + 1 < len(keys) else "}"
-        lead, lead_text = (plan.lead, plan.lead_text) if plan is not None else ([], "")
-        items = _items_text(body[name], lead, lead_text)
+        lead, whole = (plan.lead, [plan.lead_text]) if plan is not None else ([], [])
+        items = ",".join(_spliced(body[name], lead, _item_text, whole))
         return f'{head}{"," if at else ""}"{name}":[{items}]{"," if at + 1 < len(keys) else ""}{tail}'
 
     _history_key: str | None = None          # the body key of the history list, when it may hold fragments
@@ -1688,13 +1685,8 @@ class _HttpProvider:
     def _caps(self, vendor: str, model: str, unknown: ModelCaps = UNKNOWN_MODEL) -> ModelCaps:
         """The model's capability row, looked up once per model: every request reads it, and the table and
         the provider's ``model_caps`` (checked when it was built) do not change (issue 12)."""
-        key = (vendor, model, unknown)
-        caps = self._caps_kept.get(key)
-        if caps is None:
-            if len(self._caps_kept) >= CAPS_KEPT:
-                self._caps_kept.clear()
-            caps = self._caps_kept[key] = model_caps(vendor, model, self.model_caps, unknown)
-        return caps
+        return reused(self._caps_kept, (vendor, model, unknown),
+                      lambda: model_caps(vendor, model, self.model_caps, unknown), CAPS_KEPT)
 
     def _warn_once(self, key: tuple, message: str, *args: Any) -> None:
         """Log a configuration value dropped for a model, once per provider object and model."""
@@ -2189,13 +2181,8 @@ class OpenAICompatibleProvider(_HttpProvider):
     def _wire_messages(self, plan: _Plan) -> list[dict]:
         """The plan's messages in wire form: a fragment is wire already, and the kept lead's run of them is
         copied whole (in C) rather than looked at one by one (issue 12)."""
-        messages = plan.messages
-        start = _run_at(messages, plan.lead) if plan.lead else -1
-        if start < 0:
-            return [m if type(m) is _Fragment else self._message(m) for m in messages]
-        end = start + len(plan.lead)
-        return [*(m if type(m) is _Fragment else self._message(m) for m in messages[:start]), *plan.lead,
-                *(m if type(m) is _Fragment else self._message(m) for m in messages[end:])]
+        return _spliced(plan.messages, plan.lead, lambda m: m if type(m) is _Fragment else self._message(m),
+                        plan.lead)
 
     def _message(self, message: dict) -> dict:
         role = message["role"]

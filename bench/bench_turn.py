@@ -319,12 +319,16 @@ def serve() -> None:
             print(median_us(call, BATCH, warm_up=0), flush=True)
 
 
+def cached_env(cache: str, **extra: str) -> dict:
+    """This process's environment for a child whose bytecode is written to and read from ``cache``."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "PYTHONPYCACHEPREFIX": cache, **extra}
+
+
 def one_import_ms(tree: str, cache: str, clock: str = "process_time") -> float:
     """One fresh interpreter's ``import falai`` from ``tree`` (CPU time by default), bytecode cached in ``cache``."""
     code = f"import time; t = time.{clock}(); import falai; print((time.{clock}() - t) * 1000)"
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPYCACHEPREFIX"] = cache
-    return float(subprocess.run([sys.executable, "-c", code], cwd=tree, env=env, capture_output=True,
+    return float(subprocess.run([sys.executable, "-c", code], cwd=tree, env=cached_env(cache), capture_output=True,
                                 text=True).stdout)
 
 
@@ -407,9 +411,8 @@ def run_counted(tree: str, cache: str, arguments: list[str],
     """This file (or, for ``-S``, a bare interpreter) run for ``tree``, hash seed fixed, bytecode kept in ``cache``."""
     command = [sys.executable, *arguments] if arguments[0] == "-S" else \
         [sys.executable, os.path.abspath(__file__), "--tree", tree, *arguments]
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env.update(PYTHONHASHSEED="0", PYTHONPYCACHEPREFIX=cache)
-    return subprocess.run([*under, *command], cwd=tree, env=env, capture_output=True, text=True)
+    return subprocess.run([*under, *command], cwd=tree, env=cached_env(cache, PYTHONHASHSEED="0"),
+                          capture_output=True, text=True)
 
 
 def instructions(tree: str, cache: str, key: str, repeat: int) -> int:
