@@ -354,7 +354,6 @@ def test_unknown_models_get_nothing_optional_and_rows_cite_a_current_line():
     assert model_caps("gemini", "gemini-3.5-flash-lite").levels[0] == "MINIMAL"
 
 
-
 def test_a_provider_looks_each_models_row_up_once(monkeypatch):
     """issue 12: every request reads the model's row, so a provider keeps it per model; its model_caps
     overrides still apply (docs/guide/providers.md, Overriding a row)."""
@@ -371,6 +370,7 @@ def test_a_provider_looks_each_models_row_up_once(monkeypatch):
     rows = [provider._caps("openai", model) for model in ("my-model", "my-model", "other", "my-model")]
     assert looked_up == ["my-model", "other"]
     assert rows[0] is rows[1] is rows[3] and rows[0].sampling == "any" and rows[2].sampling == "none"
+
 
 # The strict fake refuses what the vendors refuse (issue 7 item 10) ################################
 

@@ -117,3 +117,18 @@ def test_the_reply_schemas_are_built_once_per_agent_and_no_turn_changes_them():
         # and its answer) share theirs.
         assert (speak[-1].schema if protocol == "v4" else speak[-1].v4_schema) is \
             (speak[-2].schema if protocol == "v4" else speak[-2].v4_schema)
+
+
+def test_the_built_in_providers_never_change_a_request():
+    """providers.md §1.6 rule 7: the schemas and tool declarations are shared, so building each vendor's
+    body (tool rounds, protocol "v4" and "lean") leaves every request as it was."""
+    import copy
+
+    from request_bodies import triage_conversation, wire_bodies
+    for protocol in ("lean", "v4"):
+        requests, _ = triage_conversation({"protocol": protocol}, history_items=4)
+        assert any(r.tools for r in requests)
+        before = [copy.deepcopy((r.system, r.prompt, r.history, r.schema, r.tools, r.v4_schema)) for r in requests]
+        for request in requests:
+            wire_bodies(request)
+        assert [(r.system, r.prompt, r.history, r.schema, r.tools, r.v4_schema) for r in requests] == before
