@@ -529,6 +529,7 @@ OUTCOME_MESSAGES: dict[str, str] = {
     "provider-auth": "the provider rejected the credentials",
     "provider-invalid": "the provider rejected the request",
     "provider-unavailable": "the model call failed or came back empty",
+    "provider-length": "the model's reply was cut at its output cap",
 }
 
 
@@ -576,7 +577,7 @@ class SessionConflictError(FalaiError):
 
 
 ERROR_KINDS = ("aborted", "timeout", "network", "overload", "rate", "quota", "entitlement",
-               "auth", "model", "context", "content", "invalid", "unknown")
+               "auth", "model", "context", "content", "invalid", "length", "unknown")
 
 
 class ProviderError(FalaiError):
@@ -4120,7 +4121,9 @@ def _understand_schema(agent: Agent, cand: list, ment: list, branches: list, fie
     properties: dict = {}
     if cand:
         properties["flows"] = closed_object({
-            alias: {"type": ["integer", "null"], "description": f"0-100 fit of the message to {flow_name(f)}"}
+            # Bounded, so a weak model under a grammar cannot run a score away.
+            alias: {"type": ["integer", "null"], "minimum": 0, "maximum": 100,
+                    "description": f"0-100 fit of the message to {flow_name(f)}"}
             for alias, f in cand})
     if ment:
         properties["mentions"] = closed_object({
@@ -4377,16 +4380,46 @@ def _lean_mention_entry(flow: dict, scope: Scope) -> list[str]:
     return lines
 
 
-def lean_schema(keys: Iterable[str]) -> dict:
+def lean_schema(keys: Iterable[str], ids: dict | None = None, most: dict | None = None) -> dict:
     """The lean reply schema: closed lists of small typed items, valid for strict structured output on
-    Gemini, OpenAI and Anthropic (no descriptions: the system text says what each key holds)."""
+    Gemini, OpenAI and Anthropic (no descriptions: the system text says what each key holds).
+
+    ``ids`` (``flows``, ``mentions``, ``extract``, ``names``: the agent's) make those strings an
+    enum and ``most`` caps each list, with scores 0-100, so a weak model under a grammar cannot run
+    away inventing ids or lengthening lists until its output cap (docs/guide/providers.md, "Local
+    models").
+    """
     text = {"type": "string"}
+    ids, most = ids or {}, most or {}
+
+    def named(key: str) -> dict:
+        return {"type": "string", "enum": list(ids[key])} if ids.get(key) else text
+
+    score = {"type": "integer", "minimum": 0, "maximum": 100} if ids else {"type": "integer"}
     # A field is one "<id>: <value>" string (read by lean_field_item): a third of the schema tokens of an
     # {"id","value"} object, and the value travels as text either way.
-    items = {"flows": closed_object({"id": text, "score": {"type": "integer"}}), "mentions": text,
-             "extract": closed_object({"id": text, "name": text, "value": text}), "branches": text,
-             "fields": text}
-    return closed_object({key: {"type": "array", "items": items[key]} for key in keys})
+    items = {"flows": closed_object({"id": named("flows"), "score": score}),
+             "mentions": named("mentions"),
+             "extract": closed_object({"id": named("extract"), "name": named("names"),
+                                       "value": text}),
+             "branches": text, "fields": text}
+    return closed_object({key: {"type": "array", "items": items[key],
+                                **({"maxItems": most[key]} if most.get(key) else {})}
+                          for key in keys})
+
+
+def _lean_bounds(agent: Agent, flows: list[dict]) -> tuple[dict, dict]:
+    """The ids and list lengths of the agent's lean understand schema (flows, mentions, fields)."""
+    mentions = [f for f in flows if _mention_trigger(f).get("mention")]
+    extracting = [f for f in mentions if _mention_extract(f)]
+    names = list(dict.fromkeys(name for f in extracting for name in _mention_extract(f)))
+    branches = sum(1 for f in flows for st in f.get("steps") or [] if isinstance(st, dict)
+                   for b in st.get("branches") or []
+                   if isinstance(b, dict) and b.get("when") is not None)
+    ids = {"flows": [f["id"] for f in flows], "mentions": [f["id"] for f in mentions],
+           "extract": [f["id"] for f in extracting], "names": names}
+    return ids, {"flows": len(flows), "mentions": len(mentions), "branches": branches,
+                 "fields": len(agent.fields)}
 
 
 def _collect_list(part: dict) -> list:
@@ -4429,7 +4462,8 @@ def lean_parts(agent: Agent, routing: bool) -> _LeanParts:
                                                    for slug in slugs]))
     text = join_sections(*sections)
     # The knowledge base stays (it can tell what a message means); the Identity is for the speaker.
-    parts = _LeanParts(text, lean_schema(keys), {f["id"] for f in catalog}, {f["id"] for f in mentions},
+    parts = _LeanParts(text, lean_schema(keys, *_lean_bounds(agent, flows)),
+                       {f["id"] for f in catalog}, {f["id"] for f in mentions},
                        slugs if agent.max_candidates is None else [], join_sections(knowledge_section(agent), text))
     agent._lean_parts[routing] = parts
     return parts
@@ -5006,6 +5040,9 @@ _DEFERRAL_CODES = {
     "entitlement": ("provider-auth", False), "model": ("provider-invalid", False),
     "invalid": ("provider-invalid", False), "content": ("provider-invalid", False),
     "context": ("provider-context", False),
+    # A reply cut at the output cap: like any unusable reply (model-calls.md §5.5), a later wake
+    # may do better.
+    "length": ("provider-length", True),
 }
 
 

@@ -55,7 +55,8 @@ __all__ = [
     "GeminiProvider", "OpenAICompatibleProvider", "AnthropicProvider", "FallbackProvider",
     "NoAvailableProviderError", "schema_prompt", "is_strict_schema", "parse_tool_args",
     "to_gemini_openapi_schema", "ModelCaps", "MODEL_TABLE", "model_caps", "GEMINI_DEFAULT_MODEL",
-    "GEMINI_BACKUP_MODEL",
+    "GEMINI_BACKUP_MODEL", "ServerProfile", "SERVER_PROFILES", "STRUCTURED_FORMS",
+    "DEFAULT_OUTPUT_CAPS",
 ]
 
 log = logging.getLogger("falai")
@@ -1346,7 +1347,8 @@ class _HttpProvider:
             if refusal is not None:
                 raise refusal                                     # issue 7: one request, no retry
             if accumulator.is_empty():
-                raise self._empty_error(state, accumulator)      # §3.5 rule 1, per attempt
+                raise (self._cut_error(plan, accumulator) if accumulator.finish == "length"
+                       else self._empty_error(state, accumulator))      # §3.5 rule 1, per attempt
         except Exception as exc:
             return _Failure(self._sanitized(self._wrap(exc)), streamed=streaming and accumulator.text != "")
         finally:
@@ -1613,6 +1615,22 @@ class _HttpProvider:
                                  code=accumulator.vendor_finish)
         return ProviderError(f"{self.name}: completed with no content", provider=self.name, kind="overload")
 
+    _cap_setting = 'config={"maxTokens": ...}'      # where a user raises the cap, for _cut_error
+
+    def _cut_error(self, plan: _Plan, acc: _Accumulator) -> ProviderError:
+        """A reply cut at the output cap (finish reason "length") before it was usable: its own
+        kind, with the numbers, not "no response" (a looping small model, or a cap set too low)."""
+        cap = plan.options.get("maxTokens")
+        tokens = (acc.usage.completion_tokens if acc.usage is not None else None) or cap
+        at = f"at {tokens} tokens" if tokens else "at the model's output limit"
+        limit = f" (the cap sent was {cap})" if cap and cap != tokens else ""
+        what = "a JSON reply" if plan.json is not None else "the reply"
+        return ProviderError(f"{self.name}: the reply was cut {at}{limit} before {what} was "
+                             f"complete (finish reason {acc.vendor_finish or 'length'}). A model "
+                             "that loops needs a bigger model; a reply that needs more room "
+                             f"needs a higher cap: {self._cap_setting}.", provider=self.name,
+                             kind="length", code=acc.vendor_finish)
+
     def _final_chunk(self, plan: _Plan, model: str, acc: _Accumulator) -> GenerationChunk:
         tool_calls = acc.tool_calls()
         structured = None
@@ -1627,8 +1645,16 @@ class _HttpProvider:
                 if ENVELOPE_SHAPED.match(acc.text):
                     message = ""          # §1.4: a broken envelope never reaches a customer
         reply = structured["message"] if structured and isinstance(structured.get("message"), str) else message
+        unparsed = plan.json is not None and structured is None
+        if acc.finish == "length" and not tool_calls and (not reply.strip() or unparsed):
+            raise self._cut_error(plan, acc)
         if not tool_calls and not reply.strip():
-            raise ProviderError(f"No response from {self.name}", provider=self.name, kind="overload")
+            # A JSON reply that is not JSON says so: a small model's broken envelope is not silence.
+            text = acc.text.strip()
+            broken = f": the reply is not the JSON object asked for ({len(acc.text)} chars: " \
+                f"{text[:60]!r})" if unparsed and text else ""
+            raise ProviderError(f"No response from {self.name}{broken}", provider=self.name,
+                                kind="overload")
         metadata: dict = {"provider": self.name, "model": model}
         if acc.finish is not None:
             metadata["finishReason"] = acc.finish
@@ -2051,6 +2077,65 @@ _FLAGGED = re.compile(r"\bflagged\b|moderation", re.I)
 _OPENAI_FINISH = {"stop": "stop", "length": "length", "tool_calls": "tool_calls", "function_call": "tool_calls",
                   "content_filter": "content_filter"}
 
+# How a structured reply is asked for, most enforced first; a server that refuses one form gets the
+# next (docs/guide/providers.md, "Local models"). "json_object_schema" is llama-cpp-python's
+# dialect, {"type": "json_object", "schema": ...}, enforced by its grammar; the prompt has it too.
+STRUCTURED_FORMS = ("json_schema", "json_object_schema", "json_object", "prompt")
+_FALLBACK_FORM = {"json_schema": "json_object_schema", "json_object_schema": "prompt",
+                  "json_object": "prompt"}
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerProfile:
+    """What an OpenAI-compatible server takes: its structured-output form, whether it streams tool
+    calls, whether a stream carries usage (``stream_options.include_usage``), whether it takes
+    ``tool_choice``."""
+    structured_output: str
+    streams_tool_calls: bool = True
+    stream_usage: bool = True
+    tool_choice: bool = True
+
+
+# Each row as measured or documented (docs/guide/providers.md, "Local models").
+SERVER_PROFILES: dict[str, ServerProfile] = {
+    "openai": ServerProfile("json_schema"),
+    "openrouter": ServerProfile("json_schema"),
+    "deepseek": ServerProfile("json_object"),
+    # llama.cpp's llama-server with --jinja: json_schema becomes a grammar; usage (with cached
+    # tokens) arrives in a last chunk whose choices are empty.
+    "llama.cpp": ServerProfile("json_schema"),
+    # llama-cpp-python[server]: response_format.type is "text" or "json_object" (json_schema is an
+    # HTTP 500); "auto" tool choice refuses to stream; stream_options is ignored (no stream usage).
+    "llama-cpp-python": ServerProfile("json_object_schema", streams_tool_calls=False,
+                                      stream_usage=False),
+    "ollama": ServerProfile("json_schema"),
+    "vllm": ServerProfile("json_schema"),
+    "lm-studio": ServerProfile("json_schema"),
+}
+
+# The output cap of each call kind when none is configured: a judgement is short, a reply longer.
+DEFAULT_OUTPUT_CAPS: dict[str, int | None] = {"understand": 1024, "speak": 4096, "default": 4096}
+
+# A refusal of one request parameter, as servers word it: llama-cpp-python's pydantic 500
+# ("literal_error", "Input should be 'text' or 'json_object'"), "extra inputs are not permitted".
+_REFUSED_WORDS = re.compile(r"not (supported|permitted|allowed|implemented)|unsupported|unknown|"
+                            r"unrecognized|invalid|validation error|literal_error|extra_forbidden|"
+                            r"input should be|must be|requires", re.I)
+_REFUSED_PARAMETERS = {"response_format": re.compile(r"response_format|json_schema", re.I),
+                       "tools": re.compile(r"\btools param", re.I),    # llama-server, no --jinja
+                       "tool_choice": re.compile(r"tool[_ ]choice", re.I),
+                       "stream_options": re.compile(r"stream_options|include_usage", re.I)}
+
+
+def _refused_parameter(status: int | None, text: str) -> str | None:
+    """The request parameter a failed response says the server does not take, or None."""
+    if status is None or status < 400 or not _REFUSED_WORDS.search(text):
+        return None
+    for parameter, mention in _REFUSED_PARAMETERS.items():
+        if mention.search(text):
+            return parameter
+    return None
+
 
 class OpenAICompatibleProvider(_HttpProvider):
     """Any endpoint speaking OpenAI's chat-completions dialect (providers.md §5).
@@ -2062,6 +2147,19 @@ class OpenAICompatibleProvider(_HttpProvider):
     with the schema in the prompt; DeepSeek's default), ``json_with_tools``,
     ``effort_dialect``, ``organization``, ``site_url`` / ``site_name`` and
     ``provider_order`` (OpenRouter), ``include_usage`` and ``capabilities``.
+
+    ``server`` names the server behind ``base_url`` (a key of ``SERVER_PROFILES``: ``"llama.cpp"``,
+    ``"llama-cpp-python"``, ``"ollama"``, ``"vllm"``, ``"lm-studio"``; the presets pick their own),
+    which fixes the structured-output form, whether tool rounds stream and whether usage is asked on
+    a stream. With no ``server`` the provider learns: a response that says ``response_format``,
+    ``tool_choice`` or ``stream_options`` is not supported is ``kind="invalid"`` (never retried as
+    overload), the provider tries once more with the next form (``json_schema``, then
+    ``json_object_schema``, then ``prompt``) or without the parameter, keeps what worked, and logs
+    one warning naming the setting that makes it permanent.
+
+    ``output_caps`` (default ``DEFAULT_OUTPUT_CAPS``: understand 1024, speak 4096, any other call
+    4096) bounds every reply when neither ``config["maxTokens"]`` nor the call sets a cap; a key set
+    to ``None`` sends no cap for that kind. A reply cut at the cap is ``kind="length"``.
 
     The capability table decides what a model gets: ``reasoning_effort`` only on
     reasoning models, at a level the model accepts; ``temperature`` / ``top_p``
@@ -2085,7 +2183,8 @@ class OpenAICompatibleProvider(_HttpProvider):
                  site_url: str | None = None, site_name: str | None = None,
                  provider_order: list[str] | None = None, include_usage: bool = True,
                  capabilities: dict | None = None, model_caps: dict | None = None,
-                 understand_effort: str | None = "none"):
+                 understand_effort: str | None = "none", server: str | None = None,
+                 output_caps: dict | None = None):
         owner = "OpenAICompatibleProvider"
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f'[{owner}] name is empty: pass one, e.g. name="openrouter" or name="ollama".')
@@ -2099,11 +2198,24 @@ class OpenAICompatibleProvider(_HttpProvider):
                          retry_config=retry_config, headers=headers, session=session, sleep=sleep,
                          example_model="gpt-4.1-mini", key_variable=f"{name.upper()}_API_KEY",
                          model_caps=model_caps, understand_effort=understand_effort)
+        if server is None and name in SERVER_PROFILES:
+            server = name
+        if server is not None and server not in SERVER_PROFILES:
+            raise ValueError(f"[{owner}] server is {server!r}: use one of "
+                             f'{", ".join(SERVER_PROFILES)}, or leave it out to learn what the '
+                             "server takes.")
+        profile = SERVER_PROFILES[server] if server is not None else ServerProfile("json_schema")
+        # Learning is for a server nobody named: a chosen server or form is kept as given.
+        self._learns = {"response_format": server is None and structured_output is None,
+                        "tool_choice": server is None, "stream_options": server is None}
         if structured_output is None:
-            structured_output = "json_object" if name == "deepseek" else "json_schema"
-        if structured_output not in ("json_schema", "json_object"):
-            raise ValueError(f'[{owner}] structured_output is {structured_output!r}: use "json_schema" or '
-                             '"json_object".')
+            structured_output = profile.structured_output
+        if structured_output not in STRUCTURED_FORMS:
+            raise ValueError(f'[{owner}] structured_output is {structured_output!r}: use one of '
+                             f'{", ".join(STRUCTURED_FORMS)}.')
+        self.server = server
+        self.profile = profile
+        self.output_caps = _check_output_caps(owner, output_caps)
         if json_with_tools not in ("response_format", "prompt"):
             raise ValueError(f'[{owner}] json_with_tools is {json_with_tools!r}: use "response_format" or "prompt".')
         if effort_dialect is None:
@@ -2123,13 +2235,60 @@ class OpenAICompatibleProvider(_HttpProvider):
         self.provider_order = list(provider_order) if provider_order is not None else None
         self.include_usage = include_usage
         flags = {"supports_tools": True, "supports_native_json_schema": structured_output == "json_schema",
-                 "supports_streaming": True, "supports_streaming_tool_calls": True,
+                 "supports_streaming": True,
+                 "supports_streaming_tool_calls": profile.streams_tool_calls,
                  "supports_prompt_caching": name in _OPENAI_PRESETS}
         for key, value in (capabilities or {}).items():
             if key not in flags:
                 raise ValueError(f'[{owner}] capabilities has an unknown flag "{key}": use {", ".join(flags)}.')
             flags[key] = bool(value)
         self.capabilities = ProviderCapabilities(**flags)
+        # What this provider learned its server refuses (a response_format form, tool_choice, ...).
+        self._learned: dict[str, Any] = {}
+
+    _cap_setting = 'output_caps={"understand": ..., "speak": ...} or config={"maxTokens": ...}'
+
+    def _plan(self, request: GenerateRequest) -> _Plan:
+        plan = super()._plan(request)
+        if plan.options.get("maxTokens") is None:
+            kind = request.schema_name if request.schema_name in self.output_caps else "default"
+            if self.output_caps[kind] is not None:
+                plan.options["maxTokens"] = self.output_caps[kind]
+        return plan
+
+    def _structured_form(self) -> str:
+        return self._learned.get("response_format", self.structured_output)
+
+    def _after_error(self, failure: _Failure, request: GenerateRequest, model: str, attempt: int,
+                     backup: str | None) -> Literal["retry", "backup"]:
+        """A refused parameter is learned once and the call tried again without it; else §3.8."""
+        error = failure.error
+        parameter = error.code if error.kind == "invalid" and not failure.streamed else None
+        if parameter is not None and self._learns.get(parameter) and self._learn(parameter, error):
+            return "retry"
+        return super()._after_error(failure, request, model, attempt, backup)
+
+    def _learn(self, parameter: str, error: ProviderError) -> bool:
+        """Step past a parameter the server refused: the next structured form, or leave it out."""
+        if parameter == "response_format":
+            current = self._structured_form()
+            following = _FALLBACK_FORM.get(current)
+            if following is None:
+                return False
+            self._learned["response_format"] = following
+            setting = f'structured_output="{following}"'
+            what = f'response_format "{current}"; replies now ask for "{following}"'
+        else:
+            if self._learned.get(parameter) is False:
+                return False
+            self._learned[parameter] = False
+            setting = 'server="..."' if parameter == "tool_choice" else "include_usage=False"
+            what = f"{parameter}; it is no longer sent"
+        log.warning("[%s] the server at %s refused %s (%s). To make this permanent and skip the "
+                    "failed request, pass %s (or the server=... of your server: "
+                    'docs/guide/providers.md, "Local models").', self.name, self.base_url, what,
+                    str(error)[:200], setting)
+        return True
 
     def _wire(self, model: str, plan: _Plan) -> tuple[str, dict, dict]:
         url = f"{self.base_url}/chat/completions"
@@ -2144,8 +2303,11 @@ class OpenAICompatibleProvider(_HttpProvider):
             headers["X-Title"] = self.site_name
         headers.update(self.headers)
         messages = self._wire_messages(plan)
-        body: dict = {"model": model, "messages": messages, "stream": True}
-        if self.include_usage:
+        # A server that cannot stream tool calls gets a tool round whole, read the same way.
+        stream = not (plan.tools and not self.profile.streams_tool_calls)
+        body: dict = {"model": model, "messages": messages, "stream": stream}
+        if stream and self.include_usage and self.profile.stream_usage \
+                and self._learned.get("stream_options") is not False:
             body["stream_options"] = {"include_usage": True}
         options = plan.options
         # Only OpenAI's own endpoint gets the conservative row for an unknown model; OpenRouter
@@ -2158,15 +2320,21 @@ class OpenAICompatibleProvider(_HttpProvider):
         body.update(self._effort(options, model, caps))
         if plan.tools:
             body["tools"] = [{"type": "function", "function": dict(t)} for t in plan.tools]
+            # OpenAI's default with tools, said aloud: llama-cpp-python drops the tools without it.
+            if self.profile.tool_choice and self._learned.get("tool_choice") is not False:
+                body["tool_choice"] = "auto"
         if plan.json is not None:
             schema = plan.json["schema"]
+            form = self._structured_form()
             if plan.tools and self.json_with_tools == "prompt":
                 messages.append({"role": "system", "content": schema_prompt(schema)})   # §5.4 rule 1
-            elif self.structured_output == "json_schema":
+            elif form == "json_schema":
                 body["response_format"] = {"type": "json_schema", "json_schema": {
                     "name": plan.json["name"], "schema": schema, "strict": is_strict_schema(schema)}}
             else:
-                body["response_format"] = {"type": "json_object"}
+                if form != "prompt":
+                    body["response_format"] = {"type": "json_object"} \
+                        if form == "json_object" else {"type": "json_object", "schema": schema}
                 messages.append({"role": "system", "content": schema_prompt(schema)})   # last: prefix caches
         if self.provider_order is not None:
             body["provider"] = {"order": list(self.provider_order), "allow_fallbacks": True}
@@ -2299,7 +2467,31 @@ class OpenAICompatibleProvider(_HttpProvider):
             if status == 403 and ("flagged_input" in metadata or "reasons" in metadata
                                   or _FLAGGED.search(str(error.get("message") or ""))):
                 return "content", code or "moderation", None
+        refused = _refused_parameter(status, text)
+        if refused is not None:
+            # Not overload, whatever the status (llama-cpp-python answers a refused parameter with
+            # a 500): the same request fails the same way. The code names it for _after_error.
+            return "invalid", refused, None
         return classify_error(status=status, body=text), code, None
+
+
+def _check_output_caps(owner: str, caps: Any) -> dict[str, int | None]:
+    table = dict(DEFAULT_OUTPUT_CAPS)
+    if caps is None:
+        return table
+    if not isinstance(caps, dict):
+        raise ValueError(f'[{owner}] output_caps must be a dict of call kind to tokens, e.g. '
+                         '{"understand": 512, "speak": 2048}.')
+    for kind, value in caps.items():
+        if not isinstance(kind, str) or not kind:
+            raise ValueError(f"[{owner}] output_caps has a key {kind!r}: use a call kind such as "
+                             '"understand", "speak" or "default".')
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value <= 0):
+            raise ValueError(f'[{owner}] output_caps["{kind}"] is {value!r}: pass a positive '
+                             "integer, or None to send no cap for that kind.")
+        table[kind] = value
+    return table
 
 
 # 9. AnthropicProvider ########################################################
@@ -2324,6 +2516,30 @@ def _is_anthropic_thinking(block: Any) -> bool:
 
 _NATIVE_SCHEMA_REFUSED = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
                           "minLength", "maxLength", "pattern", "minProperties", "maxProperties")
+
+
+_ENGINE_BOUNDS = ("minimum", "maximum", "maxItems")
+
+
+def _without_bounds(node: Any) -> Any:
+    """A copy of a schema without numeric bounds and list caps, which Anthropic's structured
+    outputs refuse (Anthropic's SDK drops them too). Used on the engine's understand schema, whose
+    bounds only keep a weak model under a grammar from running away; the reply reads the same."""
+    if isinstance(node, list):
+        return [_without_bounds(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict = {}
+    for key, value in node.items():
+        if key in _ENGINE_BOUNDS:
+            continue
+        if key in ("properties", "$defs", "definitions") and isinstance(value, dict):
+            out[key] = {name: _without_bounds(sub) for name, sub in value.items()}
+        elif key in ("items", "anyOf", "oneOf", "allOf"):
+            out[key] = _without_bounds(value)
+        else:
+            out[key] = value
+    return out
 
 
 def _anthropic_native_ok(schema: Any) -> bool:
@@ -2423,8 +2639,11 @@ class AnthropicProvider(_HttpProvider):
             system.append({"type": "text", "text": system_text, "cache_control": {"type": "ephemeral"}})
         output_config: dict = {}
         if plan.json is not None:
-            if caps.native_schema and _anthropic_native_ok(plan.json["schema"]):
-                output_config["format"] = {"type": "json_schema", "schema": plan.json["schema"]}
+            schema = plan.json["schema"]
+            if plan.request.schema_name == "understand":
+                schema = _without_bounds(schema)
+            if caps.native_schema and _anthropic_native_ok(schema):
+                output_config["format"] = {"type": "json_schema", "schema": schema}
             else:
                 # After the cached block: a per-call schema never invalidates the stable prefix (§6.2).
                 system.append({"type": "text", "text": schema_prompt(plan.json["schema"])})
@@ -2654,7 +2873,8 @@ class AnthropicProvider(_HttpProvider):
 DEFAULT_COOLDOWN_MS: dict[str, int | None] = {
     "rate": 60_000, "quota": 3_600_000, "timeout": 30_000, "network": 30_000, "overload": 30_000,
     "auth": 3_600_000, "entitlement": 3_600_000, "model": 3_600_000,
-    "context": None, "content": None, "invalid": None, "unknown": None, "aborted": None,
+    "context": None, "content": None, "invalid": None, "length": None, "unknown": None,
+    "aborted": None,
 }
 
 

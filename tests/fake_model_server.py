@@ -20,7 +20,8 @@ breaks one is answered with the vendor's own 400 body instead of the script, and
 listed in ``fake.rejections``; ``fake.close()`` fails the test unless the test took
 them with ``fake.take_rejections()``. ``fake.chat_dialect`` picks the chat rules:
 ``"generic"`` (the default: any OpenAI-compatible server), ``"openai"``,
-``"openrouter"`` or ``"deepseek"``. ``FakeModelServer(strict=False)`` accepts anything.
+``"openrouter"`` or ``"deepseek"``, or a local server as measured: ``"llama-cpp-python"``,
+``"llama.cpp"`` (llama-server with ``--jinja``), ``"llama.cpp-no-jinja"``. ``FakeModelServer(strict=False)`` accepts anything.
 """
 
 from __future__ import annotations
@@ -84,8 +85,9 @@ class FakeModelServer:
                     if refusal is not None:
                         server.rejections.append({"path": url.path, "status": refusal.status,
                                                   "message": refusal.message})
-                        reply = {"status": refusal.status, "body": json.dumps(refusal.body()),
-                                 "type": "application/json"}
+                        reply = {"frames": []} if isinstance(refusal, EmptyStream) else \
+                            {"status": refusal.status, "body": json.dumps(refusal.body()),
+                             "type": "application/json"}
                     else:
                         reply = server.replies.pop(0) if server.replies else \
                             {"status": 500, "body": '{"error": "no scripted reply"}'}
@@ -216,6 +218,12 @@ class Rejected(Exception):
         self.vendor, self.message, self.status = vendor, message, status
 
     def body(self) -> dict:
+        if self.vendor == "llama-cpp-python":    # llama_cpp/server/errors.py: any other exception is a 500
+            return {"error": {"message": self.message, "type": "internal_server_error", "param": None,
+                              "code": None}}
+        if self.vendor == "llama.cpp":           # tools/server/server-common.cpp format_error_response
+            kind = "invalid_request_error" if self.status == 400 else "server_error"
+            return {"error": {"code": self.status, "message": self.message, "type": kind}}
         if self.vendor == "gemini":        # google.rpc.Status, as the Gemini API answers
             return {"error": {"code": self.status, "message": self.message, "status": "INVALID_ARGUMENT"}}
         if self.vendor == "anthropic":     # anthropic-sdk-python _exceptions / docs "Errors"
@@ -430,9 +438,50 @@ OPENAI_DEFAULT_SAMPLING = ("gpt-5", "gpt-5-*", "gpt-5.*", "o1*", "o3*", "o4*")
 OPENAI_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")                       # shared/function_definition.py
 
 
+# Local servers, as the independent test of December 2026 recorded them (docs/guide/providers.md,
+# "Local models"): llama-cpp-python[server] 0.3.36 and llama.cpp's llama-server, with and without --jinja.
+LOCAL_SERVERS = ("llama-cpp-python", "llama.cpp", "llama.cpp-no-jinja")
+LLAMA_CPP_PYTHON_FORMAT_ERROR = (
+    "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+    "'msg': \"Input should be 'text' or 'json_object'\", 'input': '%s', "
+    "'ctx': {'expected': \"'text' or 'json_object'\"}}\n")
+
+
+class EmptyStream(Rejected):
+    """A request the server answers with a 200 event stream that carries nothing: llama-cpp-python raises
+    "Automatic streaming tool choice is not supported" inside the SSE response, after its headers."""
+
+    def __init__(self, vendor: str, message: str):
+        super().__init__(vendor, message, 200)
+
+
+def check_local_server(dialect: str, body: Any) -> None:
+    """What the local servers refuse that any OpenAI-compatible server might take."""
+    fmt = body.get("response_format") if isinstance(body, dict) else None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    tools = bool(body.get("tools")) if isinstance(body, dict) else False
+    if dialect == "llama-cpp-python":
+        if kind is not None and kind not in ("text", "json_object"):
+            raise Rejected(dialect, LLAMA_CPP_PYTHON_FORMAT_ERROR % kind, 500)
+        if tools and body.get("tool_choice") == "auto" and body.get("stream") is True:
+            raise EmptyStream(dialect, "Automatic streaming tool choice is not supported")
+        return
+    if dialect == "llama.cpp-no-jinja":
+        if tools:
+            raise Rejected("llama.cpp", "tools param requires --jinja flag", 500)
+        if body.get("tool_choice", "auto") != "auto":
+            raise Rejected("llama.cpp", "tool_choice param requires --jinja flag", 500)
+    if kind not in (None, "", "text", "json_object", "json_schema"):
+        raise Rejected("llama.cpp", 'response_format type must be one of "text" or "json_object", but got: '
+                       + str(kind), 400)
+
+
 def check_chat(dialect: str, headers: dict, body: Any) -> None:
     v = "openai"
     _require(isinstance(body, dict), v, "We could not parse the JSON body of your request.")
+    if dialect in LOCAL_SERVERS:
+        check_local_server(dialect, body)
+        dialect = "generic"
     if dialect != "generic":
         auth = headers.get("authorization", "")
         if not auth.startswith("Bearer ") or auth != auth.strip() or not auth[7:].strip():
@@ -655,7 +704,7 @@ def _anthropic_schema(schema: Any) -> None:
             # Arbitrary JSON objects are not supported (ax-llm/ax#459).
             _require(bool(node.get("properties")), "anthropic", "output_config.format.schema: an 'object' "
                      "must define its properties")
-        for key in ("minimum", "maximum", "minLength", "maxLength"):
+        for key in ("minimum", "maximum", "minLength", "maxLength", "maxItems"):
             _require(key not in node, "anthropic", f"output_config.format.schema: '{key}' is not supported")
         stack.extend((node.get("properties") or {}).values())
         for key in ("items",):

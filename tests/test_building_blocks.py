@@ -243,7 +243,7 @@ def test_nullable_envelope_adds_null_to_types_and_enums():
 # runtime.md §11.4 and providers.md §8 ------------------------------------------------------------
 
 def test_outcome_messages_has_all_38_codes_with_their_exact_text():
-    assert len(OUTCOME_MESSAGES) == 38
+    assert len(OUTCOME_MESSAGES) == 39
     assert OUTCOME_MESSAGES["duplicate-input"] == "this input was already applied"
     assert OUTCOME_MESSAGES["provider-unavailable"] == "the model call failed or came back empty"
     assert OUTCOME_MESSAGES["step-loop"] == "the run moved through 50 steps in one turn"
@@ -295,6 +295,6 @@ def test_provider_error_attributes_and_wrapping():
     assert ProviderError.from_exception("p", error) is error
     wrapped = ProviderError.from_exception("p", TimeoutError("slow"))
     assert wrapped.kind == "timeout" and wrapped.provider == "p" and isinstance(wrapped.__cause__, TimeoutError)
-    assert len(ERROR_KINDS) == 13
+    assert len(ERROR_KINDS) == 14 and "length" in ERROR_KINDS
     with pytest.raises(ValueError):
         ProviderError("x", kind="weird")

@@ -336,7 +336,7 @@ def test_fields_merge_round_over_round():
     ("quota", "provider-quota", False), ("auth", "provider-auth", False),
     ("entitlement", "provider-auth", False), ("model", "provider-invalid", False),
     ("invalid", "provider-invalid", False), ("content", "provider-invalid", False),
-    ("context", "provider-context", False)])
+    ("context", "provider-context", False), ("length", "provider-length", True)])
 def test_provider_error_kinds_classify_into_deferrals(kind, code, retryable):
     """model-calls.md §10.2: the classification table."""
     agent = make_agent({"speak": [ProviderError("x", kind=kind)]})

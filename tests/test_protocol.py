@@ -9,7 +9,7 @@ import pytest
 from fake_model_server import check_anthropic, check_chat, check_gemini
 from falai import FlowConfigurationError, Generation, ScriptedProvider, ScriptError, fake_clock, falai
 from falai import lean_field_item, lean_schema, lean_speak_schema, lexical_top
-from falai_providers import _anthropic_native_ok, is_strict_schema
+from falai_providers import _anthropic_native_ok, _without_bounds, is_strict_schema
 from request_bodies import (GOLDEN, RICH_SCRIPT, VENDORS, capture, rich_conversation, triage_agent,
                             triage_conversation, wire_bodies)
 
@@ -21,7 +21,9 @@ def comparable(results):
 
 
 def test_v4_request_bodies_are_byte_identical_to_the_golden_capture():
-    """tests/fixtures/v4_request_bodies.json was captured from the code before the lean protocol existed."""
+    """tests/fixtures/v4_request_bodies.json was captured from the code before the lean protocol existed, then
+    again when the understand scores got their 0-100 bounds and OpenAI-compatible calls their output cap and
+    tool_choice "auto" (nothing else changed)."""
     with open(GOLDEN, encoding="utf-8") as handle:
         golden = handle.read()
     now = json.dumps(capture({"protocol": "v4"}), ensure_ascii=False, indent=1, sort_keys=True) + "\n"
@@ -180,7 +182,7 @@ def test_lean_understand_schema_has_no_descriptions_and_is_strict_on_every_vendo
                 else:
                     check_anthropic(headers, body)
                     if request.schema_name == "understand":
-                        assert body["output_config"]["format"]["schema"] == request.schema
+                        assert body["output_config"]["format"]["schema"] == _without_bounds(request.schema)
 
 
 def test_anthropic_gets_a_breakpoint_at_the_end_of_the_history_under_lean_only():
@@ -327,3 +329,23 @@ def test_a_streamed_lean_speak_reply_streams_only_the_message_and_ends_as_turn_d
     streamed = chunks[-1].result
     assert streamed.messages == plain.messages and streamed.session.to_dict() == plain.session.to_dict()
     assert plain.session.data == {"nome": "Ana"}
+
+
+def test_the_understand_schema_bounds_ids_lists_and_scores():
+    """A weak model under a grammar cannot invent flow ids, lengthen a list or inflate a score: ids are an enum
+    of the agent's flows (and mentions), each list at most as long as what it can hold, scores 0-100; OpenAI's
+    strict mode still takes it, and Anthropic gets it without the bounds it refuses."""
+    lean = [r for r in rich_conversation({"protocol": "lean"})[0] if r.schema_name == "understand"][0]
+    properties = lean.schema["properties"]
+    flows = properties["flows"]
+    assert flows["maxItems"] == len(flows["items"]["properties"]["id"]["enum"]) >= 2
+    assert flows["items"]["properties"]["score"] == {"type": "integer", "minimum": 0, "maximum": 100}
+    assert properties["fields"]["maxItems"] >= 1
+    if "mentions" in properties:
+        assert properties["mentions"]["items"]["enum"]
+    assert is_strict_schema(lean.schema) and not _anthropic_native_ok(lean.schema)
+    assert _anthropic_native_ok(_without_bounds(lean.schema))
+    v4 = [r for r in rich_conversation({"protocol": "v4"})[0] if r.schema_name == "understand"][0]
+    for node in v4.schema["properties"]["flows"]["properties"].values():
+        assert (node["minimum"], node["maximum"]) == (0, 100)
+    assert is_strict_schema(v4.schema)
