@@ -14,7 +14,16 @@
   picks the model, default ``gemini-3.8-flash``).
 - With ``OPENAI_BASE_URL`` set (plus ``OPENAI_API_KEY`` when the server needs
   one, and ``FALAI_MODEL``), it talks to any OpenAI-compatible server, such as
-  a local Ollama at ``http://localhost:11434/v1``.
+  a local Ollama at ``http://localhost:11434/v1``. For a local server, also:
+  ``FALAI_SERVER`` names it (``llama.cpp``, ``llama-cpp-python``, ``ollama``,
+  ``vllm``, ``lm-studio``: how it takes structured output and tool rounds;
+  unset, the provider learns it), ``FALAI_STRUCTURED_OUTPUT`` forces a form
+  (``json_schema``, ``json_object_schema``, ``json_object``, ``prompt``) and
+  ``FALAI_MAX_TOKENS`` caps every reply (default: 1024 tokens to understand,
+  4096 to reply). For example, with ``python tests/local_model_server.py serve``::
+
+      OPENAI_BASE_URL=http://127.0.0.1:PORT/v1 FALAI_MODEL=smollm2-135m-instruct \
+        FALAI_SERVER=llama.cpp FALAI_MAX_TOKENS=300 python examples/concierge.py --verbose
 
 After every turn the chat shows the reply, the collected data and how many
 model calls the turn spent. A failed model call is reported on one line and
@@ -163,9 +172,12 @@ def live_provider():
         return None
     if os.environ.get("GEMINI_API_KEY"):
         return falai_providers.GeminiProvider(api_key=os.environ["GEMINI_API_KEY"], model=model or "gemini-3.8-flash")
+    cap = os.environ.get("FALAI_MAX_TOKENS")
     return falai_providers.OpenAICompatibleProvider(
         name="local", base_url=os.environ["OPENAI_BASE_URL"], api_key=os.environ.get("OPENAI_API_KEY"),
-        model=model or "llama3.1")
+        model=model or "llama3.1", server=os.environ.get("FALAI_SERVER") or None,
+        structured_output=os.environ.get("FALAI_STRUCTURED_OUTPUT") or None,
+        config={"maxTokens": int(cap)} if cap else None)
 
 
 # The host loop: load, turn, save, then send ---------------------------------------------------
@@ -183,11 +195,14 @@ WHAT_TO_CHECK = {
     "invalid": "check the model name (FALAI_MODEL) and the server's API",
     "quota": "the account's quota is spent: wait for it to reset or use another key",
     "rate": "the provider is limiting requests: wait a moment",
+    "length": "the model filled its output cap (FALAI_MAX_TOKENS) without finishing: a small local model "
+              "often loops; try a bigger model",
 }
 
 SPEAK_HINTS = {"provider-auth": WHAT_TO_CHECK["auth"], "provider-invalid": WHAT_TO_CHECK["invalid"],
                "provider-quota": WHAT_TO_CHECK["quota"],
-               "provider-context": "the conversation is too long for the model: start a new one"}
+               "provider-context": "the conversation is too long for the model: start a new one",
+               "provider-length": WHAT_TO_CHECK["length"]}
 
 
 class Host:
@@ -227,8 +242,12 @@ def show(result) -> None:
     failed = [o for o in result.outcomes if (o.code or "").startswith("provider-")]
     if failed:
         line = failed[-1]
-        then = (f"falai scheduled a retry for {line.until[11:16]} UTC (this chat does not run wakes)"
-                if line.status == "deferred" else "the step was given up")
+        if line.status == "deferred" and line.until:
+            then = f"falai scheduled a retry for {line.until[11:16]} UTC (this chat does not run wakes)"
+        elif line.status == "deferred":
+            then = "nothing is scheduled: your next message tries again"      # an idle reply has no run to retry
+        else:
+            then = "the step was given up"
         print(f"  ! No reply: the model failed while phrasing it ({line.code}); the message was recorded and "
               f"{then}. {SPEAK_HINTS.get(line.code, WHAT_TO_CHECK['network'])}.")
     elif not result.messages:
@@ -287,7 +306,11 @@ def main(argv: list[str]) -> int:
     # falai logs each provider retry as a warning; the chat reports a failure once, on one line.
     logging.basicConfig(format="  (falai: %(message)s)", level=logging.WARNING if args.verbose else logging.ERROR)
     try:
-        provider = live_provider()
+        try:
+            provider = live_provider()
+        except ValueError as error:           # FALAI_SERVER, FALAI_STRUCTURED_OUTPUT or FALAI_MAX_TOKENS
+            print(f"The model settings are not valid: {error}")
+            return 2
         if provider is not None:
             print(f"Concierge on {provider.name}. Type your message (\"sair\", Ctrl-D or Ctrl-C to leave).\n")
             talk(Host(build_agent(provider), "live"))

@@ -10,7 +10,8 @@ import sys
 import time
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
-NO_KEYS = ("GEMINI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "FALAI_MODEL")
+NO_KEYS = ("GEMINI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "FALAI_MODEL",
+           "FALAI_SERVER", "FALAI_STRUCTURED_OUTPUT", "FALAI_MAX_TOKENS")
 
 
 def offline_env(**extra) -> dict:
@@ -101,6 +102,33 @@ def test_concierge_reports_a_failed_reply_on_one_line(fake):
     failure = [line for line in out.stdout.splitlines() if "No reply" in line]
     assert len(failure) == 1 and "provider-auth" in failure[0] and "check the API key" in failure[0]
     assert "You: sair" in out.stdout and out.stderr == ""
+
+
+def test_concierge_survives_a_reply_cut_at_the_cap_with_no_retry_time(fake):
+    """A local model that loops: the understand judgement finds no flow, the idle reply is cut at the cap
+    (FALAI_MAX_TOKENS) and deferred with no ``until``; the chat says so on one line and goes on."""
+    from fake_model_server import openai_frame
+
+    fake.chat_dialect = "llama.cpp"
+    fake.sse(openai_frame(content='{"flows":[],"fields":[]}', finish="stop"))
+    fake.sse(openai_frame(content='{"message": "o que é o que está abrir em um que não', finish="length"),
+             '{"choices": [], "usage": {"prompt_tokens": 192, "completion_tokens": 40}}')
+    env = offline_env(OPENAI_BASE_URL=fake.url + "/v1", FALAI_MODEL="smollm2-135m-instruct",
+                      FALAI_SERVER="llama.cpp", FALAI_MAX_TOKENS="40")
+    out = run_example("concierge.py", env=env, stdin_text="Oi!\nsair\n")
+    failure = [line for line in out.stdout.splitlines() if "No reply" in line]
+    assert len(failure) == 1 and "nothing is scheduled" in failure[0] and "provider-length" in failure[0], out.stdout
+    assert "output cap" in failure[0]
+    assert "You: sair" in out.stdout
+    assert [r.json["max_tokens"] for r in fake.requests] == [40, 40]
+    assert fake.requests[0].json["response_format"]["type"] == "json_schema"
+
+
+def test_concierge_reports_bad_local_settings_without_a_traceback():
+    env = offline_env(OPENAI_BASE_URL="http://127.0.0.1:9/v1", FALAI_SERVER="llamacpp")
+    out = subprocess.run([sys.executable, "examples/concierge.py"], cwd=ROOT, env=env, timeout=60,
+                         capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert out.returncode == 2 and "server is 'llamacpp'" in out.stdout and "Traceback" not in out.stderr
 
 
 def test_concierge_exits_cleanly_on_ctrl_c():

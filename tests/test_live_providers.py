@@ -7,6 +7,10 @@ loopback-only socket guard of conftest.py.
 
     GEMINI_API_KEY=...    [FALAI_GEMINI_MODEL=gemini-3.8-flash]     python -m pytest -m live
     OPENAI_API_KEY=...    [OPENAI_BASE_URL=...] [FALAI_MODEL=...]   python -m pytest -m live
+    OPENAI_BASE_URL=http://127.0.0.1:8080/v1 FALAI_MODEL=... [FALAI_SERVER=llama.cpp] python -m pytest -m live -k openai
+
+With OPENAI_BASE_URL set the key is optional (a local server needs none), and FALAI_SERVER names the
+server's profile (docs/guide/providers.md, "Local models").
     ANTHROPIC_API_KEY=... [FALAI_ANTHROPIC_MODEL=claude-haiku-4-5]  python -m pytest -m live
 """
 import os
@@ -39,8 +43,12 @@ def gemini():
 
 def openai():
     base_url = os.environ.get("OPENAI_BASE_URL")
-    return OpenAICompatibleProvider(api_key=need("OPENAI_API_KEY"), model=os.environ.get("FALAI_MODEL", "gpt-4.1-mini"),
-                                    name="openai" if not base_url else "live", base_url=base_url,
+    if not base_url:
+        return OpenAICompatibleProvider(api_key=need("OPENAI_API_KEY"),
+                                        model=os.environ.get("FALAI_MODEL", "gpt-4.1-mini"), config={"maxTokens": 512})
+    return OpenAICompatibleProvider(api_key=os.environ.get("OPENAI_API_KEY") or None,    # a local server: keyless
+                                    model=os.environ.get("FALAI_MODEL", "gpt-4.1-mini"), name="live",
+                                    base_url=base_url, server=os.environ.get("FALAI_SERVER") or None,
                                     config={"maxTokens": 512})
 
 
