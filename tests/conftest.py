@@ -58,6 +58,8 @@ _LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "live: talks to a real vendor API; runs only when its key is set")
+    config.addinivalue_line("markers", "local_model: runs against a real small model on a local llama-server "
+                            "(tests/local_model_server.py)")
     config.addinivalue_line("markers", "protocols(*names): run the module's tests under each agent protocol")
 
 
