@@ -5061,7 +5061,8 @@ def _stream_round(provider: Any, request: GenerateRequest) -> Generator[str, Non
             _, delta = decoder.push(chunk.accumulated)  # no delta (the final chunk, a custom provider)
         else:
             raw.append(chunk.delta or "")
-            delta = decoder.feed(chunk.delta) if isinstance(chunk.delta, str) and chunk.delta else ""
+            fed = isinstance(chunk.delta, str) and chunk.delta
+            delta = decoder.feed(chunk.delta) if fed else ""
         if delta:
             yield delta
         if chunk.structured is not None:

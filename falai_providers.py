@@ -66,7 +66,7 @@ USER_AGENT = f"falai-python/{falai.__version__} requests/{requests.__version__}"
 EFFORTS = ("none", "low", "medium", "high", "max")
 BACKUP_KINDS = ("overload", "rate", "model")       # providers.md §3.8: kinds that walk to a backup model
 MAX_SERVER_WAIT_MS = 30_000                         # a longer server wait ends the in-provider retries
-DEFAULT_DEADLINE_MS = 600_000                       # one request, connect to last byte (providers.md §3.7)
+DEFAULT_DEADLINE_MS = 600_000                       # one request, connect to last byte (§3.7)
 DEFAULT_MAX_REPLY_BYTES = 32 * 1024 * 1024          # a reply body past this is refused (§3.7)
 GEMINI_DEFAULT_MODEL = "gemini-3.8-flash"           # the current Flash (Sep 2026); the examples' default
 GEMINI_BACKUP_MODEL = "gemini-3.5-flash-lite"       # the current Flash-Lite; the examples' backup
@@ -932,7 +932,7 @@ class _Deadline:
     def watch(self, response: requests.Response) -> None:
         sock = getattr(getattr(response.raw, "connection", None), "sock", None)
         if not isinstance(sock, socket.socket):
-            return                     # not a plain urllib3 response: passed() is still checked per read
+            return           # not a plain urllib3 response: passed() is still checked per read
         self._timer = threading.Timer(self.remaining(), self._expire, (sock,))
         self._timer.daemon = True
         self._timer.start()
@@ -944,7 +944,7 @@ class _Deadline:
     def _expire(self, sock: socket.socket) -> None:
         self._expired = True
         with contextlib.suppress(OSError):      # already closed: the read ended anyway
-            socket.socket.shutdown(sock, socket.SHUT_RDWR)   # the plain socket's, under any TLS layer
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)     # the plain socket's, under TLS
 
 
 def _body_reads(response: requests.Response) -> Iterator[bytes]:
@@ -1117,7 +1117,7 @@ class _Accumulator:
     """The fold of one attempt's events (providers.md §3.3)."""
 
     def __init__(self) -> None:
-        self.pieces: list[str] = []          # the text deltas: joined when read, so folding stays linear
+        self.pieces: list[str] = []        # the text deltas, joined when read: folding is linear
         self._reasoning: list[str] = []
         self.reasoning_details: Any = None
         self.calls: dict[Any, dict] = {}
@@ -1180,7 +1180,8 @@ class _Accumulator:
             slot = self.calls[index]
             if slot["name"]:
                 calls.append(ToolCallRequest(id=slot["id"] or f"call_{index}", name=slot["name"],
-                                             arguments=parse_tool_args("".join(slot["arguments"]), slot["name"]),
+                                             arguments=parse_tool_args("".join(slot["arguments"]),
+                                                                       slot["name"]),
                                              thought_signature=slot["thoughtSignature"]))
         return calls
 
@@ -1384,14 +1385,16 @@ class _HttpProvider:
             raise ValueError(f'[{owner}] retry_config["timeout"] is {timeout!r}: pass milliseconds of '
                              "silence allowed, e.g. 60000.")
         deadline = retry.get("deadline") or DEFAULT_DEADLINE_MS
-        if isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or not math.isfinite(deadline) \
-                or deadline < 0:
-            raise ValueError(f'[{owner}] retry_config["deadline"] is {deadline!r}: pass the milliseconds one '
-                             f"request may take from connect to the reply's last byte, e.g. {DEFAULT_DEADLINE_MS}.")
+        if isinstance(deadline, bool) or not isinstance(deadline, (int, float)) \
+                or not math.isfinite(deadline) or deadline < 0:
+            raise ValueError(f'[{owner}] retry_config["deadline"] is {deadline!r}: pass the '
+                             "milliseconds one request may take from connect to the reply's "
+                             f"last byte, e.g. {DEFAULT_DEADLINE_MS}.")
         max_bytes = retry.get("max_bytes") or DEFAULT_MAX_REPLY_BYTES
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
-            raise ValueError(f'[{owner}] retry_config["max_bytes"] is {max_bytes!r}: pass the largest reply '
-                             f"body to read, in bytes, e.g. {DEFAULT_MAX_REPLY_BYTES}.")
+            raise ValueError(f'[{owner}] retry_config["max_bytes"] is {max_bytes!r}: pass the '
+                             "largest reply body to read, in bytes, e.g. "
+                             f"{DEFAULT_MAX_REPLY_BYTES}.")
         if retries is None:
             retries = 3
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
@@ -1417,7 +1420,7 @@ class _HttpProvider:
         self._retries = retries
         self._idle_s = timeout / 1000
         self._progress_s = max(300_000, timeout) / 1000      # §3.7: silence of events, not of bytes
-        self._deadline_s = deadline / 1000                   # §3.7: one request, connect to last byte
+        self._deadline_s = deadline / 1000                   # §3.7: connect to the last byte
         self._max_bytes = max_bytes
 
     def __repr__(self) -> str:
@@ -1475,7 +1478,8 @@ class _HttpProvider:
             if accumulator.is_empty():
                 raise self._empty_error(state, accumulator)      # §3.5 rule 1, per attempt
         except Exception as exc:
-            return _Failure(self._sanitized(self._wrap(exc)), streamed=streaming and bool(accumulator.pieces))
+            return _Failure(self._sanitized(self._wrap(exc)),
+                            streamed=streaming and bool(accumulator.pieces))
         finally:
             events.close()
         # After the stream: the empty-reply rule (§3.5 rule 6) is raised from here and is
@@ -1625,8 +1629,8 @@ class _HttpProvider:
         try:
             # No redirect is followed: requests would send x-api-key / x-goog-api-key, and the whole
             # conversation, on to whatever host a 307 or 308 names.
-            response = self.session.post(url, headers=headers, data=data, stream=True, allow_redirects=False,
-                                         timeout=(wait, wait))
+            response = self.session.post(url, headers=headers, data=data, stream=True,
+                                         allow_redirects=False, timeout=(wait, wait))
         except Exception as exc:
             raise self._transport_error(exc) from exc
         try:
@@ -1687,7 +1691,7 @@ class _HttpProvider:
                     yield payload
 
     def _bounded_reads(self, response: requests.Response, deadline: _Deadline) -> Iterator[bytes]:
-        """The body's reads, ended by a ProviderError past the deadline or past ``max_bytes`` (§3.7)."""
+        """The body's reads, ended by a ProviderError past the deadline or ``max_bytes`` (§3.7)."""
         reads = _body_reads(response)
         received = 0
         while True:
@@ -1698,28 +1702,30 @@ class _HttpProvider:
                     raise self._deadline_error(deadline) from None
                 raise self._transport_error(exc) from exc
             if deadline.passed():
-                raise self._deadline_error(deadline)   # a shut socket reads as the end: not a whole reply
+                raise self._deadline_error(deadline)   # a shut socket reads as an end, not a reply
             if data is None:
                 return
             received += len(data)
             if received > self._max_bytes:
-                raise ProviderError(f"{self.name}: the reply is larger than {self._max_bytes} bytes "
-                                    '(retry_config["max_bytes"]); no model reply is that long, so the endpoint '
-                                    "sent a broken body. Raise the cap if the endpoint is right.",
+                raise ProviderError(f"{self.name}: the reply is larger than {self._max_bytes} "
+                                    'bytes (retry_config["max_bytes"]); no model reply is that '
+                                    "long, so the endpoint sent a broken body. Raise the cap if "
+                                    "the endpoint is right.",
                                     provider=self.name, kind="overload")
             yield data
 
     def _deadline_error(self, deadline: _Deadline) -> ProviderError:
         return ProviderError(f"{self.name}: the request took longer than its deadline of "
-                             f'{_seconds(deadline.seconds)}s (retry_config["deadline"])', provider=self.name,
-                             kind="timeout")
+                             f'{_seconds(deadline.seconds)}s (retry_config["deadline"])',
+                             provider=self.name, kind="timeout")
 
     def _redirect_error(self, response: requests.Response) -> ProviderError:
         """A 3xx: no redirect is followed, so the key never travels to the host it names."""
         location = self._scrub(str(response.headers.get("Location") or "no Location header"))[:500]
-        return ProviderError(f"{self.name} {response.status_code}: the endpoint redirects to {location}; "
-                             "falai follows no redirect, so the key and the conversation never go to "
-                             "another address. Set base_url to the address that answers.",
+        return ProviderError(f"{self.name} {response.status_code}: the endpoint redirects to "
+                             f"{location}; falai follows no redirect, so the key and the "
+                             "conversation never go to another address. Set base_url to the "
+                             "address that answers.",
                              provider=self.name, kind="invalid", status=response.status_code)
 
     def _transport_error(self, exc: BaseException) -> ProviderError:
@@ -2750,8 +2756,9 @@ class AnthropicProvider(_HttpProvider):
     def _close_thinking(state: dict) -> Iterator[dict]:
         """A finished thinking block joins the signed blocks the reply carries in ``reasoning_details``."""
         block, state["open_thinking"] = state["open_thinking"], None
-        if block is not None:       # its texts came in pieces, joined once here (linear in the reply)
-            block = {key: "".join(value) if isinstance(value, list) else value for key, value in block.items()}
+        if block is not None:       # its texts came in pieces, joined once here
+            block = {key: "".join(value) if isinstance(value, list) else value
+                     for key, value in block.items()}
         if block is not None and _is_anthropic_thinking(block):
             state["thinking"].append(block)
             yield {"type": "delta", "reasoning_details": [dict(b) for b in state["thinking"]]}
@@ -2773,7 +2780,8 @@ class AnthropicProvider(_HttpProvider):
         elif block.get("type") == "text" and block.get("text"):
             yield {"type": "delta", "content": block["text"]}
         elif block.get("type") == "thinking":
-            state["open_thinking"] = {"type": "thinking", "thinking": [str(block.get("thinking") or "")],
+            state["open_thinking"] = {"type": "thinking",
+                                      "thinking": [str(block.get("thinking") or "")],
                                       "signature": [str(block.get("signature") or "")]}
             if block.get("thinking"):
                 yield {"type": "delta", "reasoning": block["thinking"]}
