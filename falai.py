@@ -524,6 +524,7 @@ OUTCOME_MESSAGES: dict[str, str] = {
     "unknown-field": "no field by that name is declared on the agent",
     "bad-value": "the value did not fit the field's type",
     "not-in-enum": "the value is not one of the field's options",
+    "tool-only": "only a tool, an action or the host writes this field",
     "provider-quota": "the provider's usage limit is spent",
     "provider-context": "the conversation outgrew the model's context window",
     "provider-auth": "the provider rejected the credentials",
@@ -1194,8 +1195,17 @@ def is_known(value: Any) -> bool:
 
 
 def extract_mode(definition: dict) -> str:
-    """A field's effective extract mode: "asked" for booleans by default, else "anywhere"."""
+    """A field's effective extract mode: "asked" for booleans by default, else "anywhere".
+
+    "never" marks a tool-only field: no model call is offered it, so only a
+    tool, an action or the host writes it (docs/guide/flows.md, Fields).
+    """
     return definition.get("extract") or ("asked" if definition.get("type") == "boolean" else "anywhere")
+
+
+def model_fields(fields: dict, slugs: list[str]) -> list[str]:
+    """The slugs a model call may be offered: every one but the tool-only fields (extract "never")."""
+    return [slug for slug in slugs if extract_mode(_as_definition(fields.get(slug))) != "never"]
 
 
 def merge_patch(data: dict, patch: dict) -> None:
@@ -2383,7 +2393,8 @@ def ask_floor(turn: Turn, ask: UnderstandAsk, floor: Run, flow: dict) -> None:
     step = current_step(turn, floor)
     if step is None or not is_talk(step):
         return
-    ask.floor_step, ask.floor_pending = step, pending_fields(turn, step, floor)
+    ask.floor_step = step
+    ask.floor_pending = model_fields(turn.agent.fields, pending_fields(turn, step, floor))
     if floor.status == "asking" and not turn.floor_from_ingest:
         ask.branches = [AskedBranch(floor.id, step["id"], index, branch["when"])
                         for index, branch in enumerate(step.get("branches") or []) if branch.get("when") is not None]
@@ -2526,6 +2537,9 @@ def write_value(turn: Turn, slug: str, raw: Any) -> None:
     if definition is None:
         write_line(turn, None, "collect", "skipped", code="unknown-field", detail=slug)
         return
+    if extract_mode(definition) == "never":     # no model call is offered it; a reply naming it is refused
+        write_line(turn, None, "collect", "skipped", code="tool-only", detail=slug)
+        return
     verdict, value = coerce_field(definition, raw)
     if verdict != "ok":
         write_line(turn, None, "collect", "skipped", code=verdict, detail=slug)
@@ -2608,7 +2622,8 @@ def speak_ask(turn: Turn, speaker: Run | str) -> SpeakAsk:
     instructions = kept_instructions(
         turn, [*agent.instructions, *(flow.get("instructions") or []), *(step.get("instructions") or [])], run)
     return SpeakAsk(input_kind=turn.input.kind, text=text, scope=turn.scope(run), history=turn.history,
-                    now=turn.now, run=run, flow=flow, step=step, pending=pending_fields(turn, step, run),
+                    now=turn.now, run=run, flow=flow, step=step,
+                    pending=model_fields(agent.fields, pending_fields(turn, step, run)),
                     instructions=instructions, tools=offered_tools(agent, listed))
 
 
@@ -6389,6 +6404,15 @@ def _step_names(step: dict, i: int, flow_where: str, position: dict, names: _Flo
             _field_check(slug, names, where, "collect")
         for slug in step.get("ask", {}):
             _field_check(slug, names, where, "ask")
+        tool_only = [slug for slug in collect if extract_mode(_as_definition(names.fields[slug])) == "never"]
+        if tool_only and step.get("tools") != [] and names.tool_ids:
+            tool_only = []
+        if tool_only and not names.actions:
+            quoted = ", ".join(f'"{slug}"' for slug in tool_only)
+            warnings.append(f"{where}: collects {quoted}, which only a tool, an action or the host writes "
+                            "(extract: never), and this step offers no tool and the agent has no action, so "
+                            "the step waits until your host writes it. Offer the tool that writes it, or "
+                            "drop extract: never.")
         if "question" in step and not collect:
             _flow_error(where, "has a question but collects nothing",
                         "A fixed question asks for fields: add collect, or send the text with a say step.")
@@ -6715,6 +6739,7 @@ def check_compaction(config: Any) -> None:
 
 
 FIELD_TYPES = ("string", "number", "integer", "boolean")
+EXTRACT_MODES = ("anywhere", "asked", "never")
 # What people write for a field type, and the type they mean (issue 9; inferred).
 TYPE_ALIASES = {"str": "string", "text": "string", "int": "integer", "float": "number", "bool": "boolean"}
 
@@ -6725,7 +6750,7 @@ def check_field_definition(slug: Any, definition: Any) -> list[str]:
     Raises FlowConfigurationError naming the field and the fix: not an object,
     no type or one that is not a field type, an enum that is not a non-empty
     list of values of that type (or any enum on a boolean), an extract other
-    than "anywhere" or "asked", a label, description or ask that is not text.
+    than "anywhere", "asked" or "never", a label, description or ask that is not text.
     """
     where = f'field "{slug}"'
     if not isinstance(definition, dict):
@@ -6755,9 +6780,9 @@ def check_field_definition(slug: Any, definition: Any) -> list[str]:
             if not _type_fits(definition, value):
                 _flow_error(where, f"enum[{i}] is {show(value)}, not {article(kind)} {kind}",
                             f"Write every value of enum as {article(kind)} {kind}, or change the type.")
-    if "extract" in definition and definition["extract"] not in ("anywhere", "asked"):
-        _flow_error(where, f'extract is {show(definition["extract"])}, which is not one of "anywhere", "asked"',
-                    "Use one of them.")
+    if "extract" in definition and definition["extract"] not in EXTRACT_MODES:
+        _flow_error(where, f'extract is {show(definition["extract"])}, which is not one of '
+                    + ", ".join(f'"{mode}"' for mode in EXTRACT_MODES), "Use one of them.")
     for key in ("label", "description", "ask"):
         if key in definition and not isinstance(definition[key], str):
             _flow_error(where, f"{key} is {show(definition[key])}, not text", f"Write {key} as a string.")
