@@ -525,6 +525,9 @@ OUTCOME_MESSAGES: dict[str, str] = {
     "bad-value": "the value did not fit the field's type",
     "not-in-enum": "the value is not one of the field's options",
     "tool-only": "only a tool, an action or the host writes this field",
+    "repeat-spent": "the message flow already ran as often as its trigger's repeat allows",
+    "no-route": "no flow took the message and the idle speaker is silent",
+    "unknown-event": "no event by that name is registered on the agent",
     "provider-quota": "the provider's usage limit is spent",
     "provider-context": "the conversation outgrew the model's context window",
     "provider-auth": "the provider rejected the credentials",
@@ -2032,7 +2035,7 @@ def run_turn(agent: Agent, kwargs: dict, streaming: bool) -> Generator[str, None
     turn = Turn(agent, given)
     ignored = ingest(turn)                                   # phases 1-2
     if ignored is not None:
-        write_line(turn, None, "wait", "skipped", code=ignored.code, key=ignored.key)
+        write_line(turn, None, "wait", "skipped", code=ignored.code, key=ignored.key, detail=ignored.detail)
         return turn.result(changed=False)
     if turn.is_message:
         turn.phase = "understand"
@@ -2060,11 +2063,12 @@ def run_turn(agent: Agent, kwargs: dict, streaming: bool) -> Generator[str, None
 
 class Ignored(_Record):
     """An input the turn ignores: its ``wait / skipped`` line's code and key (runtime.md §3.3)."""
-    __slots__ = ("code", "key")
+    __slots__ = ("code", "key", "detail")
 
-    def __init__(self, code: str, key: str) -> None:
-        self.code = code        # no-session, duplicate-input, stale-wake or silence-broken
+    def __init__(self, code: str, key: str, detail: str | None = None) -> None:
+        self.code = code        # no-session, duplicate-input, stale-wake, silence-broken or unknown-event
         self.key = key
+        self.detail = detail    # the event's name, for unknown-event
 
 
 def ingest(turn: Turn) -> Ignored | None:
@@ -2086,6 +2090,10 @@ def ingest(turn: Turn) -> Ignored | None:
             return ingest_silence_wake(turn, given.wake)
         return ingest_run_wake(turn, given.wake)
     elif given.kind == "event":
+        if given.event not in turn.agent.events and not any(
+                (run.waiting or {}).get("event") == given.event for run in turn.session.runs):
+            assert given.key is not None        # nothing waits on it and no trigger can name it: say so
+            return Ignored("unknown-event", given.key, given.event)
         ingest_event(turn, given)
     else:
         assert given.start is not None
@@ -2598,7 +2606,32 @@ def choose_speaker(turn: Turn) -> Run | str | None:
         return run
     if (turn.is_message and turn.asker() is None and turn.agent.idle != "silent" and not turn.spoke):
         return "idle"
+    if turn.is_message and turn.asker() is None and not turn.spoke:
+        explain_silence(turn)
     return None
+
+
+def explain_silence(turn: Turn) -> None:
+    """A message that started, moved and answered nothing gets an ``idle / skipped`` line naming the
+    rule that decided: a trigger's repeat is spent, or nothing routed and the idle speaker is silent.
+    A falai for Python addition (docs/guide/conformance.md): the original writes nothing."""
+    if turn.started or any(line.run_id is not None for line in turn.outcomes):
+        return
+    spent = [flow["id"] for flow, trigger in message_triggers(turn.agent)
+             if (trigger.get("if") is None or turn.holds(trigger["if"], draft_run(turn, flow, "message",
+                                                                                  turn.trigger_key)))
+             and not repeat_allows(turn, flow, trigger, "message", turn.trigger_key)]
+    if spent:
+        write_line(turn, None, "idle", "skipped", code="repeat-spent", detail=", ".join(spent))
+    else:
+        write_line(turn, None, "idle", "skipped", code="no-route")
+
+
+def message_triggers(agent: Agent) -> list[tuple[dict, dict]]:
+    """Each flow's first phrased message trigger, then each flow's first catch-all, in agent order."""
+    listed = flows_by_trigger(agent)
+    return [*zip(listed.phrased.flows, listed.phrased.triggers),
+            *zip(listed.catch_alls.flows, listed.catch_alls.triggers)]
 
 
 # Phase 6: speak (runtime.md §3.7; the call itself is section 10) ------------------------------

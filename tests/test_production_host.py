@@ -205,7 +205,7 @@ def test_a_host_start_and_an_event_go_through_the_same_inbox(make_host):
     assert rows(host, "inbox", "input_key, body") == [
         ("event:e1", {"event": "pago", "key": "e1", "payload": {"v": 1}}),
         ("start:k1", {"start": {"flow": "lembrete", "key": "k1"}})]
-    assert host.run("inbox", "s1", "event:e1") == "unchanged"        # no flow waits on it: nothing to save
+    assert host.run("inbox", "s1", "event:e1") == "unknown-event"    # not registered: ignored, nothing to save
     assert wsgi_post(app, "/starts", {"session_id": "s1", "key": "k2"}) == (
         "400 Bad Request", {"error": "POST /starts: flow is missing or not a non-empty string. Send it as JSON text."})
 
