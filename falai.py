@@ -1160,6 +1160,12 @@ def judge(predicate: Any, ctx: PredCtx, conditions: dict[str, Condition]) -> boo
         elif name == "known":
             if not all(is_known(ctx.data.get(slug)) for slug in arg):
                 return False
+        elif name == "unknown":     # falai for Python: "not known", which equals cannot say
+            if any(is_known(ctx.data.get(slug)) for slug in arg):
+                return False
+        elif name == "not":         # falai for Python: the inner condition does not hold
+            if judge(arg, ctx, conditions):
+                return False
         elif name == "silenced":
             if bool(arg) != (ctx.silenced is not None):
                 return False
@@ -5751,7 +5757,7 @@ class StreamDecoder:
 # The first problem raises FlowConfigurationError with the message
 # "<where>: <what>. <fix>"; what runs but probably not as meant is a warning.
 
-RESERVED_CONDITIONS = ("equals", "known", "silenced")
+RESERVED_CONDITIONS = ("equals", "known", "unknown", "not", "silenced")
 TRIGGER_KINDS = ("message", "mention", "silence", "event")
 INSTRUCTION_KINDS = ("must", "never", "should")
 
@@ -5787,9 +5793,14 @@ def strip_nones(value: Any) -> Any:
     return _strip_nones(value)
 
 
-def _strip_nones(value: Any) -> Any:
+def _strip_nones(value: Any, in_equals: bool = False) -> Any:
+    """``in_equals``: the dict is a condition's ``equals``. One whose every value is None tests nothing
+    (a strict FlowSpec writes "no test" as ``"equals": null``), so it keeps them for the check to refuse;
+    otherwise a None there is the strict schema's "not given" and goes like any other."""
     if isinstance(value, dict):
-        return {key: _strip_nones(item) for key, item in value.items() if item is not None}
+        keep = in_equals and bool(value) and all(item is None for item in value.values())
+        return {key: _strip_nones(item, key == "equals") for key, item in value.items()
+                if item is not None or keep}
     if isinstance(value, list):
         return [_strip_nones(item) for item in value]
     if isinstance(value, tuple):
@@ -6250,6 +6261,10 @@ def condition_names_check(condition: Any, label: str, where: str, names: _FlowNa
                 _flow_error(where, f"{label}.equals is not an object", "Write equals as { field: value }.")
             for slug, value in arg.items():
                 _field_check(slug, names, where, f"{label}.equals")
+                if value is None:   # kept only when every value is None (strip_nones): it would test nothing
+                    _flow_error(where, f'{label}.equals gives "{slug}" null, which a flow reads as "not set", '
+                                "so the condition would test nothing and always hold",
+                                f'For "not known" write {{ "unknown": ["{slug}"] }}.')
                 definition = _as_definition(names.fields[slug])
                 if matches_definition(definition, value):
                     continue
@@ -6261,11 +6276,16 @@ def condition_names_check(condition: Any, label: str, where: str, names: _FlowNa
                 kind, expected = type_name(value), expected_text(definition)
                 what = f'{label}.equals gives "{slug}" {article(kind)} {kind}, but the field is {expected}'
                 _flow_error(where, what, f"Write {expected}; values are not coerced.")
-        elif key == "known":
+        elif key in ("known", "unknown"):
             if not isinstance(arg, (list, tuple)):
-                _flow_error(where, f"{label}.known is not a list", "Write known as [field, ...].")
+                _flow_error(where, f"{label}.{key} is not a list", f"Write {key} as [field, ...].")
             for slug in arg:
-                _field_check(str(slug), names, where, f"{label}.known")
+                _field_check(str(slug), names, where, f"{label}.{key}")
+        elif key == "not":
+            if not isinstance(arg, dict) and not callable(arg):
+                _flow_error(where, f"{label}.not is {show(arg)}, not a condition",
+                            'Write it as an object, e.g. { "not": { "known": ["nome"] } }.')
+            condition_names_check(arg, f"{label}.not", where, names)
         elif key == "silenced":
             if not isinstance(arg, bool):
                 _flow_error(where, f"{label}.silenced is not a boolean", "Write true or false.")
@@ -6890,8 +6910,8 @@ def check_agent(agent: Agent) -> list[str]:
         warnings.extend(check_field_definition(slug, definition))
     for name in agent.conditions:
         if name in RESERVED_CONDITIONS:
-            raise FlowConfigurationError(f'condition "{name}" shadows a built-in: equals, known, silenced are '
-                                         "reserved. Rename it.")
+            raise FlowConfigurationError(f'condition "{name}" shadows a built-in: equals, known, unknown, not, '
+                                         "silenced are reserved. Rename it.")
     registries = {"fields": agent.fields, "actions": agent.actions, "events": agent.events,
                   "conditions": agent.conditions, "tools": agent.tools, "flows": agent.flows}
     names = _FlowNames.of(registries)
@@ -6956,11 +6976,13 @@ SPEC_KIND_KEYS = {
 
 
 def _storable(predicate: Any, label: str) -> None:
-    """A predicate in a spec must be JSON (persistence.md §1.8)."""
+    """A predicate in a spec must be JSON (persistence.md §1.8), a ``not`` inside it too."""
     if callable(predicate):
         raise FlowConfigurationError(
             f"{label}: is a function, which cannot be stored as JSON. Write it as a condition ({{ equals }}, "
             "{ known }, { silenced } or a named condition) to store this flow.")
+    if isinstance(predicate, dict) and predicate.get("not") is not None:
+        _storable(predicate["not"], f"{label}.not")
 
 
 def _instruction_ifs_storable(instructions: Any, label: str) -> None:
