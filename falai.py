@@ -5105,16 +5105,18 @@ def _stream_round(provider: Any, request: GenerateRequest) -> Generator[str, Non
     structured, tool_calls, usage = None, [], None
     reasoning, details, metadata = None, None, {}
     for chunk in provider.generate_stream(request):
-        if isinstance(chunk.accumulated, str):
-            raw[:] = [chunk.accumulated]
-        else:
-            raw.append(chunk.delta or "")
-        if isinstance(chunk.delta, str) and chunk.delta:
-            delta = decoder.feed(chunk.delta)   # providers.md §1.6 rule 2: accumulated is all deltas so far
+        # A chunk with a delta is read by its delta alone: its ``accumulated`` is all deltas so far
+        # (providers.md §1.6 rule 2), and reading it for every chunk would copy the reply each time.
+        if isinstance(chunk.delta, str) and chunk.delta and not chunk.done:
+            raw.append(chunk.delta)
+            delta = decoder.feed(chunk.delta)
         elif isinstance(chunk.accumulated, str):
+            raw[:] = [chunk.accumulated]
             _, delta = decoder.push(chunk.accumulated)  # no delta (the final chunk, a custom provider)
         else:
-            delta = ""
+            raw.append(chunk.delta or "")
+            fed = isinstance(chunk.delta, str) and chunk.delta
+            delta = decoder.feed(chunk.delta) if fed else ""
         if delta:
             yield delta
         if chunk.structured is not None:

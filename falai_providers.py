@@ -30,6 +30,7 @@ SPDX-License-Identifier: MIT. Copyright (c) 2026 The falai for Python authors; f
 from __future__ import annotations
 
 import codecs
+import contextlib
 import dataclasses
 import email.utils
 import fnmatch
@@ -38,6 +39,7 @@ import logging
 import math
 import random
 import re
+import socket
 import threading
 import time
 import urllib.parse
@@ -64,6 +66,8 @@ USER_AGENT = f"falai-python/{falai.__version__} requests/{requests.__version__}"
 EFFORTS = ("none", "low", "medium", "high", "max")
 BACKUP_KINDS = ("overload", "rate", "model")       # providers.md §3.8: kinds that walk to a backup model
 MAX_SERVER_WAIT_MS = 30_000                         # a longer server wait ends the in-provider retries
+DEFAULT_DEADLINE_MS = 600_000                       # one request, connect to last byte (§3.7)
+DEFAULT_MAX_REPLY_BYTES = 32 * 1024 * 1024          # a reply body past this is refused (§3.7)
 GEMINI_DEFAULT_MODEL = "gemini-3.8-flash"           # the current Flash (Sep 2026); the examples' default
 GEMINI_BACKUP_MODEL = "gemini-3.5-flash-lite"       # the current Flash-Lite; the examples' backup
 
@@ -128,7 +132,6 @@ def _strict(schema: Any) -> bool:
 
 
 _UNICODE_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")
-_DANGLING_ESCAPE = re.compile(r"(\\+)(u[0-9a-fA-F]{0,3})?$")
 
 
 def parse_tool_args(raw: Any, tool_name: str | None = None) -> dict:
@@ -208,9 +211,7 @@ def _salvage_string_fields(text: str) -> dict:
     or when the text ends right after it (the value is whole; inferred). A value
     cut inside its string is kept up to the cut. Other values are skipped.
     """
-    match = _DANGLING_ESCAPE.search(text)
-    if match and len(match.group(1)) % 2 == 1:
-        text = text[:match.start(1) + len(match.group(1)) - 1]
+    text = _without_dangling_escape(text)
     result: dict = {}
     i = text.find("{")
     if i < 0:
@@ -250,6 +251,32 @@ def _salvage_string_fields(text: str) -> dict:
         else:
             i = _skip_json_value(text, i)
     return result
+
+
+def _without_dangling_escape(text: str) -> str:
+    """``text`` less a final escape cut short: an odd run of backslashes at the end, or before a
+    ``u`` and up to three hex digits at the end. Read from the end, so a long run of
+    backslashes costs time linear in it (a regular expression searched from every start
+    would be quadratic)."""
+    end = len(text)
+    hex_start = end
+    while hex_start > 0 and end - hex_start < 3 and text[hex_start - 1] in _HEX_DIGITS:
+        hex_start -= 1
+    if hex_start > 0 and text[hex_start - 1] == "u":
+        run_end = hex_start - 1                     # a \u escape missing some of its digits
+    else:
+        run_end = end
+        if hex_start < end and run_end > 0 and text[run_end - 1] != "\\":
+            return text
+    run_start = run_end
+    while run_start > 0 and text[run_start - 1] == "\\":
+        run_start -= 1
+    if (run_end - run_start) % 2 == 1:
+        return text[:run_end - 1]
+    return text
+
+
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 
 
 def _read_json_string(text: str, i: int) -> tuple[str, int, bool]:
@@ -882,6 +909,59 @@ def _read_timeout_in(exc: BaseException) -> bool:
     return False
 
 
+class _Deadline:
+    """The total deadline of one request, from before its connect to the reply's last byte (§3.7).
+
+    ``watch(response)`` starts a timer that shuts the response's socket down when
+    the time is up, so a read blocked on a server that trickles its reply returns
+    at once instead of at the next byte; ``passed()`` then says why it returned.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._end = time.monotonic() + seconds
+        self._timer: threading.Timer | None = None
+        self._expired = False
+
+    def remaining(self) -> float:
+        return max(0.0, self._end - time.monotonic())
+
+    def passed(self) -> bool:
+        return self._expired or time.monotonic() >= self._end
+
+    def watch(self, response: requests.Response) -> None:
+        sock = getattr(getattr(response.raw, "connection", None), "sock", None)
+        if not isinstance(sock, socket.socket):
+            return           # not a plain urllib3 response: passed() is still checked per read
+        self._timer = threading.Timer(self.remaining(), self._expire, (sock,))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def _expire(self, sock: socket.socket) -> None:
+        self._expired = True
+        with contextlib.suppress(OSError):      # already closed: the read ended anyway
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)     # the plain socket's, under TLS
+
+
+def _body_reads(response: requests.Response) -> Iterator[bytes]:
+    """The response body as it arrives, in reads of at most 64 KiB (decoded), so no single
+    read holds more than that however the body is framed; ``iter_content`` where the
+    ``urllib3`` response has no ``read1`` (versions before 2.3)."""
+    read1 = getattr(response.raw, "read1", None)
+    if read1 is None:
+        yield from response.iter_content(chunk_size=None)
+        return
+    while True:
+        data = read1(65536, decode_content=True)
+        if not data:
+            return
+        yield data
+
+
 # 5. HTTP errors ##############################################################
 
 # A rate-limit bucket's reset and remaining headers. OpenAI names two buckets
@@ -1037,8 +1117,8 @@ class _Accumulator:
     """The fold of one attempt's events (providers.md §3.3)."""
 
     def __init__(self) -> None:
-        self.text = ""
-        self.reasoning = ""
+        self.pieces: list[str] = []        # the text deltas, joined when read: folding is linear
+        self._reasoning: list[str] = []
         self.reasoning_details: Any = None
         self.calls: dict[Any, dict] = {}
         self.usage: TokenUsage | None = None
@@ -1059,29 +1139,38 @@ class _Accumulator:
             self.finish, self.vendor_finish = event["finish_reason"], event.get("vendor_finish_reason")
             return ""
         if event.get("reasoning"):
-            self.reasoning += event["reasoning"]
+            self._reasoning.append(event["reasoning"])
         if event.get("reasoning_details") is not None:
             self.reasoning_details = event["reasoning_details"]
         for call in event.get("tool_calls") or []:
-            slot = self.calls.setdefault(call["index"], {"id": None, "name": None, "arguments": "",
+            slot = self.calls.setdefault(call["index"], {"id": None, "name": None, "arguments": [],
                                                          "thoughtSignature": None})
             if call.get("id") and not slot["id"]:
                 slot["id"] = call["id"]
             if call.get("name"):
                 slot["name"] = call["name"]
             if call.get("arguments"):
-                slot["arguments"] += call["arguments"]
+                slot["arguments"].append(call["arguments"])
             if call.get("thoughtSignature"):
                 slot["thoughtSignature"] = call["thoughtSignature"]
         content = event.get("content") or ""
-        self.text += content
+        if content:
+            self.pieces.append(content)
         return content
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+    @property
+    def reasoning(self) -> str:
+        return "".join(self._reasoning)
 
     def has_named_call(self) -> bool:
         return any(slot["name"] for slot in self.calls.values())
 
     def is_empty(self) -> bool:
-        return not self.text and not self.reasoning and not self.has_named_call()
+        return not self.pieces and not self._reasoning and not self.has_named_call()
 
     def tool_calls(self) -> list[ToolCallRequest]:
         def order(index: Any) -> tuple:
@@ -1091,9 +1180,34 @@ class _Accumulator:
             slot = self.calls[index]
             if slot["name"]:
                 calls.append(ToolCallRequest(id=slot["id"] or f"call_{index}", name=slot["name"],
-                                             arguments=parse_tool_args(slot["arguments"], slot["name"]),
+                                             arguments=parse_tool_args("".join(slot["arguments"]),
+                                                                       slot["name"]),
                                              thought_signature=slot["thoughtSignature"]))
         return calls
+
+
+class _StreamedChunk(GenerationChunk):
+    """A ``done=False`` chunk whose ``accumulated`` text is joined from the deltas when first read.
+
+    A stream of n deltas would copy what came so far n times if every chunk held
+    its own joined text; this way only a consumer that reads ``accumulated`` pays
+    for it, and the engine reads ``delta`` (model-calls.md §8).
+    """
+
+    def __init__(self, delta: str, pieces: list[str]) -> None:
+        self._pieces, self._count = pieces, len(pieces)
+        self._joined: str | None = None
+        super().__init__(delta=delta, accumulated="", done=False)
+
+    @property
+    def accumulated(self) -> str:
+        if self._joined is None:
+            self._joined = "".join(self._pieces[:self._count])
+        return self._joined
+
+    @accumulated.setter
+    def accumulated(self, value: str) -> None:
+        pass                      # the dataclass __init__ sets it; the text comes from the pieces
 
 
 def _check_options(owner: str, config: Any) -> dict:
@@ -1212,8 +1326,10 @@ class _HttpProvider:
     ``backup_models`` (tried in order on overload, rate and model errors),
     ``base_url`` (any endpoint of the same dialect; trailing slashes ignored),
     ``config`` (``temperature``, ``topP``, ``maxTokens``, ``stopSequences``,
-    ``effort``), ``retry_config`` (``{"timeout": idle ms, "retries": n}``, default
-    ``{"timeout": 60000, "retries": 3}``), ``headers`` (merged last), ``session``
+    ``effort``), ``retry_config`` (``{"timeout": idle ms, "retries": n, "deadline": ms,
+    "max_bytes": n}``, default ``{"timeout": 60000, "retries": 3, "deadline": 600000,
+    "max_bytes": 33554432}``: ``deadline`` bounds one request from connect to the reply's
+    last byte, ``max_bytes`` the reply body), ``headers`` (merged last), ``session``
     (a ``requests.Session``, one per provider) and ``sleep`` (backoff; tests pass
     a no-op), ``model_caps`` (overrides of the capability table, section 2) and
     ``understand_effort`` (default ``"none"``: an ``"understand"`` call with no
@@ -1268,6 +1384,17 @@ class _HttpProvider:
                 or timeout < 0:
             raise ValueError(f'[{owner}] retry_config["timeout"] is {timeout!r}: pass milliseconds of '
                              "silence allowed, e.g. 60000.")
+        deadline = retry.get("deadline") or DEFAULT_DEADLINE_MS
+        if isinstance(deadline, bool) or not isinstance(deadline, (int, float)) \
+                or not math.isfinite(deadline) or deadline < 0:
+            raise ValueError(f'[{owner}] retry_config["deadline"] is {deadline!r}: pass the '
+                             "milliseconds one request may take from connect to the reply's "
+                             f"last byte, e.g. {DEFAULT_DEADLINE_MS}.")
+        max_bytes = retry.get("max_bytes") or DEFAULT_MAX_REPLY_BYTES
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+            raise ValueError(f'[{owner}] retry_config["max_bytes"] is {max_bytes!r}: pass the '
+                             "largest reply body to read, in bytes, e.g. "
+                             f"{DEFAULT_MAX_REPLY_BYTES}.")
         if retries is None:
             retries = 3
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
@@ -1284,7 +1411,8 @@ class _HttpProvider:
         self.backup_models = [m.strip() for m in backup_models]
         self.base_url = base_url.strip().rstrip("/")
         self.config = _check_options(owner, config)
-        self.retry_config = {"timeout": timeout, "retries": retries}
+        self.retry_config = {"timeout": timeout, "retries": retries, "deadline": deadline,
+                             "max_bytes": max_bytes}
         self.headers = dict(headers or {})
         self.session = session if session is not None else requests.Session()
         self._fragments = _Fragments(self._plain_wire)
@@ -1292,6 +1420,8 @@ class _HttpProvider:
         self._retries = retries
         self._idle_s = timeout / 1000
         self._progress_s = max(300_000, timeout) / 1000      # §3.7: silence of events, not of bytes
+        self._deadline_s = deadline / 1000                   # §3.7: connect to the last byte
+        self._max_bytes = max_bytes
 
     def __repr__(self) -> str:
         # providers.md §1.6 rule 5: the key never appears here.
@@ -1341,14 +1471,15 @@ class _HttpProvider:
             for event in events:
                 delta = accumulator.fold(event)
                 if delta and streaming:
-                    yield GenerationChunk(delta=delta, accumulated=accumulator.text, done=False)
+                    yield _StreamedChunk(delta, accumulator.pieces)
             refusal = self._refusal(state, accumulator)
             if refusal is not None:
                 raise refusal                                     # issue 7: one request, no retry
             if accumulator.is_empty():
                 raise self._empty_error(state, accumulator)      # §3.5 rule 1, per attempt
         except Exception as exc:
-            return _Failure(self._sanitized(self._wrap(exc)), streamed=streaming and accumulator.text != "")
+            return _Failure(self._sanitized(self._wrap(exc)),
+                            streamed=streaming and bool(accumulator.pieces))
         finally:
             events.close()
         # After the stream: the empty-reply rule (§3.5 rule 6) is raised from here and is
@@ -1493,16 +1624,23 @@ class _HttpProvider:
         except Exception as exc:
             raise ProviderError(f"{self.name}: cannot build the request: {type(exc).__name__}: {exc}",
                                 provider=self.name, kind="invalid") from exc
+        deadline = _Deadline(self._deadline_s)
+        wait = min(self._idle_s, self._deadline_s)
         try:
+            # No redirect is followed: requests would send x-api-key / x-goog-api-key, and the whole
+            # conversation, on to whatever host a 307 or 308 names.
             response = self.session.post(url, headers=headers, data=data, stream=True,
-                                         timeout=(self._idle_s, self._idle_s))
+                                         allow_redirects=False, timeout=(wait, wait))
         except Exception as exc:
             raise self._transport_error(exc) from exc
         try:
+            deadline.watch(response)
             self._check_cancel(request)
+            if 300 <= response.status_code < 400:
+                raise self._redirect_error(response)
             if not 200 <= response.status_code < 300:
-                raise self._response_error(response)
-            for payload in self._payloads(response, request):
+                raise self._response_error(response, deadline)
+            for payload in self._payloads(response, request, deadline):
                 try:
                     events = list(self._parse(payload, state))
                 except ProviderError:
@@ -1514,23 +1652,18 @@ class _HttpProvider:
                                         kind="overload") from None
                 yield from events
         finally:
+            deadline.stop()
             response.close()
 
-    def _payloads(self, response: requests.Response, request: GenerateRequest) -> Iterator[dict]:
+    def _payloads(self, response: requests.Response, request: GenerateRequest,
+                  deadline: _Deadline) -> Iterator[dict]:
         content_type = (response.headers.get("Content-Type") or "").lower()
         whole = "application/json" in content_type              # §3.7 rule 8
         reader = _SseReader()
         body = bytearray()
         received = 0
         last_payload = time.monotonic()
-        chunks = response.iter_content(chunk_size=None)
-        while True:
-            try:
-                data = next(chunks, None)
-            except Exception as exc:
-                raise self._transport_error(exc) from exc
-            if data is None:
-                break
+        for data in self._bounded_reads(response, deadline):
             self._check_cancel(request)
             received += len(data)
             if whole:
@@ -1557,6 +1690,44 @@ class _HttpProvider:
                 if payload is not None:
                     yield payload
 
+    def _bounded_reads(self, response: requests.Response, deadline: _Deadline) -> Iterator[bytes]:
+        """The body's reads, ended by a ProviderError past the deadline or ``max_bytes`` (§3.7)."""
+        reads = _body_reads(response)
+        received = 0
+        while True:
+            try:
+                data = next(reads, None)
+            except Exception as exc:
+                if deadline.passed():
+                    raise self._deadline_error(deadline) from None
+                raise self._transport_error(exc) from exc
+            if deadline.passed():
+                raise self._deadline_error(deadline)   # a shut socket reads as an end, not a reply
+            if data is None:
+                return
+            received += len(data)
+            if received > self._max_bytes:
+                raise ProviderError(f"{self.name}: the reply is larger than {self._max_bytes} "
+                                    'bytes (retry_config["max_bytes"]); no model reply is that '
+                                    "long, so the endpoint sent a broken body. Raise the cap if "
+                                    "the endpoint is right.",
+                                    provider=self.name, kind="overload")
+            yield data
+
+    def _deadline_error(self, deadline: _Deadline) -> ProviderError:
+        return ProviderError(f"{self.name}: the request took longer than its deadline of "
+                             f'{_seconds(deadline.seconds)}s (retry_config["deadline"])',
+                             provider=self.name, kind="timeout")
+
+    def _redirect_error(self, response: requests.Response) -> ProviderError:
+        """A 3xx: no redirect is followed, so the key never travels to the host it names."""
+        location = self._scrub(str(response.headers.get("Location") or "no Location header"))[:500]
+        return ProviderError(f"{self.name} {response.status_code}: the endpoint redirects to "
+                             f"{location}; falai follows no redirect, so the key and the "
+                             "conversation never go to another address. Set base_url to the "
+                             "address that answers.",
+                             provider=self.name, kind="invalid", status=response.status_code)
+
     def _transport_error(self, exc: BaseException) -> ProviderError:
         """A failure of the connection: a read timeout names the idle deadline; anything else is wrapped."""
         if _read_timeout_in(exc):
@@ -1564,12 +1735,17 @@ class _HttpProvider:
                                  provider=self.name, kind="timeout")
         return self._wrap(exc)
 
-    def _response_error(self, response: requests.Response) -> ProviderError:
+    def _response_error(self, response: requests.Response, deadline: _Deadline) -> ProviderError:
         """A non-2xx answer as a classified ProviderError (providers.md §8.1, §8.3)."""
+        body = bytearray()
         try:
-            text = response.content.decode("utf-8", "replace")
-        except Exception:
-            text = ""
+            for data in self._bounded_reads(response, deadline):
+                body.extend(data)
+        except ProviderError:
+            if deadline.passed():
+                return self._deadline_error(deadline)
+            # otherwise the status is the answer: the text read so far is enough to classify it
+        text = body.decode("utf-8", "replace")
         text = self._scrub(text)
         status = response.status_code
         data = _loads_or_none(text)
@@ -1616,15 +1792,15 @@ class _HttpProvider:
     def _final_chunk(self, plan: _Plan, model: str, acc: _Accumulator) -> GenerationChunk:
         tool_calls = acc.tool_calls()
         structured = None
-        message = acc.text
-        if plan.json is not None and acc.text.strip():
-            parsed = _parse_envelope(acc.text)
+        text = message = acc.text
+        if plan.json is not None and text.strip():
+            parsed = _parse_envelope(text)
             if isinstance(parsed, dict):
                 structured = parsed
             else:
                 log.warning("[%s] the structured reply did not parse as a JSON object (%d chars)",
-                            self.name, len(acc.text))
-                if ENVELOPE_SHAPED.match(acc.text):
+                            self.name, len(text))
+                if ENVELOPE_SHAPED.match(text):
                     message = ""          # §1.4: a broken envelope never reaches a customer
         reply = structured["message"] if structured and isinstance(structured.get("message"), str) else message
         if not tool_calls and not reply.strip():
@@ -2553,11 +2729,11 @@ class AnthropicProvider(_HttpProvider):
                 yield {"type": "delta", "content": delta["text"]}
             elif delta.get("type") == "thinking_delta" and delta.get("thinking"):
                 if state["open_thinking"] is not None:
-                    state["open_thinking"]["thinking"] += delta["thinking"]
+                    state["open_thinking"]["thinking"].append(delta["thinking"])
                 yield {"type": "delta", "reasoning": delta["thinking"]}
             elif delta.get("type") == "signature_delta" and state["open_thinking"] is not None:
                 # The signature the next tool round must send back (issue 7 item 4).
-                state["open_thinking"]["signature"] += str(delta.get("signature") or "")
+                state["open_thinking"]["signature"].append(str(delta.get("signature") or ""))
             elif delta.get("type") == "input_json_delta" and state["open_tool"] is not None \
                     and delta.get("partial_json"):
                 yield {"type": "delta", "tool_calls": [{"index": state["open_tool"],
@@ -2580,6 +2756,9 @@ class AnthropicProvider(_HttpProvider):
     def _close_thinking(state: dict) -> Iterator[dict]:
         """A finished thinking block joins the signed blocks the reply carries in ``reasoning_details``."""
         block, state["open_thinking"] = state["open_thinking"], None
+        if block is not None:       # its texts came in pieces, joined once here
+            block = {key: "".join(value) if isinstance(value, list) else value
+                     for key, value in block.items()}
         if block is not None and _is_anthropic_thinking(block):
             state["thinking"].append(block)
             yield {"type": "delta", "reasoning_details": [dict(b) for b in state["thinking"]]}
@@ -2601,8 +2780,9 @@ class AnthropicProvider(_HttpProvider):
         elif block.get("type") == "text" and block.get("text"):
             yield {"type": "delta", "content": block["text"]}
         elif block.get("type") == "thinking":
-            state["open_thinking"] = {"type": "thinking", "thinking": str(block.get("thinking") or ""),
-                                      "signature": str(block.get("signature") or "")}
+            state["open_thinking"] = {"type": "thinking",
+                                      "thinking": [str(block.get("thinking") or "")],
+                                      "signature": [str(block.get("signature") or "")]}
             if block.get("thinking"):
                 yield {"type": "delta", "reasoning": block["thinking"]}
         elif block.get("type") == "redacted_thinking" and isinstance(block.get("data"), str):
