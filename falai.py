@@ -1213,7 +1213,7 @@ def extract_mode(definition: dict) -> str:
 
 
 def model_fields(fields: dict, slugs: list[str]) -> list[str]:
-    """The slugs a model call may be offered: every one but the tool-only fields (extract "never")."""
+    """The slugs a model call may be offered: all but the tool-only fields (extract "never")."""
     return [slug for slug in slugs if extract_mode(_as_definition(fields.get(slug))) != "never"]
 
 
@@ -2041,7 +2041,8 @@ def run_turn(agent: Agent, kwargs: dict, streaming: bool) -> Generator[str, None
     turn = Turn(agent, given)
     ignored = ingest(turn)                                   # phases 1-2
     if ignored is not None:
-        write_line(turn, None, "wait", "skipped", code=ignored.code, key=ignored.key, detail=ignored.detail)
+        write_line(turn, None, "wait", "skipped", code=ignored.code, key=ignored.key,
+                   detail=ignored.detail)
         return turn.result(changed=False)
     if turn.is_message:
         turn.phase = "understand"
@@ -2072,7 +2073,7 @@ class Ignored(_Record):
     __slots__ = ("code", "key", "detail")
 
     def __init__(self, code: str, key: str, detail: str | None = None) -> None:
-        self.code = code        # no-session, duplicate-input, stale-wake, silence-broken or unknown-event
+        self.code = code    # no-session, duplicate-input, stale-wake, silence-broken, unknown-event
         self.key = key
         self.detail = detail    # the event's name, for unknown-event
 
@@ -2098,7 +2099,7 @@ def ingest(turn: Turn) -> Ignored | None:
     elif given.kind == "event":
         if given.event not in turn.agent.events and not any(
                 (run.waiting or {}).get("event") == given.event for run in turn.session.runs):
-            assert given.key is not None        # nothing waits on it and no trigger can name it: say so
+            assert given.key is not None    # nothing waits on it and no trigger names it: say so
             return Ignored("unknown-event", given.key, given.event)
         ingest_event(turn, given)
     else:
@@ -2551,7 +2552,7 @@ def write_value(turn: Turn, slug: str, raw: Any) -> None:
     if definition is None:
         write_line(turn, None, "collect", "skipped", code="unknown-field", detail=slug)
         return
-    if extract_mode(definition) == "never":     # no model call is offered it; a reply naming it is refused
+    if extract_mode(definition) == "never":     # no model call is offered it: refuse it
         write_line(turn, None, "collect", "skipped", code="tool-only", detail=slug)
         return
     verdict, value = coerce_field(definition, raw)
@@ -2619,13 +2620,17 @@ def choose_speaker(turn: Turn) -> Run | str | None:
 
 def explain_silence(turn: Turn) -> None:
     """A message that started, moved and answered nothing gets an ``idle / skipped`` line naming the
-    rule that decided: a trigger's repeat is spent, or nothing routed and the idle speaker is silent.
+    rule that decided: a trigger's repeat is spent, or nothing routed and the idle speaker is
+    silent.
     A falai for Python addition (docs/guide/conformance.md): the original writes nothing."""
     if turn.started or any(line.run_id is not None for line in turn.outcomes):
         return
+    def allowed(flow: dict, trigger: dict) -> bool:
+        draft = draft_run(turn, flow, "message", turn.trigger_key)
+        return trigger.get("if") is None or turn.holds(trigger["if"], draft)
+
     spent = [flow["id"] for flow, trigger in message_triggers(turn.agent)
-             if (trigger.get("if") is None or turn.holds(trigger["if"], draft_run(turn, flow, "message",
-                                                                                  turn.trigger_key)))
+             if allowed(flow, trigger)
              and not repeat_allows(turn, flow, trigger, "message", turn.trigger_key)]
     if spent:
         write_line(turn, None, "idle", "skipped", code="repeat-spent", detail=", ".join(spent))
@@ -2634,7 +2639,7 @@ def explain_silence(turn: Turn) -> None:
 
 
 def message_triggers(agent: Agent) -> list[tuple[dict, dict]]:
-    """Each flow's first phrased message trigger, then each flow's first catch-all, in agent order."""
+    """Each flow's first phrased message trigger, then each first catch-all, in agent order."""
     listed = flows_by_trigger(agent)
     return [*zip(listed.phrased.flows, listed.phrased.triggers),
             *zip(listed.catch_alls.flows, listed.catch_alls.triggers)]
@@ -5796,9 +5801,9 @@ def strip_nones(value: Any) -> Any:
 
 
 def _strip_nones(value: Any, in_equals: bool = False) -> Any:
-    """``in_equals``: the dict is a condition's ``equals``. One whose every value is None tests nothing
-    (a strict FlowSpec writes "no test" as ``"equals": null``), so it keeps them for the check to refuse;
-    otherwise a None there is the strict schema's "not given" and goes like any other."""
+    """``in_equals``: the dict is a condition's ``equals``. One whose every value is None tests
+    nothing (a strict FlowSpec writes "no test" as ``"equals": null``), so it keeps them for the
+    check to refuse; otherwise a None there is the strict schema's "not given" and goes."""
     if isinstance(value, dict):
         keep = in_equals and bool(value) and all(item is None for item in value.values())
         return {key: _strip_nones(item, key == "equals") for key, item in value.items()
@@ -6263,9 +6268,9 @@ def condition_names_check(condition: Any, label: str, where: str, names: _FlowNa
                 _flow_error(where, f"{label}.equals is not an object", "Write equals as { field: value }.")
             for slug, value in arg.items():
                 _field_check(slug, names, where, f"{label}.equals")
-                if value is None:   # kept only when every value is None (strip_nones): it would test nothing
-                    _flow_error(where, f'{label}.equals gives "{slug}" null, which a flow reads as "not set", '
-                                "so the condition would test nothing and always hold",
+                if value is None:   # kept only when every value is None (strip_nones)
+                    _flow_error(where, f'{label}.equals gives "{slug}" null, which a flow reads as '
+                                '"not set", so the condition would test nothing and always hold',
                                 f'For "not known" write {{ "unknown": ["{slug}"] }}.')
                 definition = _as_definition(names.fields[slug])
                 if matches_definition(definition, value):
@@ -6459,15 +6464,16 @@ def _step_names(step: dict, i: int, flow_where: str, position: dict, names: _Flo
             _field_check(slug, names, where, "collect")
         for slug in step.get("ask", {}):
             _field_check(slug, names, where, "ask")
-        tool_only = [slug for slug in collect if extract_mode(_as_definition(names.fields[slug])) == "never"]
+        tool_only = [slug for slug in collect
+                     if extract_mode(_as_definition(names.fields[slug])) == "never"]
         if tool_only and step.get("tools") != [] and names.tool_ids:
             tool_only = []
         if tool_only and not names.actions:
             quoted = ", ".join(f'"{slug}"' for slug in tool_only)
-            warnings.append(f"{where}: collects {quoted}, which only a tool, an action or the host writes "
-                            "(extract: never), and this step offers no tool and the agent has no action, so "
-                            "the step waits until your host writes it. Offer the tool that writes it, or "
-                            "drop extract: never.")
+            warnings.append(f"{where}: collects {quoted}, which only a tool, an action or the "
+                            "host writes (extract: never), and this step offers no tool and the "
+                            "agent has no action, so the step waits until your host writes it. "
+                            "Offer the tool that writes it, or drop extract: never.")
         if "question" in step and not collect:
             _flow_error(where, "has a question but collects nothing",
                         "A fixed question asks for fields: add collect, or send the text with a say step.")
@@ -6912,8 +6918,8 @@ def check_agent(agent: Agent) -> list[str]:
         warnings.extend(check_field_definition(slug, definition))
     for name in agent.conditions:
         if name in RESERVED_CONDITIONS:
-            raise FlowConfigurationError(f'condition "{name}" shadows a built-in: equals, known, unknown, not, '
-                                         "silenced are reserved. Rename it.")
+            raise FlowConfigurationError(f'condition "{name}" shadows a built-in: equals, known, '
+                                         "unknown, not, silenced are reserved. Rename it.")
     registries = {"fields": agent.fields, "actions": agent.actions, "events": agent.events,
                   "conditions": agent.conditions, "tools": agent.tools, "flows": agent.flows}
     names = _FlowNames.of(registries)
