@@ -2748,7 +2748,9 @@ class OpenAICompatibleProvider(_HttpProvider):
     def _parse(self, payload: dict, state: dict) -> Iterator[dict]:
         """providers.md §5.6 (a whole ``chat.completion`` object is read the same way, §3.7 rule 8)."""
         kind = payload.get("type")
-        if (isinstance(kind, str) and (kind.startswith("response.") or kind == "error")) \
+        # A Responses event (its error event names no nested "error"), or a whole response (5.7).
+        if (isinstance(kind, str) and (kind.startswith("response.")
+                                       or (kind == "error" and "error" not in payload))) \
                 or payload.get("object") == "response":
             yield from self._parse_responses(payload, state)
             return
