@@ -366,3 +366,20 @@ def test_a_gateway_error_payload_with_a_type_is_still_read_as_chat(fake):
         openai(fake, name="gateway", model="llama3.3", api_key=None,
                retry_config={"timeout": 3000, "retries": 0}).generate(req())
     assert "upstream went away" in str(caught.value) and caught.value.kind == "overload"
+
+
+def test_items_without_deltas_are_read_once_from_done_and_completed(fake):
+    """A server that sends each output item only whole (output_item.done, then response.completed with the
+    same output): its text and calls count once."""
+    message = {"type": "message", "id": "m", "role": "assistant", "status": "completed",
+               "content": [{"type": "output_text", "text": "Olá", "annotations": []}]}
+    call = {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "preco",
+            "arguments": '{"cidade":"X"}', "status": "completed"}
+    events = [{"type": "response.output_item.done", "output_index": 0, "item": message},
+              {"type": "response.output_item.done", "output_index": 1, "item": call},
+              {"type": "response.completed", "response": {"object": "response", "status": "completed",
+                                                           "output": [message, call]}}]
+    fake.sse(*[json.dumps(e) for e in events])
+    out = openai(fake).generate(req(tools=[PRECO]))
+    assert out.message == "Olá"
+    assert [(c.id, c.arguments) for c in out.tool_calls] == [("c1", {"cidade": "X"})]
