@@ -59,6 +59,7 @@ _LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 def pytest_configure(config):
     config.addinivalue_line("markers", "live: talks to a real vendor API; runs only when its key is set")
     config.addinivalue_line("markers", "protocols(*names): run the module's tests under each agent protocol")
+    config.addinivalue_line("markers", "faults: the production host's fault test (roles as processes); deselect with -m \"not faults\"")
 
 
 class NonLoopbackConnectionBlocked(RuntimeError):
