@@ -187,10 +187,14 @@ class _Record(_FieldWise):
 
 @dataclass(repr=False, eq=False)
 class TokenUsage(_FieldWise):
-    """Token counts reported by a provider, summed over a turn's calls."""
+    """Token counts reported by a provider, summed over a turn's calls.
+
+    ``reasoning_tokens`` is the part of ``completion_tokens`` the model spent
+    thinking, where the vendor reports it (0 otherwise)."""
     prompt_tokens: int
     completion_tokens: int
     cached_input_tokens: int
+    reasoning_tokens: int = 0
 
 
 def add_usage(a: TokenUsage | None, b: TokenUsage | None) -> TokenUsage | None:
@@ -198,7 +202,8 @@ def add_usage(a: TokenUsage | None, b: TokenUsage | None) -> TokenUsage | None:
     if a is None or b is None:
         return a if b is None else b
     return TokenUsage(a.prompt_tokens + b.prompt_tokens, a.completion_tokens + b.completion_tokens,
-                      a.cached_input_tokens + b.cached_input_tokens)
+                      a.cached_input_tokens + b.cached_input_tokens,
+                      a.reasoning_tokens + b.reasoning_tokens)
 
 
 @dataclass(repr=False, eq=False)
@@ -524,6 +529,10 @@ OUTCOME_MESSAGES: dict[str, str] = {
     "unknown-field": "no field by that name is declared on the agent",
     "bad-value": "the value did not fit the field's type",
     "not-in-enum": "the value is not one of the field's options",
+    "tool-only": "only a tool, an action or the host writes this field",
+    "repeat-spent": "the message flow already ran as often as its trigger's repeat allows",
+    "no-route": "no flow took the message and the idle speaker is silent",
+    "unknown-event": "no event by that name is registered on the agent",
     "provider-quota": "the provider's usage limit is spent",
     "provider-context": "the conversation outgrew the model's context window",
     "provider-auth": "the provider rejected the credentials",
@@ -1156,6 +1165,12 @@ def judge(predicate: Any, ctx: PredCtx, conditions: dict[str, Condition]) -> boo
         elif name == "known":
             if not all(is_known(ctx.data.get(slug)) for slug in arg):
                 return False
+        elif name == "unknown":     # falai for Python: "not known", which equals cannot say
+            if any(is_known(ctx.data.get(slug)) for slug in arg):
+                return False
+        elif name == "not":         # falai for Python: the inner condition does not hold
+            if judge(arg, ctx, conditions):
+                return False
         elif name == "silenced":
             if bool(arg) != (ctx.silenced is not None):
                 return False
@@ -1194,8 +1209,17 @@ def is_known(value: Any) -> bool:
 
 
 def extract_mode(definition: dict) -> str:
-    """A field's effective extract mode: "asked" for booleans by default, else "anywhere"."""
+    """A field's effective extract mode: "asked" for booleans by default, else "anywhere".
+
+    "never" marks a tool-only field: no model call is offered it, so only a
+    tool, an action or the host writes it (docs/guide/flows.md, Fields).
+    """
     return definition.get("extract") or ("asked" if definition.get("type") == "boolean" else "anywhere")
+
+
+def model_fields(fields: dict, slugs: list[str]) -> list[str]:
+    """The slugs a model call may be offered: all but the tool-only fields (extract "never")."""
+    return [slug for slug in slugs if extract_mode(_as_definition(fields.get(slug))) != "never"]
 
 
 def merge_patch(data: dict, patch: dict) -> None:
@@ -2022,7 +2046,8 @@ def run_turn(agent: Agent, kwargs: dict, streaming: bool) -> Generator[str, None
     turn = Turn(agent, given)
     ignored = ingest(turn)                                   # phases 1-2
     if ignored is not None:
-        write_line(turn, None, "wait", "skipped", code=ignored.code, key=ignored.key)
+        write_line(turn, None, "wait", "skipped", code=ignored.code, key=ignored.key,
+                   detail=ignored.detail)
         return turn.result(changed=False)
     if turn.is_message:
         turn.phase = "understand"
@@ -2050,11 +2075,12 @@ def run_turn(agent: Agent, kwargs: dict, streaming: bool) -> Generator[str, None
 
 class Ignored(_Record):
     """An input the turn ignores: its ``wait / skipped`` line's code and key (runtime.md §3.3)."""
-    __slots__ = ("code", "key")
+    __slots__ = ("code", "key", "detail")
 
-    def __init__(self, code: str, key: str) -> None:
-        self.code = code        # no-session, duplicate-input, stale-wake or silence-broken
+    def __init__(self, code: str, key: str, detail: str | None = None) -> None:
+        self.code = code    # no-session, duplicate-input, stale-wake, silence-broken, unknown-event
         self.key = key
+        self.detail = detail    # the event's name, for unknown-event
 
 
 def ingest(turn: Turn) -> Ignored | None:
@@ -2076,6 +2102,10 @@ def ingest(turn: Turn) -> Ignored | None:
             return ingest_silence_wake(turn, given.wake)
         return ingest_run_wake(turn, given.wake)
     elif given.kind == "event":
+        if given.event not in turn.agent.events and not any(
+                (run.waiting or {}).get("event") == given.event for run in turn.session.runs):
+            assert given.key is not None    # nothing waits on it and no trigger names it: say so
+            return Ignored("unknown-event", given.key, given.event)
         ingest_event(turn, given)
     else:
         assert given.start is not None
@@ -2383,7 +2413,8 @@ def ask_floor(turn: Turn, ask: UnderstandAsk, floor: Run, flow: dict) -> None:
     step = current_step(turn, floor)
     if step is None or not is_talk(step):
         return
-    ask.floor_step, ask.floor_pending = step, pending_fields(turn, step, floor)
+    ask.floor_step = step
+    ask.floor_pending = model_fields(turn.agent.fields, pending_fields(turn, step, floor))
     if floor.status == "asking" and not turn.floor_from_ingest:
         ask.branches = [AskedBranch(floor.id, step["id"], index, branch["when"])
                         for index, branch in enumerate(step.get("branches") or []) if branch.get("when") is not None]
@@ -2526,6 +2557,9 @@ def write_value(turn: Turn, slug: str, raw: Any) -> None:
     if definition is None:
         write_line(turn, None, "collect", "skipped", code="unknown-field", detail=slug)
         return
+    if extract_mode(definition) == "never":     # no model call is offered it: refuse it
+        write_line(turn, None, "collect", "skipped", code="tool-only", detail=slug)
+        return
     verdict, value = coerce_field(definition, raw)
     if verdict != "ok":
         write_line(turn, None, "collect", "skipped", code=verdict, detail=slug)
@@ -2584,7 +2618,36 @@ def choose_speaker(turn: Turn) -> Run | str | None:
         return run
     if (turn.is_message and turn.asker() is None and turn.agent.idle != "silent" and not turn.spoke):
         return "idle"
+    if turn.is_message and turn.asker() is None and not turn.spoke:
+        explain_silence(turn)
     return None
+
+
+def explain_silence(turn: Turn) -> None:
+    """A message that started, moved and answered nothing gets an ``idle / skipped`` line naming the
+    rule that decided: a trigger's repeat is spent, or nothing routed and the idle speaker is
+    silent.
+    A falai for Python addition (docs/guide/conformance.md): the original writes nothing."""
+    if turn.started or any(line.run_id is not None for line in turn.outcomes):
+        return
+    def allowed(flow: dict, trigger: dict) -> bool:
+        draft = draft_run(turn, flow, "message", turn.trigger_key)
+        return trigger.get("if") is None or turn.holds(trigger["if"], draft)
+
+    spent = [flow["id"] for flow, trigger in message_triggers(turn.agent)
+             if allowed(flow, trigger)
+             and not repeat_allows(turn, flow, trigger, "message", turn.trigger_key)]
+    if spent:
+        write_line(turn, None, "idle", "skipped", code="repeat-spent", detail=", ".join(spent))
+    else:
+        write_line(turn, None, "idle", "skipped", code="no-route")
+
+
+def message_triggers(agent: Agent) -> list[tuple[dict, dict]]:
+    """Each flow's first phrased message trigger, then each first catch-all, in agent order."""
+    listed = flows_by_trigger(agent)
+    return [*zip(listed.phrased.flows, listed.phrased.triggers),
+            *zip(listed.catch_alls.flows, listed.catch_alls.triggers)]
 
 
 # Phase 6: speak (runtime.md §3.7; the call itself is section 10) ------------------------------
@@ -2608,7 +2671,8 @@ def speak_ask(turn: Turn, speaker: Run | str) -> SpeakAsk:
     instructions = kept_instructions(
         turn, [*agent.instructions, *(flow.get("instructions") or []), *(step.get("instructions") or [])], run)
     return SpeakAsk(input_kind=turn.input.kind, text=text, scope=turn.scope(run), history=turn.history,
-                    now=turn.now, run=run, flow=flow, step=step, pending=pending_fields(turn, step, run),
+                    now=turn.now, run=run, flow=flow, step=step,
+                    pending=model_fields(agent.fields, pending_fields(turn, step, run)),
                     instructions=instructions, tools=offered_tools(agent, listed))
 
 
@@ -5705,7 +5769,7 @@ class StreamDecoder:
 # The first problem raises FlowConfigurationError with the message
 # "<where>: <what>. <fix>"; what runs but probably not as meant is a warning.
 
-RESERVED_CONDITIONS = ("equals", "known", "silenced")
+RESERVED_CONDITIONS = ("equals", "known", "unknown", "not", "silenced")
 TRIGGER_KINDS = ("message", "mention", "silence", "event")
 INSTRUCTION_KINDS = ("must", "never", "should")
 
@@ -5741,9 +5805,14 @@ def strip_nones(value: Any) -> Any:
     return _strip_nones(value)
 
 
-def _strip_nones(value: Any) -> Any:
+def _strip_nones(value: Any, in_equals: bool = False) -> Any:
+    """``in_equals``: the dict is a condition's ``equals``. One whose every value is None tests
+    nothing (a strict FlowSpec writes "no test" as ``"equals": null``), so it keeps them for the
+    check to refuse; otherwise a None there is the strict schema's "not given" and goes."""
     if isinstance(value, dict):
-        return {key: _strip_nones(item) for key, item in value.items() if item is not None}
+        keep = in_equals and bool(value) and all(item is None for item in value.values())
+        return {key: _strip_nones(item, key == "equals") for key, item in value.items()
+                if item is not None or keep}
     if isinstance(value, list):
         return [_strip_nones(item) for item in value]
     if isinstance(value, tuple):
@@ -6204,6 +6273,10 @@ def condition_names_check(condition: Any, label: str, where: str, names: _FlowNa
                 _flow_error(where, f"{label}.equals is not an object", "Write equals as { field: value }.")
             for slug, value in arg.items():
                 _field_check(slug, names, where, f"{label}.equals")
+                if value is None:   # kept only when every value is None (strip_nones)
+                    _flow_error(where, f'{label}.equals gives "{slug}" null, which a flow reads as '
+                                '"not set", so the condition would test nothing and always hold',
+                                f'For "not known" write {{ "unknown": ["{slug}"] }}.')
                 definition = _as_definition(names.fields[slug])
                 if matches_definition(definition, value):
                     continue
@@ -6215,11 +6288,16 @@ def condition_names_check(condition: Any, label: str, where: str, names: _FlowNa
                 kind, expected = type_name(value), expected_text(definition)
                 what = f'{label}.equals gives "{slug}" {article(kind)} {kind}, but the field is {expected}'
                 _flow_error(where, what, f"Write {expected}; values are not coerced.")
-        elif key == "known":
+        elif key in ("known", "unknown"):
             if not isinstance(arg, (list, tuple)):
-                _flow_error(where, f"{label}.known is not a list", "Write known as [field, ...].")
+                _flow_error(where, f"{label}.{key} is not a list", f"Write {key} as [field, ...].")
             for slug in arg:
-                _field_check(str(slug), names, where, f"{label}.known")
+                _field_check(str(slug), names, where, f"{label}.{key}")
+        elif key == "not":
+            if not isinstance(arg, dict) and not callable(arg):
+                _flow_error(where, f"{label}.not is {show(arg)}, not a condition",
+                            'Write it as an object, e.g. { "not": { "known": ["nome"] } }.')
+            condition_names_check(arg, f"{label}.not", where, names)
         elif key == "silenced":
             if not isinstance(arg, bool):
                 _flow_error(where, f"{label}.silenced is not a boolean", "Write true or false.")
@@ -6391,6 +6469,16 @@ def _step_names(step: dict, i: int, flow_where: str, position: dict, names: _Flo
             _field_check(slug, names, where, "collect")
         for slug in step.get("ask", {}):
             _field_check(slug, names, where, "ask")
+        tool_only = [slug for slug in collect
+                     if extract_mode(_as_definition(names.fields[slug])) == "never"]
+        if tool_only and step.get("tools") != [] and names.tool_ids:
+            tool_only = []
+        if tool_only and not names.actions:
+            quoted = ", ".join(f'"{slug}"' for slug in tool_only)
+            warnings.append(f"{where}: collects {quoted}, which only a tool, an action or the "
+                            "host writes (extract: never), and this step offers no tool and the "
+                            "agent has no action, so the step waits until your host writes it. "
+                            "Offer the tool that writes it, or drop extract: never.")
         if "question" in step and not collect:
             _flow_error(where, "has a question but collects nothing",
                         "A fixed question asks for fields: add collect, or send the text with a say step.")
@@ -6717,6 +6805,7 @@ def check_compaction(config: Any) -> None:
 
 
 FIELD_TYPES = ("string", "number", "integer", "boolean")
+EXTRACT_MODES = ("anywhere", "asked", "never")
 # What people write for a field type, and the type they mean (issue 9; inferred).
 TYPE_ALIASES = {"str": "string", "text": "string", "int": "integer", "float": "number", "bool": "boolean"}
 
@@ -6727,7 +6816,7 @@ def check_field_definition(slug: Any, definition: Any) -> list[str]:
     Raises FlowConfigurationError naming the field and the fix: not an object,
     no type or one that is not a field type, an enum that is not a non-empty
     list of values of that type (or any enum on a boolean), an extract other
-    than "anywhere" or "asked", a label, description or ask that is not text.
+    than "anywhere", "asked" or "never", a label, description or ask that is not text.
     """
     where = f'field "{slug}"'
     if not isinstance(definition, dict):
@@ -6757,9 +6846,9 @@ def check_field_definition(slug: Any, definition: Any) -> list[str]:
             if not _type_fits(definition, value):
                 _flow_error(where, f"enum[{i}] is {show(value)}, not {article(kind)} {kind}",
                             f"Write every value of enum as {article(kind)} {kind}, or change the type.")
-    if "extract" in definition and definition["extract"] not in ("anywhere", "asked"):
-        _flow_error(where, f'extract is {show(definition["extract"])}, which is not one of "anywhere", "asked"',
-                    "Use one of them.")
+    if "extract" in definition and definition["extract"] not in EXTRACT_MODES:
+        _flow_error(where, f'extract is {show(definition["extract"])}, which is not one of '
+                    + ", ".join(f'"{mode}"' for mode in EXTRACT_MODES), "Use one of them.")
     for key in ("label", "description", "ask"):
         if key in definition and not isinstance(definition[key], str):
             _flow_error(where, f"{key} is {show(definition[key])}, not text", f"Write {key} as a string.")
@@ -6834,8 +6923,8 @@ def check_agent(agent: Agent) -> list[str]:
         warnings.extend(check_field_definition(slug, definition))
     for name in agent.conditions:
         if name in RESERVED_CONDITIONS:
-            raise FlowConfigurationError(f'condition "{name}" shadows a built-in: equals, known, silenced are '
-                                         "reserved. Rename it.")
+            raise FlowConfigurationError(f'condition "{name}" shadows a built-in: equals, known, '
+                                         "unknown, not, silenced are reserved. Rename it.")
     registries = {"fields": agent.fields, "actions": agent.actions, "events": agent.events,
                   "conditions": agent.conditions, "tools": agent.tools, "flows": agent.flows}
     names = _FlowNames.of(registries)
@@ -6900,11 +6989,13 @@ SPEC_KIND_KEYS = {
 
 
 def _storable(predicate: Any, label: str) -> None:
-    """A predicate in a spec must be JSON (persistence.md §1.8)."""
+    """A predicate in a spec must be JSON (persistence.md §1.8), a ``not`` inside it too."""
     if callable(predicate):
         raise FlowConfigurationError(
             f"{label}: is a function, which cannot be stored as JSON. Write it as a condition ({{ equals }}, "
             "{ known }, { silenced } or a named condition) to store this flow.")
+    if isinstance(predicate, dict) and predicate.get("not") is not None:
+        _storable(predicate["not"], f"{label}.not")
 
 
 def _instruction_ifs_storable(instructions: Any, label: str) -> None:
