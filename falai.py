@@ -525,6 +525,8 @@ OUTCOME_MESSAGES: dict[str, str] = {
     "bad-value": "the value did not fit the field's type",
     "not-in-enum": "the value is not one of the field's options",
     "tool-only": "only a tool, an action or the host writes this field",
+    "bad-format": "the value is not in the field's format",
+    "refused": "the field's validator refused the value",
     "repeat-spent": "the message flow already ran as often as its trigger's repeat allows",
     "no-route": "no flow took the message and the idle speaker is silent",
     "unknown-event": "no event by that name is registered on the agent",
@@ -1282,6 +1284,103 @@ def coerce_field(definition: dict, raw: Any) -> tuple[str, Any]:
     return "ok", value
 
 
+# Formats and validators, a falai for Python addition (docs/guide/flows.md, Formats and validators).
+# A model-given value of a field with one is checked after its type and enum, and kept normalised.
+
+FORMAT_HINTS = {
+    "date": "a calendar date, written YYYY-MM-DD",
+    "time": "a time of day, written HH:MM (24-hour)",
+    "datetime": "a date and time, written YYYY-MM-DDTHH:MM (ISO 8601, an offset if known)",
+    "email": "an e-mail address",
+    "phone": "a phone number: digits, with a leading + and the country code when given",
+}
+FIELD_FORMATS = tuple(FORMAT_HINTS)
+_EMAIL = re.compile(r"[^@\s]+@[^@\s.]+(\.[^@\s.]+)+")
+_CLOCK_TIME = re.compile(r"(\d{1,2})(?::(\d{2}))?(?::(\d{2}))?\s*([ap]\.?m\.?)?", re.IGNORECASE)
+
+
+def normal_format(kind: str, text: str) -> str | None:
+    """``text`` in the normal form of a field format, or None when it is not one (FORMAT_HINTS)."""
+    text = text.strip()
+    if kind == "date":
+        found = re.fullmatch(r"(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?:[T ].*)?", text)
+        if not found:
+            return None
+        year, month, day = (int(part) for part in found.groups())
+        try:
+            return datetime(year, month, day).date().isoformat()
+        except ValueError:
+            return None
+    if kind == "time":
+        found = _CLOCK_TIME.fullmatch(text)
+        if not found or not (found.group(2) or found.group(4)):     # a bare number is no time
+            return None
+        hour, minute, second = (int(part or 0) for part in found.groups()[:3])
+        if found.group(4):
+            if not 1 <= hour <= 12:
+                return None
+            hour = hour % 12 + (12 if found.group(4).lower().startswith("p") else 0)
+        if hour > 23 or minute > 59 or second > 59:
+            return None
+        return f"{hour:02d}:{minute:02d}" + (f":{second:02d}" if second else "")
+    if kind == "datetime":
+        try:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            return None
+        return moment.isoformat(timespec="minutes" if not moment.second else "seconds").replace(
+            "+00:00", "Z")
+    if kind == "email":
+        if not _EMAIL.fullmatch(text):
+            return None
+        local, domain = text.rsplit("@", 1)
+        return f"{local}@{domain.lower()}"
+    if kind == "phone":
+        if not re.fullmatch(r"\+?[\d\s().-]+", text) or re.fullmatch(r"\d{4}-\d\d?-\d\d?", text):
+            return None         # a date is no phone number
+        digits = re.sub(r"\D", "", text)
+        return ("+" if text.startswith("+") else "") + digits if 7 <= len(digits) <= 15 else None
+    return None
+
+
+def check_format_and_rule(definition: dict, value: Any) -> tuple[str, Any, str | None]:
+    """A coerced value through the field's ``format``, then its ``validate`` function.
+
+    Returns ("ok", value to keep, None), ("bad-format", None, None) or
+    ("refused", None, the validator's reason). The validator returns the value
+    to keep (None keeps it as it is), or refuses by raising or by returning
+    ``{"error": "why"}``.
+    """
+    kind = definition.get("format")
+    if kind is not None and isinstance(value, str):
+        value = normal_format(kind, value)
+        if value is None:
+            return "bad-format", None, None
+    rule = definition.get("validate")
+    if rule is None:
+        return "ok", value, None
+    try:
+        kept = rule(value)
+    except Exception as error:      # the host's own code: a raise is its refusal
+        return "refused", None, str(error) or type(error).__name__
+    if isinstance(kept, dict) and set(kept) == {"error"}:
+        return "refused", None, str(kept["error"])
+    return "ok", value if kept is None else kept, None
+
+
+def field_description(definition: dict) -> str | None:
+    """What the model reads about a field: its description, then its format and its validator's
+    first docstring line, when it has them."""
+    parts = [definition["description"]] if definition.get("description") else []
+    if definition.get("format") in FORMAT_HINTS:
+        parts.append(f"Format: {FORMAT_HINTS[definition['format']]}.")
+    rule = definition.get("validate")
+    doc = (getattr(rule, "__doc__", None) or "").strip().splitlines() if rule is not None else []
+    if doc and doc[0].strip():
+        parts.append(f"Rule: {doc[0].strip()}")
+    return " ".join(parts) or None
+
+
 def nullable_property(definition: dict) -> dict:
     """One property of a nullable envelope (model-calls.md §2.7)."""
     if definition.get("type") == "array":
@@ -1296,8 +1395,9 @@ def nullable_property(definition: dict) -> dict:
         prop["items"] = item
         return prop
     prop = {"type": [definition.get("type", "string"), "null"]}
-    if definition.get("description"):
-        prop["description"] = definition["description"]
+    description = field_description(definition)
+    if description:
+        prop["description"] = description
     if "enum" in definition:
         prop["enum"] = [*definition["enum"], None]
     return prop
@@ -2559,6 +2659,12 @@ def write_value(turn: Turn, slug: str, raw: Any) -> None:
     if verdict != "ok":
         write_line(turn, None, "collect", "skipped", code=verdict, detail=slug)
         return
+    if "format" in definition or "validate" in definition:
+        verdict, value, reason = check_format_and_rule(definition, value)
+        if verdict != "ok":
+            write_line(turn, None, "collect", "skipped", code=verdict,
+                       detail=f"{slug}: {reason}" if reason else slug)
+            return
     turn.session.data[slug] = value
 
 
@@ -3826,8 +3932,9 @@ def field_line(name: str, definition: dict | None) -> str:
         line = f"{name} ({definition.get('type', 'string')})"
         if isinstance(definition.get("enum"), list) and definition["enum"]:
             line += " [" + " | ".join(value_text(v) for v in definition["enum"]) + "]"
-    if definition.get("description"):
-        line += f": {definition['description']}"
+    description = field_description(definition)
+    if description:
+        line += f": {description}"
     return line
 
 
@@ -6533,7 +6640,7 @@ BRANCH_KEYS = ("when", "if", "then")
 INSTRUCTION_KEYS = ("id", "kind", "when", "if", "prompt")
 TARGET_KEYS = ("step", "clear", "flow", "input")
 WAIT_KEYS = ("event", "upTo")
-FIELD_KEYS = ("type", "enum", "label", "description", "ask", "extract")
+FIELD_KEYS = ("type", "enum", "label", "description", "ask", "extract", "format", "validate")
 PARAMETER_KEYS = ("type", "items", "enum", "description", "optional")
 IDLE_KEYS = ("prompt", "instructions", "tools")
 COMPACTION_KEYS = ("enabled", "maxTokens", "compactionThreshold", "preserveRecentCount", "maxToolResultChars")
@@ -6847,6 +6954,20 @@ def check_field_definition(slug: Any, definition: Any) -> list[str]:
     for key in ("label", "description", "ask"):
         if key in definition and not isinstance(definition[key], str):
             _flow_error(where, f"{key} is {show(definition[key])}, not text", f"Write {key} as a string.")
+    if "format" in definition:
+        if definition["format"] not in FIELD_FORMATS:
+            given = definition["format"]
+            near = closest(given, FIELD_FORMATS) if isinstance(given, str) else None
+            _flow_error(where, f'format is {show(definition["format"])}, which is not one of '
+                        + ", ".join(f'"{name}"' for name in FIELD_FORMATS),
+                        f'Did you mean "{near}"?' if near else "Use one of them.")
+        if kind != "string":
+            _flow_error(where, f'has format "{definition["format"]}" but type {show(kind)}',
+                        'A format checks text: make the field "type": "string".')
+    if "validate" in definition and not callable(definition["validate"]):
+        _flow_error(where, f'validate is {show(definition["validate"])}, not a function',
+                    "Pass a Python function value -> value to keep (raise to refuse); a JSON "
+                    "registry cannot hold one.")
     return [text for _, text in unknown_key_warnings(definition, FIELD_KEYS, where)]
 
 
