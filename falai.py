@@ -527,6 +527,7 @@ OUTCOME_MESSAGES: dict[str, str] = {
     "tool-only": "only a tool, an action or the host writes this field",
     "bad-format": "the value is not in the field's format",
     "refused": "the field's validator refused the value",
+    "corrected": "the customer corrected a known value",
     "repeat-spent": "the message flow already ran as often as its trigger's repeat allows",
     "no-route": "no flow took the message and the idle speaker is silent",
     "unknown-event": "no event by that name is registered on the agent",
@@ -1378,6 +1379,8 @@ def field_description(definition: dict) -> str | None:
     doc = (getattr(rule, "__doc__", None) or "").strip().splitlines() if rule is not None else []
     if doc and doc[0].strip():
         parts.append(f"Rule: {doc[0].strip()}")
+    if definition.get("correctable") is True:
+        parts.append("When the customer corrects an earlier value, give the new one.")
     return " ".join(parts) or None
 
 
@@ -1472,6 +1475,18 @@ class RootToolkit(_Kit):
         return Toolkit(defs)
 
 
+def correctable_fields(fields: Any, correctable: Any) -> Any:
+    """The agent's option ``correctable=True``: every field that does not say otherwise reads as
+    ``"correctable": True`` (docs/guide/flows.md, When the customer changes their mind)."""
+    if correctable is not True:
+        raise FlowConfigurationError(f"correctable is {show(correctable)}: it must be True or False. "
+                                     "Leave it out to keep known values as they are.")
+    if not isinstance(fields, dict):
+        return fields           # check_agent names the problem
+    return {slug: {**d, "correctable": True} if isinstance(d, dict) and "correctable" not in d else d
+            for slug, d in fields.items()}
+
+
 def falai() -> RootToolkit:
     """The root toolkit: ``f = falai().fields({...}); agent = f.agent(name=..., provider=..., flows=[...])``."""
     return RootToolkit()
@@ -1495,10 +1510,13 @@ class Agent:
                  clock: Callable[[], datetime] | None = None,
                  business_hours: Callable[[datetime, Any], datetime] | None = None,
                  max_tool_loops: int = DEFAULT_MAX_TOOL_LOOPS, compaction: dict | None = None, debug: bool = False,
-                 protocol: str = "lean", max_candidates: int | None = None):
+                 protocol: str = "lean", max_candidates: int | None = None,
+                 correctable: bool = False):
         self.name = name
         self.provider = provider
         self.fields = fields or {}
+        if correctable is not False:
+            self.fields = correctable_fields(self.fields, correctable)
         # A None anywhere in a flow means "not set" (flows.md, Notation): the engine reads stripped copies.
         self.flows = [strip_nones(flow) for flow in flows or []]
         self.actions = dict(actions or {})
@@ -2574,7 +2592,9 @@ def harvestable(turn: Turn, flows: list) -> list[str]:
 
     slugs = reused(turn.agent._understanding.harvest, tuple(map(id, flows)), anywhere, UNDERSTAND_PLANS_KEPT)
     known = {slug for slug, value in turn.session.data.items() if is_known(value)}
-    return [slug for slug in slugs if slug not in known] if known else list(slugs)
+    fields = turn.agent.fields      # a correctable known field stays asked: the customer may correct it
+    return [slug for slug in slugs if slug not in known or fields[slug].get("correctable") is True] \
+        if known else list(slugs)
 
 
 def decide(turn: Turn, understood: Understood) -> None:
@@ -2665,7 +2685,10 @@ def write_value(turn: Turn, slug: str, raw: Any) -> None:
             write_line(turn, None, "collect", "skipped", code=verdict,
                        detail=f"{slug}: {reason}" if reason else slug)
             return
+    previous = turn.session.data.get(slug)
     turn.session.data[slug] = value
+    if definition.get("correctable") is True and is_known(previous) and not json_equal(previous, value):
+        write_line(turn, None, "collect", "ok", code="corrected", detail=slug)
 
 
 # Phase 5: run (runtime.md §3.6) ---------------------------------------------------------------
@@ -6640,7 +6663,8 @@ BRANCH_KEYS = ("when", "if", "then")
 INSTRUCTION_KEYS = ("id", "kind", "when", "if", "prompt")
 TARGET_KEYS = ("step", "clear", "flow", "input")
 WAIT_KEYS = ("event", "upTo")
-FIELD_KEYS = ("type", "enum", "label", "description", "ask", "extract", "format", "validate")
+FIELD_KEYS = ("type", "enum", "label", "description", "ask", "extract", "format", "validate",
+              "correctable")
 PARAMETER_KEYS = ("type", "items", "enum", "description", "optional")
 IDLE_KEYS = ("prompt", "instructions", "tools")
 COMPACTION_KEYS = ("enabled", "maxTokens", "compactionThreshold", "preserveRecentCount", "maxToolResultChars")
@@ -6964,6 +6988,9 @@ def check_field_definition(slug: Any, definition: Any) -> list[str]:
         if kind != "string":
             _flow_error(where, f'has format "{definition["format"]}" but type {show(kind)}',
                         'A format checks text: make the field "type": "string".')
+    if "correctable" in definition and not isinstance(definition["correctable"], bool):
+        _flow_error(where, f'correctable is {show(definition["correctable"])}, not true or false',
+                    "Write true to let the customer correct a known value, or leave it out.")
     if "validate" in definition and not callable(definition["validate"]):
         _flow_error(where, f'validate is {show(definition["validate"])}, not a function',
                     "Pass a Python function value -> value to keep (raise to refuse); a JSON "

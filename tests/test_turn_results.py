@@ -86,6 +86,7 @@ ADDED_MESSAGES = {
     "unknown-event": "no event by that name is registered on the agent",
     "bad-format": "the value is not in the field's format",
     "refused": "the field's validator refused the value",
+    "corrected": "the customer corrected a known value",
 }
 
 
