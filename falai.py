@@ -1479,12 +1479,12 @@ def correctable_fields(fields: Any, correctable: Any) -> Any:
     """The agent's option ``correctable=True``: every field that does not say otherwise reads as
     ``"correctable": True`` (docs/guide/flows.md, When the customer changes their mind)."""
     if correctable is not True:
-        raise FlowConfigurationError(f"correctable is {show(correctable)}: it must be True or False. "
-                                     "Leave it out to keep known values as they are.")
+        raise FlowConfigurationError(f"correctable is {show(correctable)}: it must be True or "
+                                     "False. Leave it out to keep known values as they are.")
     if not isinstance(fields, dict):
         return fields           # check_agent names the problem
-    return {slug: {**d, "correctable": True} if isinstance(d, dict) and "correctable" not in d else d
-            for slug, d in fields.items()}
+    return {slug: {**d, "correctable": True}
+            if isinstance(d, dict) and "correctable" not in d else d for slug, d in fields.items()}
 
 
 def falai() -> RootToolkit:
@@ -2592,9 +2592,10 @@ def harvestable(turn: Turn, flows: list) -> list[str]:
 
     slugs = reused(turn.agent._understanding.harvest, tuple(map(id, flows)), anywhere, UNDERSTAND_PLANS_KEPT)
     known = {slug for slug, value in turn.session.data.items() if is_known(value)}
-    fields = turn.agent.fields      # a correctable known field stays asked: the customer may correct it
-    return [slug for slug in slugs if slug not in known or fields[slug].get("correctable") is True] \
-        if known else list(slugs)
+    if not known:
+        return list(slugs)
+    fields = turn.agent.fields      # a correctable known field stays asked: it may be corrected
+    return [slug for slug in slugs if slug not in known or fields[slug].get("correctable") is True]
 
 
 def decide(turn: Turn, understood: Understood) -> None:
@@ -2687,7 +2688,8 @@ def write_value(turn: Turn, slug: str, raw: Any) -> None:
             return
     previous = turn.session.data.get(slug)
     turn.session.data[slug] = value
-    if definition.get("correctable") is True and is_known(previous) and not json_equal(previous, value):
+    if (definition.get("correctable") is True and is_known(previous)
+            and not json_equal(previous, value)):
         write_line(turn, None, "collect", "ok", code="corrected", detail=slug)
 
 
