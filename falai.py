@@ -187,10 +187,14 @@ class _Record(_FieldWise):
 
 @dataclass(repr=False, eq=False)
 class TokenUsage(_FieldWise):
-    """Token counts reported by a provider, summed over a turn's calls."""
+    """Token counts reported by a provider, summed over a turn's calls.
+
+    ``reasoning_tokens`` is the part of ``completion_tokens`` the model spent
+    thinking, where the vendor reports it (0 otherwise)."""
     prompt_tokens: int
     completion_tokens: int
     cached_input_tokens: int
+    reasoning_tokens: int = 0
 
 
 def add_usage(a: TokenUsage | None, b: TokenUsage | None) -> TokenUsage | None:
@@ -198,7 +202,8 @@ def add_usage(a: TokenUsage | None, b: TokenUsage | None) -> TokenUsage | None:
     if a is None or b is None:
         return a if b is None else b
     return TokenUsage(a.prompt_tokens + b.prompt_tokens, a.completion_tokens + b.completion_tokens,
-                      a.cached_input_tokens + b.cached_input_tokens)
+                      a.cached_input_tokens + b.cached_input_tokens,
+                      a.reasoning_tokens + b.reasoning_tokens)
 
 
 @dataclass(repr=False, eq=False)
