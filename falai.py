@@ -530,6 +530,9 @@ OUTCOME_MESSAGES: dict[str, str] = {
     "bad-value": "the value did not fit the field's type",
     "not-in-enum": "the value is not one of the field's options",
     "tool-only": "only a tool, an action or the host writes this field",
+    "bad-format": "the value is not in the field's format",
+    "refused": "the field's validator refused the value",
+    "corrected": "the customer corrected a known value",
     "repeat-spent": "the message flow already ran as often as its trigger's repeat allows",
     "no-route": "no flow took the message and the idle speaker is silent",
     "unknown-event": "no event by that name is registered on the agent",
@@ -1287,6 +1290,105 @@ def coerce_field(definition: dict, raw: Any) -> tuple[str, Any]:
     return "ok", value
 
 
+# Formats and validators, a falai for Python addition (docs/guide/flows.md, Formats and validators).
+# A model-given value of a field with one is checked after its type and enum, and kept normalised.
+
+FORMAT_HINTS = {
+    "date": "a calendar date, written YYYY-MM-DD",
+    "time": "a time of day, written HH:MM (24-hour)",
+    "datetime": "a date and time, written YYYY-MM-DDTHH:MM (ISO 8601, an offset if known)",
+    "email": "an e-mail address",
+    "phone": "a phone number: digits, with a leading + and the country code when given",
+}
+FIELD_FORMATS = tuple(FORMAT_HINTS)
+_EMAIL = re.compile(r"[^@\s]+@[^@\s.]+(\.[^@\s.]+)+")
+_CLOCK_TIME = re.compile(r"(\d{1,2})(?::(\d{2}))?(?::(\d{2}))?\s*([ap]\.?m\.?)?", re.IGNORECASE)
+
+
+def normal_format(kind: str, text: str) -> str | None:
+    """``text`` in the normal form of a field format, or None when it is not one (FORMAT_HINTS)."""
+    text = text.strip()
+    if kind == "date":
+        found = re.fullmatch(r"(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?:[T ].*)?", text)
+        if not found:
+            return None
+        year, month, day = (int(part) for part in found.groups())
+        try:
+            return datetime(year, month, day).date().isoformat()
+        except ValueError:
+            return None
+    if kind == "time":
+        found = _CLOCK_TIME.fullmatch(text)
+        if not found or not (found.group(2) or found.group(4)):     # a bare number is no time
+            return None
+        hour, minute, second = (int(part or 0) for part in found.groups()[:3])
+        if found.group(4):
+            if not 1 <= hour <= 12:
+                return None
+            hour = hour % 12 + (12 if found.group(4).lower().startswith("p") else 0)
+        if hour > 23 or minute > 59 or second > 59:
+            return None
+        return f"{hour:02d}:{minute:02d}" + (f":{second:02d}" if second else "")
+    if kind == "datetime":
+        try:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            return None
+        return moment.isoformat(timespec="minutes" if not moment.second else "seconds").replace(
+            "+00:00", "Z")
+    if kind == "email":
+        if not _EMAIL.fullmatch(text):
+            return None
+        local, domain = text.rsplit("@", 1)
+        return f"{local}@{domain.lower()}"
+    if kind == "phone":
+        if not re.fullmatch(r"\+?[\d\s().-]+", text) or re.fullmatch(r"\d{4}-\d\d?-\d\d?", text):
+            return None         # a date is no phone number
+        digits = re.sub(r"\D", "", text)
+        return ("+" if text.startswith("+") else "") + digits if 7 <= len(digits) <= 15 else None
+    return None
+
+
+def check_format_and_rule(definition: dict, value: Any) -> tuple[str, Any, str | None]:
+    """A coerced value through the field's ``format``, then its ``validate`` function.
+
+    Returns ("ok", value to keep, None), ("bad-format", None, None) or
+    ("refused", None, the validator's reason). The validator returns the value
+    to keep (None keeps it as it is), or refuses by raising or by returning
+    ``{"error": "why"}``.
+    """
+    kind = definition.get("format")
+    if kind is not None and isinstance(value, str):
+        value = normal_format(kind, value)
+        if value is None:
+            return "bad-format", None, None
+    rule = definition.get("validate")
+    if rule is None:
+        return "ok", value, None
+    try:
+        kept = rule(value)
+    except Exception as error:      # the host's own code: a raise is its refusal
+        return "refused", None, str(error) or type(error).__name__
+    if isinstance(kept, dict) and set(kept) == {"error"}:
+        return "refused", None, str(kept["error"])
+    return "ok", value if kept is None else kept, None
+
+
+def field_description(definition: dict) -> str | None:
+    """What the model reads about a field: its description, then its format and its validator's
+    first docstring line, when it has them."""
+    parts = [definition["description"]] if definition.get("description") else []
+    if definition.get("format") in FORMAT_HINTS:
+        parts.append(f"Format: {FORMAT_HINTS[definition['format']]}.")
+    rule = definition.get("validate")
+    doc = (getattr(rule, "__doc__", None) or "").strip().splitlines() if rule is not None else []
+    if doc and doc[0].strip():
+        parts.append(f"Rule: {doc[0].strip()}")
+    if definition.get("correctable") is True:
+        parts.append("When the customer corrects an earlier value, give the new one.")
+    return " ".join(parts) or None
+
+
 def nullable_property(definition: dict) -> dict:
     """One property of a nullable envelope (model-calls.md §2.7)."""
     if definition.get("type") == "array":
@@ -1301,8 +1403,9 @@ def nullable_property(definition: dict) -> dict:
         prop["items"] = item
         return prop
     prop = {"type": [definition.get("type", "string"), "null"]}
-    if definition.get("description"):
-        prop["description"] = definition["description"]
+    description = field_description(definition)
+    if description:
+        prop["description"] = description
     if "enum" in definition:
         prop["enum"] = [*definition["enum"], None]
     return prop
@@ -1377,6 +1480,18 @@ class RootToolkit(_Kit):
         return Toolkit(defs)
 
 
+def correctable_fields(fields: Any, correctable: Any) -> Any:
+    """The agent's option ``correctable=True``: every field that does not say otherwise reads as
+    ``"correctable": True`` (docs/guide/flows.md, When the customer changes their mind)."""
+    if correctable is not True:
+        raise FlowConfigurationError(f"correctable is {show(correctable)}: it must be True or "
+                                     "False. Leave it out to keep known values as they are.")
+    if not isinstance(fields, dict):
+        return fields           # check_agent names the problem
+    return {slug: {**d, "correctable": True}
+            if isinstance(d, dict) and "correctable" not in d else d for slug, d in fields.items()}
+
+
 def falai() -> RootToolkit:
     """The root toolkit: ``f = falai().fields({...}); agent = f.agent(name=..., provider=..., flows=[...])``."""
     return RootToolkit()
@@ -1400,10 +1515,13 @@ class Agent:
                  clock: Callable[[], datetime] | None = None,
                  business_hours: Callable[[datetime, Any], datetime] | None = None,
                  max_tool_loops: int = DEFAULT_MAX_TOOL_LOOPS, compaction: dict | None = None, debug: bool = False,
-                 protocol: str = "lean", max_candidates: int | None = None):
+                 protocol: str = "lean", max_candidates: int | None = None,
+                 correctable: bool = False):
         self.name = name
         self.provider = provider
         self.fields = fields or {}
+        if correctable is not False:
+            self.fields = correctable_fields(self.fields, correctable)
         # A None anywhere in a flow means "not set" (flows.md, Notation): the engine reads stripped copies.
         self.flows = [strip_nones(flow) for flow in flows or []]
         self.actions = dict(actions or {})
@@ -2479,7 +2597,10 @@ def harvestable(turn: Turn, flows: list) -> list[str]:
 
     slugs = reused(turn.agent._understanding.harvest, tuple(map(id, flows)), anywhere, UNDERSTAND_PLANS_KEPT)
     known = {slug for slug, value in turn.session.data.items() if is_known(value)}
-    return [slug for slug in slugs if slug not in known] if known else list(slugs)
+    if not known:
+        return list(slugs)
+    fields = turn.agent.fields      # a correctable known field stays asked: it may be corrected
+    return [slug for slug in slugs if slug not in known or fields[slug].get("correctable") is True]
 
 
 def decide(turn: Turn, understood: Understood) -> None:
@@ -2564,7 +2685,17 @@ def write_value(turn: Turn, slug: str, raw: Any) -> None:
     if verdict != "ok":
         write_line(turn, None, "collect", "skipped", code=verdict, detail=slug)
         return
+    if "format" in definition or "validate" in definition:
+        verdict, value, reason = check_format_and_rule(definition, value)
+        if verdict != "ok":
+            write_line(turn, None, "collect", "skipped", code=verdict,
+                       detail=f"{slug}: {reason}" if reason else slug)
+            return
+    previous = turn.session.data.get(slug)
     turn.session.data[slug] = value
+    if (definition.get("correctable") is True and is_known(previous)
+            and not json_equal(previous, value)):
+        write_line(turn, None, "collect", "ok", code="corrected", detail=slug)
 
 
 # Phase 5: run (runtime.md §3.6) ---------------------------------------------------------------
@@ -3831,8 +3962,9 @@ def field_line(name: str, definition: dict | None) -> str:
         line = f"{name} ({definition.get('type', 'string')})"
         if isinstance(definition.get("enum"), list) and definition["enum"]:
             line += " [" + " | ".join(value_text(v) for v in definition["enum"]) + "]"
-    if definition.get("description"):
-        line += f": {definition['description']}"
+    description = field_description(definition)
+    if description:
+        line += f": {description}"
     return line
 
 
@@ -6538,7 +6670,8 @@ BRANCH_KEYS = ("when", "if", "then")
 INSTRUCTION_KEYS = ("id", "kind", "when", "if", "prompt")
 TARGET_KEYS = ("step", "clear", "flow", "input")
 WAIT_KEYS = ("event", "upTo")
-FIELD_KEYS = ("type", "enum", "label", "description", "ask", "extract")
+FIELD_KEYS = ("type", "enum", "label", "description", "ask", "extract", "format", "validate",
+              "correctable")
 PARAMETER_KEYS = ("type", "items", "enum", "description", "optional")
 IDLE_KEYS = ("prompt", "instructions", "tools")
 COMPACTION_KEYS = ("enabled", "maxTokens", "compactionThreshold", "preserveRecentCount", "maxToolResultChars")
@@ -6852,6 +6985,23 @@ def check_field_definition(slug: Any, definition: Any) -> list[str]:
     for key in ("label", "description", "ask"):
         if key in definition and not isinstance(definition[key], str):
             _flow_error(where, f"{key} is {show(definition[key])}, not text", f"Write {key} as a string.")
+    if "format" in definition:
+        if definition["format"] not in FIELD_FORMATS:
+            given = definition["format"]
+            near = closest(given, FIELD_FORMATS) if isinstance(given, str) else None
+            _flow_error(where, f'format is {show(definition["format"])}, which is not one of '
+                        + ", ".join(f'"{name}"' for name in FIELD_FORMATS),
+                        f'Did you mean "{near}"?' if near else "Use one of them.")
+        if kind != "string":
+            _flow_error(where, f'has format "{definition["format"]}" but type {show(kind)}',
+                        'A format checks text: make the field "type": "string".')
+    if "correctable" in definition and not isinstance(definition["correctable"], bool):
+        _flow_error(where, f'correctable is {show(definition["correctable"])}, not true or false',
+                    "Write true to let the customer correct a known value, or leave it out.")
+    if "validate" in definition and not callable(definition["validate"]):
+        _flow_error(where, f'validate is {show(definition["validate"])}, not a function',
+                    "Pass a Python function value -> value to keep (raise to refuse); a JSON "
+                    "registry cannot hold one.")
     return [text for _, text in unknown_key_warnings(definition, FIELD_KEYS, where)]
 
 

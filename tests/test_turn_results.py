@@ -84,6 +84,9 @@ ADDED_MESSAGES = {
     "repeat-spent": "the message flow already ran as often as its trigger's repeat allows",
     "no-route": "no flow took the message and the idle speaker is silent",
     "unknown-event": "no event by that name is registered on the agent",
+    "bad-format": "the value is not in the field's format",
+    "refused": "the field's validator refused the value",
+    "corrected": "the customer corrected a known value",
 }
 
 
