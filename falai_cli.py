@@ -25,6 +25,7 @@ import http.server
 import json
 import logging
 import re
+import secrets
 import sys
 import threading
 import time
@@ -1051,10 +1052,26 @@ def cmd_migrate(args: argparse.Namespace, out: TextIO) -> int:
 
 # 7. inspect ###################################################################################
 
-def inspect_handler(playground: Playground, page: bytes) -> type:
-    """The inspector's request handler: the page, its state, and one POST per action."""
+INSPECT_MAX_BODY = 1_000_000        # bytes; the page sends a message, an event or a wake key
+INSPECT_TIMEOUT_S = 30               # a connection that sends nothing for this long is closed
+TOKEN_HEADER = "X-Falai-Token"
+
+
+def inspect_handler(playground: Playground, page: bytes, token: str | None = None) -> type:
+    """The inspector's request handler: the page, its state, and one POST per action.
+
+    Only the page the server handed out can use it (docs/guide/cli.md, "Who can reach the
+    inspector"): every request must name the address served in ``Host`` (so a DNS-rebinding
+    page is refused), a request carrying ``Origin`` must come from that address, every
+    ``/api/`` request carries the per-run ``token`` the page was served with, and a POST is
+    ``application/json`` with a ``Content-Length`` up to ``INSPECT_MAX_BODY``.
+    """
+    secret = token if token is not None else secrets.token_urlsafe(24)
+    page = page.replace(b"__FALAI_TOKEN__", secret.encode("ascii"))
 
     class Handler(http.server.BaseHTTPRequestHandler):
+        timeout = INSPECT_TIMEOUT_S
+
         def log_message(self, *args: Any) -> None:       # quiet: the terminal shows the URL only
             pass
 
@@ -1063,13 +1080,36 @@ def inspect_handler(playground: Playground, page: bytes) -> type:
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Cache-Control", "no-store")
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("X-Frame-Options", "DENY")
             self.end_headers()
             self.wfile.write(body)
 
         def _json(self, status: int, value: Any) -> None:
             self._send(status, json.dumps(value, default=str, ensure_ascii=False).encode(), "application/json")
 
+        def _refused(self, api: bool) -> bool:
+            """Answer 403 and return True when the request does not come from the page served."""
+            port = self.connection.getsockname()[1]          # the port this connection came to
+            served = {f"127.0.0.1:{port}", f"localhost:{port}"}
+            host = (self.headers.get("Host") or "").strip().lower()
+            origin = self.headers.get("Origin")
+            if host not in served:
+                problem = (f"Host {host or '(none)'} is not this inspector's address: open "
+                           f"http://127.0.0.1:{port}/")
+            elif origin is not None and origin.strip().lower() not in {f"http://{h}" for h in served}:
+                problem = f"a page at {origin} may not use the inspector: open http://127.0.0.1:{port}/"
+            elif api and not secrets.compare_digest(self.headers.get(TOKEN_HEADER) or "", secret):
+                problem = f"the {TOKEN_HEADER} header is missing or wrong: use the page the inspector serves"
+            else:
+                return False
+            self.close_connection = True
+            self._json(403, {"error": problem})
+            return True
+
         def do_GET(self) -> None:
+            if self._refused(api=self.path.startswith("/api/")):
+                return
             if self.path in ("/", "/index.html"):
                 self._send(200, page, "text/html; charset=utf-8")
             elif self.path == "/api/state":
@@ -1078,13 +1118,33 @@ def inspect_handler(playground: Playground, page: bytes) -> type:
             else:
                 self._json(404, {"error": f"no page {self.path}"})
 
-        def do_POST(self) -> None:
+        def _body(self) -> dict | None:
+            """The POST's JSON object; None when it already answered with an error."""
+            kind = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+            if kind != "application/json":
+                self.close_connection = True
+                self._json(415, {"error": "send the action as Content-Type: application/json"})
+                return None
+            length = self.headers.get("Content-Length")
+            if length is None or not length.strip().isdigit() or int(length) > INSPECT_MAX_BODY:
+                self.close_connection = True
+                self._json(400, {"error": "the request needs a Content-Length from 0 to "
+                                          f"{INSPECT_MAX_BODY} bytes"})
+                return None
             try:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-            except ValueError:
+                body = json.loads(self.rfile.read(int(length)) or b"{}")
+            except (ValueError, RecursionError):
                 body = None
             if not isinstance(body, dict):
                 self._json(400, {"error": "the request body is not a JSON object"})
+                return None
+            return body
+
+        def do_POST(self) -> None:
+            if self._refused(api=True):
+                return
+            body = self._body()
+            if body is None:
                 return
             record: dict | None
             with playground.lock:
@@ -1183,6 +1243,9 @@ def parser() -> argparse.ArgumentParser:
     registry_option(p)
     p.add_argument("--lines", type=int, default=5, help="outcome lines shown per run (default 5)")
 
+    # Listed for --help only: main() hands `falai host ...` to falai_host before parsing.
+    commands.add_parser("host", help="the production host's roles and admin (pip install 'falai[host]')")
+
     p = commands.add_parser("migrate", help="a 3.x session blob as a v4 blob")
     p.add_argument("old", metavar="OLD.json")
     p.add_argument("--session-id", help="default: the blob's id")
@@ -1199,6 +1262,10 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     import os
     out, err = out or sys.stdout, err or sys.stderr
     environ = dict(os.environ) if environ is None else environ
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["host"]:            # the production host: its own module, its own extra
+        import falai_host
+        return falai_host.main(argv[1:], out, err, environ)
     try:
         args = parser().parse_args(argv)
     except SystemExit as exit_:
@@ -1238,6 +1305,7 @@ INSPECT_PAGE = r"""<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
+<meta name="falai-token" content="__FALAI_TOKEN__">
 <title>falai inspect</title>
 <style>
   body { font: 14px/1.4 system-ui, sans-serif; margin: 0; color: #1d2330; background: #f5f6f8; }
@@ -1338,9 +1406,11 @@ function note(message, isError) {
   $("transcript").append(el("div", {class: "note" + (isError ? " error" : "")}, message));
 }
 
+const TOKEN = document.querySelector('meta[name="falai-token"]').content;
 async function call(path, body) {
-  const options = body === undefined ? {} :
-    {method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)};
+  const headers = {"X-Falai-Token": TOKEN};
+  const options = body === undefined ? {headers} :
+    {method: "POST", headers: {...headers, "Content-Type": "application/json"}, body: JSON.stringify(body)};
   const response = await fetch(path, options);
   const value = await response.json();
   if (!response.ok) { note(value.error || ("HTTP " + response.status), true); return null; }

@@ -400,21 +400,28 @@ def test_migrate_bad_input_exits_2(tmp_path):
 
 # inspect (the HTTP side; tests/test_cli_inspect_browser.py drives the page) ------------------------
 
+TOKEN = "per-run-token-for-tests"
+
+
 @pytest.fixture
 def server():
     playground = falai_cli.Playground([SHOP], falai_cli.load_registry(REGISTRY), falai_cli.scripted_provider(None),
                                       "2026-12-01T10:00:00Z")
     httpd = falai_cli.http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), falai_cli.inspect_handler(playground, falai_cli.INSPECT_PAGE.encode()))
+        ("127.0.0.1", 0), falai_cli.inspect_handler(playground, falai_cli.INSPECT_PAGE.encode(), TOKEN))
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield httpd.server_address[1]
     httpd.shutdown()
     httpd.server_close()
 
 
-def request(port, method, path, body=None):
+def request(port, method, path, body=None, headers=None):
+    """A request as the page sends it: JSON, with the page's token; ``headers`` change or drop
+    (value None) any of them."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    connection.request(method, path, body=None if body is None else json.dumps(body))
+    sent = {"Content-Type": "application/json", "X-Falai-Token": TOKEN, **(headers or {})}
+    connection.request(method, path, body=None if body is None else json.dumps(body),
+                       headers={k: v for k, v in sent.items() if v is not None})
     response = connection.getresponse()
     data = response.read()
     connection.close()

@@ -9,7 +9,7 @@ import pytest
 from fake_model_server import check_anthropic, check_chat, check_gemini
 from falai import FlowConfigurationError, Generation, ScriptedProvider, ScriptError, fake_clock, falai
 from falai import lean_field_item, lean_schema, lean_speak_schema, lexical_top
-from falai_providers import _anthropic_native_ok, _without_bounds, is_strict_schema
+from falai_providers import _anthropic_native_ok, _anthropic_schema, is_strict_schema
 from request_bodies import (GOLDEN, RICH_SCRIPT, VENDORS, capture, rich_conversation, triage_agent,
                             triage_conversation, wire_bodies)
 
@@ -182,7 +182,7 @@ def test_lean_understand_schema_has_no_descriptions_and_is_strict_on_every_vendo
                 else:
                     check_anthropic(headers, body)
                     if request.schema_name == "understand":
-                        assert body["output_config"]["format"]["schema"] == _without_bounds(request.schema)
+                        assert body["output_config"]["format"]["schema"] == _anthropic_schema(request.schema)
 
 
 def test_anthropic_gets_a_breakpoint_at_the_end_of_the_history_under_lean_only():
@@ -343,8 +343,9 @@ def test_the_understand_schema_bounds_ids_lists_and_scores():
     assert properties["fields"]["maxItems"] >= 1
     if "mentions" in properties:
         assert properties["mentions"]["items"]["enum"]
-    assert is_strict_schema(lean.schema) and not _anthropic_native_ok(lean.schema)
-    assert _anthropic_native_ok(_without_bounds(lean.schema))
+    assert is_strict_schema(lean.schema) and _anthropic_native_ok(lean.schema)
+    sent = json.dumps(_anthropic_schema(lean.schema))
+    assert '"maxItems"' not in sent and '"minimum"' not in sent and "{maxItems: " in sent
     v4 = [r for r in rich_conversation({"protocol": "v4"})[0] if r.schema_name == "understand"][0]
     for node in v4.schema["properties"]["flows"]["properties"].values():
         assert (node["minimum"], node["maximum"]) == (0, 100)

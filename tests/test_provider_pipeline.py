@@ -653,7 +653,7 @@ def test_local_servers_need_no_key_and_trailing_slashes_are_ignored(fake):
 def test_retry_timeout_zero_means_the_default_sixty_seconds():
     """providers.md §3.9: `timeout` 0 or absent means 60000."""
     provider = GeminiProvider(api_key="k", model="g", retry_config={"timeout": 0, "retries": 0})
-    assert provider.retry_config == {"timeout": 60000, "retries": 0}
+    assert provider.retry_config == {"timeout": 60000, "retries": 0, "deadline": 600000, "max_bytes": 33554432}
     assert provider._progress_s == 300
 
 

@@ -100,11 +100,11 @@ def test_the_reply_schemas_are_built_once_per_agent_and_no_turn_changes_them():
     from request_bodies import triage_conversation
     from request_bodies import triage_agent
     from falai import ScriptedProvider, lean_parts, lean_schema, lean_speak_schema
-    from falai_providers import _without_bounds
 
-    def strip_enums(node):
+    def unbounded(node):
+        """The schema without the bounds a weak model needs (ids as enums, maxItems, score range)."""
         if isinstance(node, dict):
-            return {k: strip_enums(v) for k, v in node.items() if k != "enum"}
+            return {k: unbounded(v) for k, v in node.items() if k not in ("enum", "maxItems", "minimum", "maximum")}
         return node
     for protocol in ("lean", "v4"):
         requests, _ = triage_conversation({"protocol": protocol})
@@ -121,9 +121,9 @@ def test_the_reply_schemas_are_built_once_per_agent_and_no_turn_changes_them():
             assert all(r.schema is understand[0].schema for r in understand)
             agent = triage_agent(ScriptedProvider(), protocol="lean")
             assert understand[0].schema == lean_parts(agent, True).schema      # the agent's flows and fields
-            assert _without_bounds(understand[0].schema)["properties"]["flows"]["items"]["properties"]["id"] == \
+            assert understand[0].schema["properties"]["flows"]["items"]["properties"]["id"] == \
                 {"type": "string", "enum": [f["id"] for f in agent.flows]}
-            assert lean_schema(understand[0].schema["properties"]) == strip_enums(_without_bounds(understand[0].schema))
+            assert lean_schema(understand[0].schema["properties"]) == unbounded(understand[0].schema)
         # The same pending fields ask the same speak envelope: the last two speak rounds (a tool round
         # and its answer) share theirs.
         assert (speak[-1].schema if protocol == "v4" else speak[-1].v4_schema) is \
