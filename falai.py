@@ -4612,7 +4612,10 @@ def _lean_bounds(agent: Agent, flows: list[dict]) -> tuple[dict, dict]:
     branches = sum(1 for f in flows for st in f.get("steps") or [] if isinstance(st, dict)
                    for b in st.get("branches") or []
                    if isinstance(b, dict) and b.get("when") is not None)
-    ids = {"flows": [f["id"] for f in flows], "mentions": [f["id"] for f in mentions],
+    # With max_candidates the turn's few candidates travel after the history: an enum of every flow
+    # would put the whole catalog back in each call, so there the ids stay free strings.
+    every = [f["id"] for f in flows] if agent.max_candidates is None else []
+    ids = {"flows": every, "mentions": [f["id"] for f in mentions],
            "extract": [f["id"] for f in extracting], "names": names}
     return ids, {"flows": len(flows), "mentions": len(mentions), "branches": branches,
                  "fields": len(agent.fields)}

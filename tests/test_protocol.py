@@ -350,3 +350,16 @@ def test_the_understand_schema_bounds_ids_lists_and_scores():
     for node in v4.schema["properties"]["flows"]["properties"].values():
         assert (node["minimum"], node["maximum"]) == (0, 100)
     assert is_strict_schema(v4.schema)
+
+
+def test_with_max_candidates_flow_ids_stay_free_strings():
+    """An enum of every flow would put the whole catalog back into each call that max_candidates keeps small."""
+    from conftest import build
+    from falai import lean_parts
+
+    flows = [{"id": f"f{i}", "on": [{"message": [f"quero {i}"]}], "steps": [{"id": "s", "prompt": "Oi."}]}
+             for i in range(3)]
+    for limit, enum in ((None, ["f0", "f1", "f2"]), (2, None)):
+        agent, _, _ = build(flows, max_candidates=limit)
+        item = lean_parts(agent, True).schema["properties"]["flows"]["items"]["properties"]["id"]
+        assert item.get("enum") == enum
