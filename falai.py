@@ -1033,13 +1033,19 @@ class Scope(_Record):
 
 
 def _lookup(path: str, scope: Scope) -> Any:
-    """The value at a dotted path, or _MISSING (kept verbatim) or _BLANK (rendered as "")."""
+    """The value at a dotted path, or _MISSING (kept verbatim) or _BLANK (rendered as "").
+
+    A template reads data, never objects (docs/guide/limits.md): a mapping by key,
+    a list or tuple by decimal index, a named tuple's or a dataclass's fields by
+    name. Anything else stops the walk, with a warning naming the fix.
+    """
     root, *keys = path.split(".")
     if root not in ("data", "context", "input"):
         return _MISSING
     value = getattr(scope, root)
     if value is None:
         return _MISSING  # a root the host did not provide counts as missing (model-calls.md §2.4)
+    walked = root
     for key in keys:
         if value is None:
             return _BLANK
@@ -1047,36 +1053,47 @@ def _lookup(path: str, scope: Scope) -> Any:
             if key not in value:
                 return _MISSING
             value = value[key]
-        elif isinstance(value, (list, tuple)):
-            if not key.isdigit() or int(key) >= len(value):
+        elif isinstance(value, (list, tuple)) and key.isascii() and key.isdigit():
+            if int(key) >= len(value):
                 return _MISSING
             value = value[int(key)]
         else:
-            value = _data_attribute(value, key)
-        if value is _MISSING or callable(value):
+            value = _data_field(value, key, path, walked)
+        if value is _MISSING:
+            return _MISSING
+        if callable(value) and not isinstance(value, Mapping):
+            _not_data(path, f"{walked}.{key}", value)
             return _MISSING     # a template reads data, never code (docs/guide/limits.md)
+        walked = f"{walked}.{key}"
     return _MISSING if value is None else value
 
 
-def _data_attribute(value: Any, key: str) -> Any:
-    """A public data attribute of a host object: a dataclass field, an instance or slot attribute.
+def _data_field(value: Any, key: str, path: str, walked: str) -> Any:
+    """A field of a named tuple or a dataclass instance; _MISSING for anything else.
 
-    Flow JSON may come from another tenant, so a template never reaches a name
-    starting with "_", a method or a property (code), only stored data.
+    Flow JSON may come from a flow editor or another tenant, so a template never
+    reaches a host object's attributes (a client's session, its headers, a
+    provider's settings), a name starting with "_", a method or a property.
     """
-    if key.startswith("_") or isinstance(value, (str, int, float, bool)):
+    if key.startswith("_"):
         return _MISSING
-    fields_of = getattr(type(value), "__dataclass_fields__", None)
-    if isinstance(fields_of, dict) and key in fields_of:
-        return getattr(value, key, _MISSING)
-    instance = getattr(value, "__dict__", None)
-    if isinstance(instance, dict) and key in instance:
-        return instance[key]
-    for klass in type(value).__mro__:
-        slots = klass.__dict__.get("__slots__", ())
-        if key in ((slots,) if isinstance(slots, str) else slots) or key in (klass.__dict__.get("_fields") or ()):
-            return getattr(value, key, _MISSING)    # a slot or a namedtuple field
+    if isinstance(value, tuple):
+        names = getattr(type(value), "_fields", ())
+        return getattr(value, key) if isinstance(names, tuple) and key in names else _MISSING
+    if not isinstance(value, type) and hasattr(type(value), "__dataclass_fields__"):
+        if any(f.name == key for f in dataclass_fields(value)):
+            return getattr(value, key, _MISSING)
+        return _MISSING                       # a field the dataclass does not have: a typo
+    if not isinstance(value, (str, int, float, bool, list)):
+        _not_data(path, walked, value)
     return _MISSING
+
+
+def _not_data(path: str, walked: str, value: Any) -> None:
+    log.warning("[falai] template {{%s}}: %s is a %s, not data; a template reads only mappings by "
+                "key, lists and tuples by index, and the fields of dataclasses and named tuples. "
+                "Put the value itself in the context, e.g. context={\"name\": client.name} "
+                "(docs/guide/limits.md).", path, walked, type(value).__name__)
 
 
 def _tidy(text: str) -> str:

@@ -6,10 +6,13 @@ persistence.md §2.5 (the blob reader). The limits themselves: docs/guide/limits
 import json
 import sqlite3
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import pytest
+import requests
 
 import falai as F
+import falai_providers
 from falai import fake_clock
 from falai_stores import PostgresStore, RedisStore, SQLiteStore
 from test_stores import postgres_connection, redis_client, unique_name
@@ -57,10 +60,45 @@ def test_template_never_reaches_private_names_callables_or_unprintable_values(pa
     assert [m.text for m in r.messages] == ["x {{%s}} y" % path]
 
 
-def test_template_reads_dataclass_fields_instance_attributes_and_mappings():
+def test_template_reads_dataclass_fields_and_mappings_but_no_instance_attributes(caplog):
     agent, _, _ = build([say_flow("{{context.lead}} {{context.host.name}} {{context.tags}} {{context.tags.1}}")])
     r = agent.turn(session_id="s1", context=Ctx(), start={"flow": "f", "key": "k1"})
-    assert r.messages[0].text == "Bia Ana a, b b"
+    assert r.messages[0].text == "Bia {{context.host.name}} a, b b"
+    [warning] = [rec.getMessage() for rec in caplog.records if "template" in rec.getMessage()]
+    assert warning.startswith("[falai] template {{context.host.name}}: context.host is a Secretive, not data")
+    assert "dataclasses and named tuples" in warning and "docs/guide/limits.md" in warning
+
+
+class Point(NamedTuple):
+    x: int
+    y: int
+
+
+def test_template_reads_named_tuple_fields_by_name_and_index():
+    agent, _, _ = build([say_flow("{{context.p.x}}/{{context.p.1}}/{{context.p._fields}}/{{context.p.z}}")])
+    r = agent.turn(session_id="s1", context={"p": Point(3, 4)}, start={"flow": "f", "key": "k1"})
+    assert r.messages[0].text == "3/4/{{context.p._fields}}/{{context.p.z}}"
+
+
+def test_template_cannot_reach_a_token_inside_a_host_client(caplog):
+    """A requests.Session (or a provider) kept in the context: its headers are not data to a template."""
+    http = requests.Session()
+    http.headers["Authorization"] = "Bearer sk-live-secret"
+
+    @dataclass
+    class Crm:
+        http: object
+        name: str = "crm"
+    provider = falai_providers.OpenAICompatibleProvider(name="local", base_url="http://127.0.0.1:9", api_key="sk-k",
+                                                        model="m")
+    paths = ["context.crm.http.headers.Authorization", "context.crm.http.headers", "context.crm.http.auth",
+             "context.llm.headers", "context.llm.session.headers.Authorization", "context.llm._api_key",
+             "context.llm.retry_config", "context.crm.http", "context.llm"]
+    text = " | ".join("{{%s}}" % p for p in paths) + " | {{context.crm.name}}"
+    agent, _, _ = build([say_flow(text)])
+    r = agent.turn(session_id="s1", context={"crm": Crm(http), "llm": provider}, start={"flow": "f", "key": "k1"})
+    assert r.messages[0].text == " | ".join("{{%s}}" % p for p in paths) + " | crm"
+    assert "sk-live-secret" not in repr(r) and "sk-k" not in r.messages[0].text
 
 
 def test_a_whole_dataclass_prints_without_its_private_fields():
