@@ -84,8 +84,9 @@ __all__ = [
 SIBLING_IMPORTS = {
     "falai_providers": ("ENVELOPE_SHAPED", "compact_json", "decode_json_string", "lenient_loads", "parse_iso",
                         "reused", "to_ms", "unfenced"),
-    "falai_stores": ("ABSENT", "BLOB_NESTING", "check_expected_version", "check_table_name", "decode_session_row",
-                     "encode_session_row", "saved_session", "store_now_text"),
+    "falai_stores": ("ABSENT", "BLOB_NESTING", "check_expected_version", "check_session_id",
+                     "check_table_name", "decode_session_row", "encode_session_row",
+                     "saved_session", "store_now_text"),
     "falai_cli": ("_Checks", "_flow_frame", "check_flow_shape", "iso", "parse_iso", "strip_nones", "system_clock"),
 }
 
@@ -7686,21 +7687,103 @@ def _row_json_default(value: Any) -> Any:
                     "can be stored")
 
 
+MAX_SESSION_ID = 255           # characters: PostgresStore's VARCHAR(255), the bound of every store
+
+
+def check_session_id(session_id: Any) -> str:
+    """The session id every store accepts, or the error naming why not (docs/guide/stores.md).
+
+    One contract for every store: a non-empty string of at most ``MAX_SESSION_ID``
+    characters, with no NUL character and no lone surrogate (neither is text a
+    database keeps). A non-string raises TypeError, anything else ValueError.
+    """
+    if not isinstance(session_id, str):
+        raise TypeError(f"a session id is a string, not {type(session_id).__name__}")
+    problem = None
+    if not session_id:
+        problem = "is empty"
+    elif len(session_id) > MAX_SESSION_ID:
+        problem = f"is {len(session_id)} characters long, over the {MAX_SESSION_ID} a store keeps"
+    elif "\x00" in session_id:
+        problem = "contains a NUL character (U+0000), which no database keeps in text"
+    elif _SURROGATE.search(session_id):
+        problem = "contains a lone surrogate, which is not UTF-8 text"
+    if problem:
+        shown = f"{session_id[:40]!r}{'...' if len(session_id) > 40 else ''}"
+        raise ValueError(f"the session id {shown} {problem}: nothing was read or written. Use "
+                         f"an id of 1 to {MAX_SESSION_ID} printable characters, e.g. the channel's "
+                         "user id or a hash of it.")
+    return session_id
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def encode_session_row(session: Session, expected_version: int) -> str:
     """The blob a save writes, as compact JSON text with `version` = expected_version + 1 (§3.2, Write).
 
-    A datetime anywhere inside becomes §2.4 text; a non-finite float or a blob
-    nested deeper than BLOB_NESTING raises ValueError and any other value JSON
-    cannot hold raises TypeError.
+    A datetime anywhere inside becomes §2.4 text; a non-finite float, a blob
+    nested deeper than BLOB_NESTING, a bad id (``check_session_id``) or text no
+    database keeps (a NUL character, a lone surrogate) raises ValueError, and any
+    other value JSON cannot hold raises TypeError.
     """
     if not isinstance(session, Session):
         raise TypeError(f"save() takes a Session, not {type(session).__name__}")
+    check_session_id(session.id)
     blob = {**session.to_dict(), "version": expected_version + 1}
     if nests_deeper(blob, BLOB_NESTING):    # it would be saved but never load again (docs/guide/limits.md)
         raise ValueError(f'session "{session.id}" nests deeper than {BLOB_NESTING} levels (a value may nest '
                          f"{MAX_NESTING}): nothing was written. Flatten the deep value.")
-    return json.dumps(blob, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+    text = json.dumps(blob, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
                       default=_row_json_default)
+    _check_row_text(session.id, blob, text)
+    return text
+
+
+def _check_row_text(session_id: str, blob: dict, text: str) -> None:
+    """Refuse text no database keeps, naming where it is: Postgres's JSONB refuses a NUL
+    character, and no driver encodes a lone surrogate as UTF-8 (docs/guide/stores.md)."""
+    nul = _has_nul_escape(text)
+    surrogate = not nul and _SURROGATE.search(text) is not None
+    if not (nul or surrogate):
+        return
+    what, found = (("a NUL character (U+0000)", lambda t: "\x00" in t) if nul else
+                   ("a lone surrogate (not UTF-8 text)",
+                    lambda t: _SURROGATE.search(t) is not None))
+    raise ValueError(f'session "{session_id}" holds {what} at {_text_path(blob, found)}, which '
+                     "no store keeps: nothing was written. Clean the value before it enters the "
+                     'session, e.g. value.replace("\\x00", "") (docs/guide/stores.md).')
+
+
+def _has_nul_escape(text: str) -> bool:
+    """Whether JSON text holds the escape \\u0000: "u0000" after an odd run of backslashes.
+    Each run is counted once, from its end, so the check is linear in the text."""
+    at = text.find("u0000")
+    while at >= 0:
+        start = at
+        while start > 0 and text[start - 1] == "\\":
+            start -= 1
+        if (at - start) % 2 == 1:
+            return True
+        at = text.find("u0000", at + 5)
+    return False
+
+
+def _text_path(blob: dict, found: Callable[[str], bool]) -> str:
+    """The path of the first key or string in ``blob`` for which ``found`` holds (iterative)."""
+    stack: list[tuple[str, Any]] = [("", blob)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str) and found(value):
+            return path or "the blob"
+        if isinstance(value, dict):
+            for key, item in reversed(list(value.items())):
+                if isinstance(key, str) and found(key):
+                    return f"{path}.{key!r}".lstrip(".") + " (a key)"
+                stack.append((f"{path}.{key}".lstrip("."), item))
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", item) for i, item in reversed(list(enumerate(value))))
+    return "the blob"
 
 
 def _reject_constant(name: str) -> Any:
@@ -7758,6 +7841,7 @@ class MemoryStore:
 
     def load(self, session_id: str) -> Session | None:
         """The stored session, or None when there is no row; a bad row raises InvalidSessionError."""
+        check_session_id(session_id)
         with self._lock:
             row = self._rows.get(session_id)
         return None if row is None else decode_session_row(row[1], session_id)
