@@ -87,7 +87,8 @@ SIBLING_IMPORTS = {
     "falai_stores": ("ABSENT", "BLOB_NESTING", "check_expected_version", "check_session_id",
                      "check_table_name", "decode_session_row", "encode_session_row",
                      "saved_session", "store_now_text"),
-    "falai_cli": ("_Checks", "_flow_frame", "check_flow_shape", "iso", "parse_iso", "strip_nones", "system_clock"),
+    "falai_cli": ("_Checks", "_flow_frame", "check_flow_shape", "iso", "nests_deeper", "parse_iso",
+                  "strip_nones", "system_clock"),
 }
 
 
@@ -1973,7 +1974,7 @@ class Turn:
     def _trigger_key(self) -> str:
         given = self.input
         if given.kind == "message":
-            return given.id or given.at or self.now_text
+            return given.id or instant_key(self.session, given.at or self.now_text)
         # read_turn_input sets the field each kind names
         if given.kind == "wake":
             assert given.wake is not None
@@ -2086,6 +2087,10 @@ def ingest(turn: Turn) -> Ignored | None:
             return Ignored("duplicate-input", given.id)
         if given.id:
             turn.session.inputs = [*turn.session.inputs, given.id][-INPUTS_KEPT:]
+        elif turn.trigger_key != (given.at or turn.now_text):
+            # An id-less message sharing its instant took a numbered key: kept, so the next one
+            # in that instant takes the next number (instant_key).
+            turn.session.inputs = [*turn.session.inputs, turn.trigger_key][-INPUTS_KEPT:]
         turn.session.last_user_at = iso(parse_iso(given.at)) if given.at else turn.now_text
         resolve_reply_waits(turn)
     elif given.kind == "wake":
@@ -2103,6 +2108,28 @@ def ingest(turn: Turn) -> Ignored | None:
         else:
             start_run(turn, flow, "start", given.start["key"], payload=given.start.get("input"), hop=given.hop)
     return None
+
+
+def instant_key(session: Session, instant: str) -> str:
+    """An id-less message's trigger key: its instant, unique in the session (docs/guide/limits.md).
+
+    The instant alone, as in the original, unless the session's last customer message
+    came at or after it: then an earlier id-less message may have used it, and the key
+    is ``{instant}#{n}``, the first n from 2 not among the session's ``inputs``. A
+    replay on the same session gets the same key.
+    """
+    last = session.last_user_at
+    if last is None:
+        return instant
+    try:
+        if parse_iso(instant) > parse_iso(last):
+            return instant
+    except (TypeError, ValueError, OverflowError):
+        return instant             # a stored time that does not read: the original's key
+    n = 2
+    while f"{instant}#{n}" in session.inputs:
+        n += 1
+    return f"{instant}#{n}"
 
 
 def take_floor_in_ingest(turn: Turn, run: Run) -> None:

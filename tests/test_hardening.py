@@ -589,3 +589,70 @@ def test_a_flow_nested_deeper_than_the_flow_limit_is_a_configuration_error(level
         build([spec])
     with pytest.raises(F.FlowConfigurationError, match="deeper than 96 levels"):
         F.from_spec({"id": "f", "name": "F", "steps": [{"id": "a", "say": "x", "media": {"u": nested(levels)}}]})
+
+
+# Reply keys of id-less messages (docs/guide/limits.md, "Message keys") --------------------------
+
+AT = "2026-09-20T10:00:00.000Z"
+
+
+def idle_agent(replies=5):
+    return build([], script={"speak": [{"message": f"r{i}"} for i in range(replies)]})
+
+
+def test_id_less_messages_in_one_instant_get_distinct_reply_keys():
+    """The first keeps the original's key; each later one at that instant is numbered."""
+    agent, _, _ = idle_agent()
+    keys, session = [], None
+    for text in ("oi", "tudo bem?", "alô"):
+        r = agent.turn(session_id="s1", session=session, message=text, at=AT)
+        keys.append(r.messages[0].key)
+        session = r.session
+    assert keys == [f"idle:{AT}", f"idle:{AT}#2", f"idle:{AT}#3"]
+    assert session.inputs == [f"{AT}#2", f"{AT}#3"]
+
+
+def test_id_less_messages_on_a_stopped_clock_get_distinct_reply_keys():
+    agent, _, _ = idle_agent()
+    r1 = agent.turn(session_id="s1", message="oi")
+    r2 = agent.turn(session_id="s1", session=r1.session, message="oi de novo")
+    assert r1.messages[0].key == f"idle:{AT}"                   # the fake clock stands at T0 = AT
+    assert r2.messages[0].key == r1.messages[0].key + "#2"
+
+
+def test_an_id_less_message_replayed_on_the_same_session_gets_the_same_key():
+    agent, _, _ = idle_agent()
+    first = agent.turn(session_id="s1", message="oi", at=AT)
+    again = [agent.turn(session_id="s1", session=first.session, message="de novo", at=AT) for _ in range(2)]
+    assert again[0].messages[0].key == again[1].messages[0].key == f"idle:{AT}#2"
+
+
+def test_a_later_id_less_message_keeps_the_plain_instant_key():
+    agent, _, _ = idle_agent()
+    r1 = agent.turn(session_id="s1", message="oi", at=AT)
+    r2 = agent.turn(session_id="s1", session=r1.session, message="e aí", at="2026-09-20T10:00:01.000Z")
+    assert r2.messages[0].key == "idle:2026-09-20T10:00:01.000Z" and r2.session.inputs == []
+
+
+def test_an_id_less_message_with_an_earlier_at_never_reuses_a_key():
+    agent, _, _ = idle_agent()
+    r1 = agent.turn(session_id="s1", message="a", at=AT)
+    r2 = agent.turn(session_id="s1", session=r1.session, message="b", at="2026-09-20T10:05:00.000Z")
+    r3 = agent.turn(session_id="s1", session=r2.session, message="c", at=AT)
+    keys = [r.messages[0].key for r in (r1, r2, r3)]
+    assert len(set(keys)) == 3 and keys[2] == f"idle:{AT}#2"
+
+
+def test_id_less_re_asks_in_one_instant_get_distinct_keys():
+    flow = {"id": "f", "name": "F", "steps": [{"id": "nome", "collect": ["nome"], "question": "Seu nome?"}]}
+    agent, _, _ = build([flow], fields={"nome": {"type": "string"}},
+                        script={"understand": [{"fields": {}}] * 4,
+                                "speak": [{"message": "Seu nome, por favor?"}] * 4})
+    r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
+    keys = [m.key for m in r.messages]
+    session = r.session
+    for text in ("hã?", "como?"):
+        r = agent.turn(session_id="s1", session=session, message=text, at=AT)
+        keys += [m.key for m in r.messages]
+        session = r.session
+    assert len(keys) == len(set(keys)) == 3, keys
