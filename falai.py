@@ -189,10 +189,14 @@ class _Record(_FieldWise):
 
 @dataclass(repr=False, eq=False)
 class TokenUsage(_FieldWise):
-    """Token counts reported by a provider, summed over a turn's calls."""
+    """Token counts reported by a provider, summed over a turn's calls.
+
+    ``reasoning_tokens`` is the part of ``completion_tokens`` the model spent
+    thinking, where the vendor reports it (0 otherwise)."""
     prompt_tokens: int
     completion_tokens: int
     cached_input_tokens: int
+    reasoning_tokens: int = 0
 
 
 def add_usage(a: TokenUsage | None, b: TokenUsage | None) -> TokenUsage | None:
@@ -200,7 +204,8 @@ def add_usage(a: TokenUsage | None, b: TokenUsage | None) -> TokenUsage | None:
     if a is None or b is None:
         return a if b is None else b
     return TokenUsage(a.prompt_tokens + b.prompt_tokens, a.completion_tokens + b.completion_tokens,
-                      a.cached_input_tokens + b.cached_input_tokens)
+                      a.cached_input_tokens + b.cached_input_tokens,
+                      a.reasoning_tokens + b.reasoning_tokens)
 
 
 @dataclass(repr=False, eq=False)
@@ -526,6 +531,13 @@ OUTCOME_MESSAGES: dict[str, str] = {
     "unknown-field": "no field by that name is declared on the agent",
     "bad-value": "the value did not fit the field's type",
     "not-in-enum": "the value is not one of the field's options",
+    "tool-only": "only a tool, an action or the host writes this field",
+    "bad-format": "the value is not in the field's format",
+    "refused": "the field's validator refused the value",
+    "corrected": "the customer corrected a known value",
+    "repeat-spent": "the message flow already ran as often as its trigger's repeat allows",
+    "no-route": "no flow took the message and the idle speaker is silent",
+    "unknown-event": "no event by that name is registered on the agent",
     "provider-quota": "the provider's usage limit is spent",
     "provider-context": "the conversation outgrew the model's context window",
     "provider-auth": "the provider rejected the credentials",
@@ -1175,6 +1187,12 @@ def judge(predicate: Any, ctx: PredCtx, conditions: dict[str, Condition]) -> boo
         elif name == "known":
             if not all(is_known(ctx.data.get(slug)) for slug in arg):
                 return False
+        elif name == "unknown":     # falai for Python: "not known", which equals cannot say
+            if any(is_known(ctx.data.get(slug)) for slug in arg):
+                return False
+        elif name == "not":         # falai for Python: the inner condition does not hold
+            if judge(arg, ctx, conditions):
+                return False
         elif name == "silenced":
             if bool(arg) != (ctx.silenced is not None):
                 return False
@@ -1213,8 +1231,17 @@ def is_known(value: Any) -> bool:
 
 
 def extract_mode(definition: dict) -> str:
-    """A field's effective extract mode: "asked" for booleans by default, else "anywhere"."""
+    """A field's effective extract mode: "asked" for booleans by default, else "anywhere".
+
+    "never" marks a tool-only field: no model call is offered it, so only a
+    tool, an action or the host writes it (docs/guide/flows.md, Fields).
+    """
     return definition.get("extract") or ("asked" if definition.get("type") == "boolean" else "anywhere")
+
+
+def model_fields(fields: dict, slugs: list[str]) -> list[str]:
+    """The slugs a model call may be offered: all but the tool-only fields (extract "never")."""
+    return [slug for slug in slugs if extract_mode(_as_definition(fields.get(slug))) != "never"]
 
 
 def merge_patch(data: dict, patch: dict) -> None:
@@ -1282,6 +1309,105 @@ def coerce_field(definition: dict, raw: Any) -> tuple[str, Any]:
     return "ok", value
 
 
+# Formats and validators, a falai for Python addition (docs/guide/flows.md, Formats and validators).
+# A model-given value of a field with one is checked after its type and enum, and kept normalised.
+
+FORMAT_HINTS = {
+    "date": "a calendar date, written YYYY-MM-DD",
+    "time": "a time of day, written HH:MM (24-hour)",
+    "datetime": "a date and time, written YYYY-MM-DDTHH:MM (ISO 8601, an offset if known)",
+    "email": "an e-mail address",
+    "phone": "a phone number: digits, with a leading + and the country code when given",
+}
+FIELD_FORMATS = tuple(FORMAT_HINTS)
+_EMAIL = re.compile(r"[^@\s]+@[^@\s.]+(\.[^@\s.]+)+")
+_CLOCK_TIME = re.compile(r"(\d{1,2})(?::(\d{2}))?(?::(\d{2}))?\s*([ap]\.?m\.?)?", re.IGNORECASE)
+
+
+def normal_format(kind: str, text: str) -> str | None:
+    """``text`` in the normal form of a field format, or None when it is not one (FORMAT_HINTS)."""
+    text = text.strip()
+    if kind == "date":
+        found = re.fullmatch(r"(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?:[T ].*)?", text)
+        if not found:
+            return None
+        year, month, day = (int(part) for part in found.groups())
+        try:
+            return datetime(year, month, day).date().isoformat()
+        except ValueError:
+            return None
+    if kind == "time":
+        found = _CLOCK_TIME.fullmatch(text)
+        if not found or not (found.group(2) or found.group(4)):     # a bare number is no time
+            return None
+        hour, minute, second = (int(part or 0) for part in found.groups()[:3])
+        if found.group(4):
+            if not 1 <= hour <= 12:
+                return None
+            hour = hour % 12 + (12 if found.group(4).lower().startswith("p") else 0)
+        if hour > 23 or minute > 59 or second > 59:
+            return None
+        return f"{hour:02d}:{minute:02d}" + (f":{second:02d}" if second else "")
+    if kind == "datetime":
+        try:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            return None
+        return moment.isoformat(timespec="minutes" if not moment.second else "seconds").replace(
+            "+00:00", "Z")
+    if kind == "email":
+        if not _EMAIL.fullmatch(text):
+            return None
+        local, domain = text.rsplit("@", 1)
+        return f"{local}@{domain.lower()}"
+    if kind == "phone":
+        if not re.fullmatch(r"\+?[\d\s().-]+", text) or re.fullmatch(r"\d{4}-\d\d?-\d\d?", text):
+            return None         # a date is no phone number
+        digits = re.sub(r"\D", "", text)
+        return ("+" if text.startswith("+") else "") + digits if 7 <= len(digits) <= 15 else None
+    return None
+
+
+def check_format_and_rule(definition: dict, value: Any) -> tuple[str, Any, str | None]:
+    """A coerced value through the field's ``format``, then its ``validate`` function.
+
+    Returns ("ok", value to keep, None), ("bad-format", None, None) or
+    ("refused", None, the validator's reason). The validator returns the value
+    to keep (None keeps it as it is), or refuses by raising or by returning
+    ``{"error": "why"}``.
+    """
+    kind = definition.get("format")
+    if kind is not None and isinstance(value, str):
+        value = normal_format(kind, value)
+        if value is None:
+            return "bad-format", None, None
+    rule = definition.get("validate")
+    if rule is None:
+        return "ok", value, None
+    try:
+        kept = rule(value)
+    except Exception as error:      # the host's own code: a raise is its refusal
+        return "refused", None, str(error) or type(error).__name__
+    if isinstance(kept, dict) and set(kept) == {"error"}:
+        return "refused", None, str(kept["error"])
+    return "ok", value if kept is None else kept, None
+
+
+def field_description(definition: dict) -> str | None:
+    """What the model reads about a field: its description, then its format and its validator's
+    first docstring line, when it has them."""
+    parts = [definition["description"]] if definition.get("description") else []
+    if definition.get("format") in FORMAT_HINTS:
+        parts.append(f"Format: {FORMAT_HINTS[definition['format']]}.")
+    rule = definition.get("validate")
+    doc = (getattr(rule, "__doc__", None) or "").strip().splitlines() if rule is not None else []
+    if doc and doc[0].strip():
+        parts.append(f"Rule: {doc[0].strip()}")
+    if definition.get("correctable") is True:
+        parts.append("When the customer corrects an earlier value, give the new one.")
+    return " ".join(parts) or None
+
+
 def nullable_property(definition: dict) -> dict:
     """One property of a nullable envelope (model-calls.md §2.7)."""
     if definition.get("type") == "array":
@@ -1296,8 +1422,9 @@ def nullable_property(definition: dict) -> dict:
         prop["items"] = item
         return prop
     prop = {"type": [definition.get("type", "string"), "null"]}
-    if definition.get("description"):
-        prop["description"] = definition["description"]
+    description = field_description(definition)
+    if description:
+        prop["description"] = description
     if "enum" in definition:
         prop["enum"] = [*definition["enum"], None]
     return prop
@@ -1372,6 +1499,18 @@ class RootToolkit(_Kit):
         return Toolkit(defs)
 
 
+def correctable_fields(fields: Any, correctable: Any) -> Any:
+    """The agent's option ``correctable=True``: every field that does not say otherwise reads as
+    ``"correctable": True`` (docs/guide/flows.md, When the customer changes their mind)."""
+    if correctable is not True:
+        raise FlowConfigurationError(f"correctable is {show(correctable)}: it must be True or "
+                                     "False. Leave it out to keep known values as they are.")
+    if not isinstance(fields, dict):
+        return fields           # check_agent names the problem
+    return {slug: {**d, "correctable": True}
+            if isinstance(d, dict) and "correctable" not in d else d for slug, d in fields.items()}
+
+
 def falai() -> RootToolkit:
     """The root toolkit: ``f = falai().fields({...}); agent = f.agent(name=..., provider=..., flows=[...])``."""
     return RootToolkit()
@@ -1395,10 +1534,13 @@ class Agent:
                  clock: Callable[[], datetime] | None = None,
                  business_hours: Callable[[datetime, Any], datetime] | None = None,
                  max_tool_loops: int = DEFAULT_MAX_TOOL_LOOPS, compaction: dict | None = None, debug: bool = False,
-                 protocol: str = "lean", max_candidates: int | None = None):
+                 protocol: str = "lean", max_candidates: int | None = None,
+                 correctable: bool = False):
         self.name = name
         self.provider = provider
         self.fields = fields or {}
+        if correctable is not False:
+            self.fields = correctable_fields(self.fields, correctable)
         # A None anywhere in a flow means "not set" (flows.md, Notation): the engine reads stripped copies.
         self.flows = [strip_nones(flow) for flow in flows or []]
         self.actions = dict(actions or {})
@@ -2041,7 +2183,8 @@ def run_turn(agent: Agent, kwargs: dict, streaming: bool) -> Generator[str, None
     turn = Turn(agent, given)
     ignored = ingest(turn)                                   # phases 1-2
     if ignored is not None:
-        write_line(turn, None, "wait", "skipped", code=ignored.code, key=ignored.key)
+        write_line(turn, None, "wait", "skipped", code=ignored.code, key=ignored.key,
+                   detail=ignored.detail)
         return turn.result(changed=False)
     if turn.is_message:
         turn.phase = "understand"
@@ -2069,11 +2212,12 @@ def run_turn(agent: Agent, kwargs: dict, streaming: bool) -> Generator[str, None
 
 class Ignored(_Record):
     """An input the turn ignores: its ``wait / skipped`` line's code and key (runtime.md §3.3)."""
-    __slots__ = ("code", "key")
+    __slots__ = ("code", "key", "detail")
 
-    def __init__(self, code: str, key: str) -> None:
-        self.code = code        # no-session, duplicate-input, stale-wake or silence-broken
+    def __init__(self, code: str, key: str, detail: str | None = None) -> None:
+        self.code = code    # no-session, duplicate-input, stale-wake, silence-broken, unknown-event
         self.key = key
+        self.detail = detail    # the event's name, for unknown-event
 
 
 def ingest(turn: Turn) -> Ignored | None:
@@ -2099,6 +2243,10 @@ def ingest(turn: Turn) -> Ignored | None:
             return ingest_silence_wake(turn, given.wake)
         return ingest_run_wake(turn, given.wake)
     elif given.kind == "event":
+        if given.event not in turn.agent.events and not any(
+                (run.waiting or {}).get("event") == given.event for run in turn.session.runs):
+            assert given.key is not None    # nothing waits on it and no trigger names it: say so
+            return Ignored("unknown-event", given.key, given.event)
         ingest_event(turn, given)
     else:
         assert given.start is not None
@@ -2428,7 +2576,8 @@ def ask_floor(turn: Turn, ask: UnderstandAsk, floor: Run, flow: dict) -> None:
     step = current_step(turn, floor)
     if step is None or not is_talk(step):
         return
-    ask.floor_step, ask.floor_pending = step, pending_fields(turn, step, floor)
+    ask.floor_step = step
+    ask.floor_pending = model_fields(turn.agent.fields, pending_fields(turn, step, floor))
     if floor.status == "asking" and not turn.floor_from_ingest:
         ask.branches = [AskedBranch(floor.id, step["id"], index, branch["when"])
                         for index, branch in enumerate(step.get("branches") or []) if branch.get("when") is not None]
@@ -2493,7 +2642,10 @@ def harvestable(turn: Turn, flows: list) -> list[str]:
 
     slugs = reused(turn.agent._understanding.harvest, tuple(map(id, flows)), anywhere, UNDERSTAND_PLANS_KEPT)
     known = {slug for slug, value in turn.session.data.items() if is_known(value)}
-    return [slug for slug in slugs if slug not in known] if known else list(slugs)
+    if not known:
+        return list(slugs)
+    fields = turn.agent.fields      # a correctable known field stays asked: it may be corrected
+    return [slug for slug in slugs if slug not in known or fields[slug].get("correctable") is True]
 
 
 def decide(turn: Turn, understood: Understood) -> None:
@@ -2571,11 +2723,24 @@ def write_value(turn: Turn, slug: str, raw: Any) -> None:
     if definition is None:
         write_line(turn, None, "collect", "skipped", code="unknown-field", detail=slug)
         return
+    if extract_mode(definition) == "never":     # no model call is offered it: refuse it
+        write_line(turn, None, "collect", "skipped", code="tool-only", detail=slug)
+        return
     verdict, value = coerce_field(definition, raw)
     if verdict != "ok":
         write_line(turn, None, "collect", "skipped", code=verdict, detail=slug)
         return
+    if "format" in definition or "validate" in definition:
+        verdict, value, reason = check_format_and_rule(definition, value)
+        if verdict != "ok":
+            write_line(turn, None, "collect", "skipped", code=verdict,
+                       detail=f"{slug}: {reason}" if reason else slug)
+            return
+    previous = turn.session.data.get(slug)
     turn.session.data[slug] = value
+    if (definition.get("correctable") is True and is_known(previous)
+            and not json_equal(previous, value)):
+        write_line(turn, None, "collect", "ok", code="corrected", detail=slug)
 
 
 # Phase 5: run (runtime.md §3.6) ---------------------------------------------------------------
@@ -2629,7 +2794,36 @@ def choose_speaker(turn: Turn) -> Run | str | None:
         return run
     if (turn.is_message and turn.asker() is None and turn.agent.idle != "silent" and not turn.spoke):
         return "idle"
+    if turn.is_message and turn.asker() is None and not turn.spoke:
+        explain_silence(turn)
     return None
+
+
+def explain_silence(turn: Turn) -> None:
+    """A message that started, moved and answered nothing gets an ``idle / skipped`` line naming the
+    rule that decided: a trigger's repeat is spent, or nothing routed and the idle speaker is
+    silent.
+    A falai for Python addition (docs/guide/conformance.md): the original writes nothing."""
+    if turn.started or any(line.run_id is not None for line in turn.outcomes):
+        return
+    def allowed(flow: dict, trigger: dict) -> bool:
+        draft = draft_run(turn, flow, "message", turn.trigger_key)
+        return trigger.get("if") is None or turn.holds(trigger["if"], draft)
+
+    spent = [flow["id"] for flow, trigger in message_triggers(turn.agent)
+             if allowed(flow, trigger)
+             and not repeat_allows(turn, flow, trigger, "message", turn.trigger_key)]
+    if spent:
+        write_line(turn, None, "idle", "skipped", code="repeat-spent", detail=", ".join(spent))
+    else:
+        write_line(turn, None, "idle", "skipped", code="no-route")
+
+
+def message_triggers(agent: Agent) -> list[tuple[dict, dict]]:
+    """Each flow's first phrased message trigger, then each first catch-all, in agent order."""
+    listed = flows_by_trigger(agent)
+    return [*zip(listed.phrased.flows, listed.phrased.triggers),
+            *zip(listed.catch_alls.flows, listed.catch_alls.triggers)]
 
 
 # Phase 6: speak (runtime.md §3.7; the call itself is section 10) ------------------------------
@@ -2653,7 +2847,8 @@ def speak_ask(turn: Turn, speaker: Run | str) -> SpeakAsk:
     instructions = kept_instructions(
         turn, [*agent.instructions, *(flow.get("instructions") or []), *(step.get("instructions") or [])], run)
     return SpeakAsk(input_kind=turn.input.kind, text=text, scope=turn.scope(run), history=turn.history,
-                    now=turn.now, run=run, flow=flow, step=step, pending=pending_fields(turn, step, run),
+                    now=turn.now, run=run, flow=flow, step=step,
+                    pending=model_fields(agent.fields, pending_fields(turn, step, run)),
                     instructions=instructions, tools=offered_tools(agent, listed))
 
 
@@ -3812,8 +4007,9 @@ def field_line(name: str, definition: dict | None) -> str:
         line = f"{name} ({definition.get('type', 'string')})"
         if isinstance(definition.get("enum"), list) and definition["enum"]:
             line += " [" + " | ".join(value_text(v) for v in definition["enum"]) + "]"
-    if definition.get("description"):
-        line += f": {definition['description']}"
+    description = field_description(definition)
+    if description:
+        line += f": {description}"
     return line
 
 
@@ -5750,7 +5946,7 @@ class StreamDecoder:
 # The first problem raises FlowConfigurationError with the message
 # "<where>: <what>. <fix>"; what runs but probably not as meant is a warning.
 
-RESERVED_CONDITIONS = ("equals", "known", "silenced")
+RESERVED_CONDITIONS = ("equals", "known", "unknown", "not", "silenced")
 TRIGGER_KINDS = ("message", "mention", "silence", "event")
 INSTRUCTION_KINDS = ("must", "never", "should")
 
@@ -5786,9 +5982,14 @@ def strip_nones(value: Any) -> Any:
     return _strip_nones(value)
 
 
-def _strip_nones(value: Any) -> Any:
+def _strip_nones(value: Any, in_equals: bool = False) -> Any:
+    """``in_equals``: the dict is a condition's ``equals``. One whose every value is None tests
+    nothing (a strict FlowSpec writes "no test" as ``"equals": null``), so it keeps them for the
+    check to refuse; otherwise a None there is the strict schema's "not given" and goes."""
     if isinstance(value, dict):
-        return {key: _strip_nones(item) for key, item in value.items() if item is not None}
+        keep = in_equals and bool(value) and all(item is None for item in value.values())
+        return {key: _strip_nones(item, key == "equals") for key, item in value.items()
+                if item is not None or keep}
     if isinstance(value, list):
         return [_strip_nones(item) for item in value]
     if isinstance(value, tuple):
@@ -6249,6 +6450,10 @@ def condition_names_check(condition: Any, label: str, where: str, names: _FlowNa
                 _flow_error(where, f"{label}.equals is not an object", "Write equals as { field: value }.")
             for slug, value in arg.items():
                 _field_check(slug, names, where, f"{label}.equals")
+                if value is None:   # kept only when every value is None (strip_nones)
+                    _flow_error(where, f'{label}.equals gives "{slug}" null, which a flow reads as '
+                                '"not set", so the condition would test nothing and always hold',
+                                f'For "not known" write {{ "unknown": ["{slug}"] }}.')
                 definition = _as_definition(names.fields[slug])
                 if matches_definition(definition, value):
                     continue
@@ -6260,11 +6465,16 @@ def condition_names_check(condition: Any, label: str, where: str, names: _FlowNa
                 kind, expected = type_name(value), expected_text(definition)
                 what = f'{label}.equals gives "{slug}" {article(kind)} {kind}, but the field is {expected}'
                 _flow_error(where, what, f"Write {expected}; values are not coerced.")
-        elif key == "known":
+        elif key in ("known", "unknown"):
             if not isinstance(arg, (list, tuple)):
-                _flow_error(where, f"{label}.known is not a list", "Write known as [field, ...].")
+                _flow_error(where, f"{label}.{key} is not a list", f"Write {key} as [field, ...].")
             for slug in arg:
-                _field_check(str(slug), names, where, f"{label}.known")
+                _field_check(str(slug), names, where, f"{label}.{key}")
+        elif key == "not":
+            if not isinstance(arg, dict) and not callable(arg):
+                _flow_error(where, f"{label}.not is {show(arg)}, not a condition",
+                            'Write it as an object, e.g. { "not": { "known": ["nome"] } }.')
+            condition_names_check(arg, f"{label}.not", where, names)
         elif key == "silenced":
             if not isinstance(arg, bool):
                 _flow_error(where, f"{label}.silenced is not a boolean", "Write true or false.")
@@ -6436,6 +6646,16 @@ def _step_names(step: dict, i: int, flow_where: str, position: dict, names: _Flo
             _field_check(slug, names, where, "collect")
         for slug in step.get("ask", {}):
             _field_check(slug, names, where, "ask")
+        tool_only = [slug for slug in collect
+                     if extract_mode(_as_definition(names.fields[slug])) == "never"]
+        if tool_only and step.get("tools") != [] and names.tool_ids:
+            tool_only = []
+        if tool_only and not names.actions:
+            quoted = ", ".join(f'"{slug}"' for slug in tool_only)
+            warnings.append(f"{where}: collects {quoted}, which only a tool, an action or the "
+                            "host writes (extract: never), and this step offers no tool and the "
+                            "agent has no action, so the step waits until your host writes it. "
+                            "Offer the tool that writes it, or drop extract: never.")
         if "question" in step and not collect:
             _flow_error(where, "has a question but collects nothing",
                         "A fixed question asks for fields: add collect, or send the text with a say step.")
@@ -6495,7 +6715,8 @@ BRANCH_KEYS = ("when", "if", "then")
 INSTRUCTION_KEYS = ("id", "kind", "when", "if", "prompt")
 TARGET_KEYS = ("step", "clear", "flow", "input")
 WAIT_KEYS = ("event", "upTo")
-FIELD_KEYS = ("type", "enum", "label", "description", "ask", "extract")
+FIELD_KEYS = ("type", "enum", "label", "description", "ask", "extract", "format", "validate",
+              "correctable")
 PARAMETER_KEYS = ("type", "items", "enum", "description", "optional")
 IDLE_KEYS = ("prompt", "instructions", "tools")
 COMPACTION_KEYS = ("enabled", "maxTokens", "compactionThreshold", "preserveRecentCount", "maxToolResultChars")
@@ -6762,6 +6983,7 @@ def check_compaction(config: Any) -> None:
 
 
 FIELD_TYPES = ("string", "number", "integer", "boolean")
+EXTRACT_MODES = ("anywhere", "asked", "never")
 # What people write for a field type, and the type they mean (issue 9; inferred).
 TYPE_ALIASES = {"str": "string", "text": "string", "int": "integer", "float": "number", "bool": "boolean"}
 
@@ -6772,7 +6994,7 @@ def check_field_definition(slug: Any, definition: Any) -> list[str]:
     Raises FlowConfigurationError naming the field and the fix: not an object,
     no type or one that is not a field type, an enum that is not a non-empty
     list of values of that type (or any enum on a boolean), an extract other
-    than "anywhere" or "asked", a label, description or ask that is not text.
+    than "anywhere", "asked" or "never", a label, description or ask that is not text.
     """
     where = f'field "{slug}"'
     if not isinstance(definition, dict):
@@ -6802,12 +7024,29 @@ def check_field_definition(slug: Any, definition: Any) -> list[str]:
             if not _type_fits(definition, value):
                 _flow_error(where, f"enum[{i}] is {show(value)}, not {article(kind)} {kind}",
                             f"Write every value of enum as {article(kind)} {kind}, or change the type.")
-    if "extract" in definition and definition["extract"] not in ("anywhere", "asked"):
-        _flow_error(where, f'extract is {show(definition["extract"])}, which is not one of "anywhere", "asked"',
-                    "Use one of them.")
+    if "extract" in definition and definition["extract"] not in EXTRACT_MODES:
+        _flow_error(where, f'extract is {show(definition["extract"])}, which is not one of '
+                    + ", ".join(f'"{mode}"' for mode in EXTRACT_MODES), "Use one of them.")
     for key in ("label", "description", "ask"):
         if key in definition and not isinstance(definition[key], str):
             _flow_error(where, f"{key} is {show(definition[key])}, not text", f"Write {key} as a string.")
+    if "format" in definition:
+        if definition["format"] not in FIELD_FORMATS:
+            given = definition["format"]
+            near = closest(given, FIELD_FORMATS) if isinstance(given, str) else None
+            _flow_error(where, f'format is {show(definition["format"])}, which is not one of '
+                        + ", ".join(f'"{name}"' for name in FIELD_FORMATS),
+                        f'Did you mean "{near}"?' if near else "Use one of them.")
+        if kind != "string":
+            _flow_error(where, f'has format "{definition["format"]}" but type {show(kind)}',
+                        'A format checks text: make the field "type": "string".')
+    if "correctable" in definition and not isinstance(definition["correctable"], bool):
+        _flow_error(where, f'correctable is {show(definition["correctable"])}, not true or false',
+                    "Write true to let the customer correct a known value, or leave it out.")
+    if "validate" in definition and not callable(definition["validate"]):
+        _flow_error(where, f'validate is {show(definition["validate"])}, not a function',
+                    "Pass a Python function value -> value to keep (raise to refuse); a JSON "
+                    "registry cannot hold one.")
     return [text for _, text in unknown_key_warnings(definition, FIELD_KEYS, where)]
 
 
@@ -6879,8 +7118,8 @@ def check_agent(agent: Agent) -> list[str]:
         warnings.extend(check_field_definition(slug, definition))
     for name in agent.conditions:
         if name in RESERVED_CONDITIONS:
-            raise FlowConfigurationError(f'condition "{name}" shadows a built-in: equals, known, silenced are '
-                                         "reserved. Rename it.")
+            raise FlowConfigurationError(f'condition "{name}" shadows a built-in: equals, known, '
+                                         "unknown, not, silenced are reserved. Rename it.")
     registries = {"fields": agent.fields, "actions": agent.actions, "events": agent.events,
                   "conditions": agent.conditions, "tools": agent.tools, "flows": agent.flows}
     names = _FlowNames.of(registries)
@@ -6945,11 +7184,13 @@ SPEC_KIND_KEYS = {
 
 
 def _storable(predicate: Any, label: str) -> None:
-    """A predicate in a spec must be JSON (persistence.md §1.8)."""
+    """A predicate in a spec must be JSON (persistence.md §1.8), a ``not`` inside it too."""
     if callable(predicate):
         raise FlowConfigurationError(
             f"{label}: is a function, which cannot be stored as JSON. Write it as a condition ({{ equals }}, "
             "{ known }, { silenced } or a named condition) to store this flow.")
+    if isinstance(predicate, dict) and predicate.get("not") is not None:
+        _storable(predicate["not"], f"{label}.not")
 
 
 def _instruction_ifs_storable(instructions: Any, label: str) -> None:

@@ -1268,6 +1268,9 @@ def parser() -> argparse.ArgumentParser:
     registry_option(p)
     p.add_argument("--lines", type=int, default=5, help="outcome lines shown per run (default 5)")
 
+    # Listed for --help only: main() hands `falai host ...` to falai_host before parsing.
+    commands.add_parser("host", help="the production host's roles and admin (pip install 'falai[host]')")
+
     p = commands.add_parser("migrate", help="a 3.x session blob as a v4 blob")
     p.add_argument("old", metavar="OLD.json")
     p.add_argument("--session-id", help="default: the blob's id")
@@ -1284,6 +1287,10 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     import os
     out, err = out or sys.stdout, err or sys.stderr
     environ = dict(os.environ) if environ is None else environ
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["host"]:            # the production host: its own module, its own extra
+        import falai_host
+        return falai_host.main(argv[1:], out, err, environ)
     try:
         args = parser().parse_args(argv)
     except SystemExit as exit_:

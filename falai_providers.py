@@ -34,6 +34,7 @@ import contextlib
 import dataclasses
 import email.utils
 import fnmatch
+import hashlib
 import json
 import logging
 import math
@@ -432,6 +433,10 @@ class ModelCaps:
     (``temperature`` and ``topP``), ``"one"`` (either, never both) or ``"none"``.
     ``json_with_tools``: Gemini takes JSON mode on a call with tools.
     ``native_schema``: Anthropic's ``output_config.format`` JSON schema output.
+    ``endpoint`` (OpenAI): ``"chat"`` (chat completions takes the model),
+    ``"tools"`` (chat completions refuses reasoning beside function tools, so a
+    call with tools goes to the Responses API, or gets ``reasoning_effort:
+    "none"`` on chat completions) or ``"responses"`` (a Responses-only model).
     """
 
     thinking: str | None = None
@@ -442,8 +447,10 @@ class ModelCaps:
     sampling: str = "none"
     json_with_tools: bool = False
     native_schema: bool = False
+    endpoint: str = "chat"
 
 
+ENDPOINTS = ("chat", "tools", "responses")
 UNKNOWN_MODEL = ModelCaps()             # the conservative choice: nothing optional is sent
 PASS_THROUGH = ModelCaps(thinking="reasoning", levels=("none", "low", "medium", "high"), can_disable=True,
                          sampling="any")
@@ -454,6 +461,10 @@ _GEMINI_3_LEVELS = ("MINIMAL", "LOW", "MEDIUM", "HIGH")
 _LOW_UP = ("LOW", "MEDIUM", "HIGH")
 _GEMINI_3: dict[str, Any] = dict(thinking="level", thinks_by_default=True, sampling="any", json_with_tools=True)
 _GEMINI_2: dict[str, Any] = dict(thinking="budget", sampling="any")
+_ALWAYS: dict[str, Any] = dict(thinking="adaptive", thinks_by_default=True)    # Fable, Mythos
+_REASONS: dict[str, Any] = dict(thinking="reasoning", thinks_by_default=True)  # OpenAI, thinking
+_CODEX = ("low", "medium", "high")
+_XHIGH = ("low", "medium", "high", "xhigh")
 
 MODEL_TABLE: dict[str, tuple[tuple[str, ModelCaps], ...]] = {
     "gemini": (
@@ -473,6 +484,11 @@ MODEL_TABLE: dict[str, tuple[tuple[str, ModelCaps], ...]] = {
         # 3.8 Flash's row starts at LOW. Sources disagree on 3.6 Flash, so it gets the
         # levels every source accepts.
         ("gemini-3.5-flash-lite*", ModelCaps(**_GEMINI_3, levels=_GEMINI_3_LEVELS)),
+        # docs.cloud.google.com gemini-3-5-flash guide: 3.5 Flash MINIMAL..HIGH (default MEDIUM;
+        # now forwarded to 3.6 Flash, ai.google.dev whats-new-gemini-3.5, so it gets 3.6's levels);
+        # 3.1 Flash-Lite MINIMAL..HIGH (default MINIMAL).
+        ("gemini-3.5-flash*", ModelCaps(**_GEMINI_3, levels=_LOW_UP)),
+        ("gemini-3.1-flash-lite*", ModelCaps(**_GEMINI_3, levels=_GEMINI_3_LEVELS)),
         ("gemini-3.6-flash*", ModelCaps(**_GEMINI_3, levels=_LOW_UP)),
         ("gemini-3.7-flash*", ModelCaps(**_GEMINI_3, levels=_LOW_UP)),
         ("gemini-3.8-flash*", ModelCaps(**_GEMINI_3, levels=_LOW_UP)),
@@ -482,8 +498,19 @@ MODEL_TABLE: dict[str, tuple[tuple[str, ModelCaps], ...]] = {
         # (vellum-ai/vellum-assistant#32687); MEDIUM is a 400 on 3 Pro (jenslys/opencode-gemini-auth#14).
         ("gemini-3.1-pro*", ModelCaps(**_GEMINI_3, levels=_LOW_UP)),
         ("gemini-3-pro*", ModelCaps(**_GEMINI_3, levels=("LOW", "HIGH"))),
+        # gemini-flash-latest, gemini-flash-lite-latest, gemini-pro-latest (python-genai
+        # _gaos/types/interactions/model.py) move with each release: the levels every current
+        # Flash, Flash-Lite and Pro accept.
+        ("gemini-*-latest", ModelCaps(**_GEMINI_3, levels=_LOW_UP)),
     ),
     "anthropic": (
+        # Claude Fable 5 and the Mythos models (anthropic-sdk-python types/model.py) think always:
+        # adaptive only, `{"type": "disabled"}` and `budget_tokens` are a 400, no sampling
+        # parameters, effort low..max with xhigh (code-yeongyu/oh-my-openagent#5098,
+        # PrimeIntellect-ai/prime-agent#302, anomalyco/opencode#31546). Structured outputs are not
+        # in their launch feature list (simstudioai/sim#4921): the schema rides in the prompt.
+        ("claude-fable-*", ModelCaps(**_ALWAYS, levels=(*_XHIGH, "max"))),
+        ("claude-mythos-*", ModelCaps(**_ALWAYS, levels=(*_XHIGH, "max"))),
         # Claude 4.7+ refuse thinking.type "enabled": adaptive thinking with output_config.effort
         # (platform.claude.com extended-thinking; anthropic-sdk-python thinking_config_adaptive_param.py,
         # output_config_param.py). `temperature` is a 400 "`temperature` is deprecated for this
@@ -521,15 +548,46 @@ MODEL_TABLE: dict[str, tuple[tuple[str, ModelCaps], ...]] = {
         # A non-reasoning model answers 400 "Unrecognized request argument supplied:
         # reasoning_effort" (AAswordman/Operit#1048). gpt-5.x and the o-series take only the
         # default temperature: 400 "Only the default (1) value is supported" (chatboxai/chatbox#2564).
+        # Endpoints: openai-python types/shared/responses_model.py lists the Responses-only
+        # ids (gpt-5-pro, gpt-5.5-pro, gpt-5-codex, gpt-5.1-codex-max, o1-pro, o3-pro): 404
+        # "This model is only supported in v1/responses and not in v1/chat/completions."
+        # (continuedev/continue#8326). gpt-5.2 and later refuse reasoning beside function
+        # tools on chat completions: 400 "Function tools with reasoning_effort are not
+        # supported for gpt-5.4 in /v1/chat/completions. Please use /v1/responses instead."
+        # (pipecat-ai/pipecat#4043, openai/openai-openapi#541, livekit/agents#5088); gpt-5.6
+        # and gpt-6 refuse their own default effort there (laurent22/joplin#16451,
+        # apache/flink-agents#1462: "Chat Completions supports function calling only with
+        # reasoning_effort set to none").
         ("gpt-5*-chat*", ModelCaps(sampling="any")),               # the chat variants do not reason
-        ("gpt-5*-pro*", ModelCaps(thinking="reasoning", levels=("high",), thinks_by_default=True)),
+        ("gpt-6*-chat*", ModelCaps(sampling="any")),               # Yanyutin753/LambChat#550
+        ("gpt-5-pro*", ModelCaps(**_REASONS, levels=("high",), endpoint="responses")),
+        # gpt-5.2-pro: medium, high, xhigh (eyaltoledano/claude-task-master#1508).
+        ("gpt-5.5-pro*", ModelCaps(**_REASONS, levels=_XHIGH[1:], endpoint="responses")),
+        ("gpt-5*-pro*", ModelCaps(**_REASONS, levels=_XHIGH[1:], endpoint="tools")),
+        # Codex: 400 "'none' is not supported with the 'gpt-5.1-codex' model. Supported values are:
+        # 'low', 'medium', and 'high'." (openai/codex#6647, an OpenAI maintainer); 'minimal' is the
+        # same 400 on gpt-5-codex (CherryHQ/cherry-studio#10430); codex-max adds xhigh and
+        # codex-mini takes medium and high (ben-vargas/ai-sdk-provider-codex-cli#8).
+        ("gpt-5-codex*", ModelCaps(**_REASONS, levels=_CODEX, endpoint="responses")),
+        ("gpt-5.1-codex-max*", ModelCaps(**_REASONS, levels=_XHIGH, endpoint="responses")),
+        ("gpt-5.1-codex-mini*", ModelCaps(**_REASONS, levels=("medium", "high"))),
+        ("gpt-5.1-codex*", ModelCaps(**_REASONS, levels=_CODEX)),
+        ("gpt-5*-codex*", ModelCaps(**_REASONS, levels=_CODEX, endpoint="tools")),
         ("gpt-5", ModelCaps(thinking="reasoning", levels=("minimal", "low", "medium", "high"),
                             thinks_by_default=True)),
         ("gpt-5-*", ModelCaps(thinking="reasoning", levels=("minimal", "low", "medium", "high"),
                               thinks_by_default=True)),
         ("gpt-5.1*", ModelCaps(thinking="reasoning", levels=("none", "low", "medium", "high"), can_disable=True)),
+        # gpt-5.6 sol/terra/luna: none..xhigh (bolna-ai/bolna#852), thinking by default.
+        ("gpt-5.6*", ModelCaps(**_REASONS, levels=("none", *_XHIGH), can_disable=True,
+                               endpoint="tools")),
         ("gpt-5.*", ModelCaps(thinking="reasoning", levels=("none", "low", "medium", "high", "xhigh"),
-                              can_disable=True)),
+                              can_disable=True, endpoint="tools")),
+        # gpt-6: low..xhigh, `none` and `minimal` refused (BerriAI/litellm-docs#1173,
+        # langchain-ai/langchain#40330); a tool round goes to the Responses API.
+        ("gpt-6*", ModelCaps(**_REASONS, levels=_XHIGH, endpoint="tools")),
+        ("o1-pro*", ModelCaps(**_REASONS, levels=_CODEX, endpoint="responses")),
+        ("o3-pro*", ModelCaps(**_REASONS, levels=_CODEX, endpoint="responses")),
         ("o1*", ModelCaps(thinking="reasoning", levels=("low", "medium", "high"), thinks_by_default=True)),
         ("o3*", ModelCaps(thinking="reasoning", levels=("low", "medium", "high"), thinks_by_default=True)),
         ("o4*", ModelCaps(thinking="reasoning", levels=("low", "medium", "high"), thinks_by_default=True)),
@@ -597,6 +655,9 @@ def _check_model_caps(owner: str, overrides: Any) -> dict:
                                                                 "reasoning"):
             raise ValueError(f'[{owner}] model_caps[{pattern!r}]["thinking"] is {fields["thinking"]!r}: use None, '
                              '"budget", "level", "enabled", "adaptive" or "reasoning".')
+        if "endpoint" in fields and fields["endpoint"] not in ENDPOINTS:
+            raise ValueError(f'[{owner}] model_caps[{pattern!r}]["endpoint"] is '
+                             f'{fields["endpoint"]!r}: use "chat", "tools" or "responses".')
         fields = dict(fields)
         if "levels" in fields:
             fields["levels"] = tuple(fields["levels"])
@@ -1132,7 +1193,8 @@ class _Accumulator:
         if kind == "usage":
             self.usage = TokenUsage(prompt_tokens=int(event["prompt_tokens"]),
                                     completion_tokens=int(event["completion_tokens"]),
-                                    cached_input_tokens=int(event["cached_input_tokens"]))
+                                    cached_input_tokens=int(event["cached_input_tokens"]),
+                                    reasoning_tokens=int(event.get("reasoning_tokens") or 0))
             self.cache_write_tokens = event.get("cache_write_tokens")
             return ""
         if kind == "finish":
@@ -1466,6 +1528,7 @@ class _HttpProvider:
         self._check_cancel(plan.request)
         accumulator = _Accumulator()
         state = self._new_state()
+        state["model"] = model           # whose reasoning the reply carries (tagged for replay)
         events = self._request(model, plan, state)
         try:
             for event in events:
@@ -1826,7 +1889,7 @@ class _HttpProvider:
     def _body_text(self, body: dict, plan: _Plan | None = None) -> str:
         """``compact_json(body)``, byte for byte, writing each kept fragment's text as it is, and the plan's
         kept lead as its one text (issue 12)."""
-        name = self._history_key
+        name = self._history_key_of(body)
         if name is None or name not in body:
             return compact_json(body)
         keys = list(body)
@@ -1838,6 +1901,10 @@ class _HttpProvider:
         return f'{head}{"," if at else ""}"{name}":[{items}]{"," if at + 1 < len(keys) else ""}{tail}'
 
     _history_key: str | None = None          # the body key of the history list, when it may hold fragments
+
+    def _history_key_of(self, body: dict) -> str | None:
+        """The key of ``body``'s history list (a vendor with two endpoints has one per endpoint)."""
+        return self._history_key
 
     @staticmethod
     def _plain_wire(role: str, text: str) -> dict:
@@ -2145,7 +2212,8 @@ class GeminiProvider(_HttpProvider):
             yield {"type": "usage", "prompt_tokens": usage.get("promptTokenCount") or 0,
                    "completion_tokens": (usage.get("candidatesTokenCount") or 0)
                    + (usage.get("thoughtsTokenCount") or 0),
-                   "cached_input_tokens": usage.get("cachedContentTokenCount") or 0}
+                   "cached_input_tokens": usage.get("cachedContentTokenCount") or 0,
+                   "reasoning_tokens": usage.get("thoughtsTokenCount") or 0}
         candidates = payload.get("candidates") or []
         feedback = payload.get("promptFeedback") or {}
         if feedback.get("blockReason") and not candidates:
@@ -2226,6 +2294,22 @@ _OPENAI_PRESETS = {"openai": "https://api.openai.com/v1", "openrouter": "https:/
 _FLAGGED = re.compile(r"\bflagged\b|moderation", re.I)
 _OPENAI_FINISH = {"stop": "stop", "length": "length", "tool_calls": "tool_calls", "function_call": "tool_calls",
                   "content_filter": "content_filter"}
+APIS = ("auto", "chat", "responses")
+# The Responses API: openai-python types/responses/ (response_create_params.py,
+# response_input_item_param.py, response_stream_event.py). A failed response's error code as
+# the HTTP status it stands for (response_error.py), so it classifies like the same failure.
+_RESPONSES_ERROR_STATUS = {"server_error": 500, "rate_limit_exceeded": 429,
+                           "vector_store_timeout": 504}
+_RESPONSES_POLICY = ("invalid_prompt", "bio_policy", "image_content_policy_violation")
+# The fields of a reasoning item sent back (response_reasoning_item_param.py).
+_REASONING_ITEM_KEYS = ("type", "id", "summary", "encrypted_content")
+MIN_OUTPUT_TOKENS = 16         # "Invalid 'max_output_tokens': ... Expected a value >= 16"
+
+
+def _is_openai_reasoning(item: Any) -> bool:
+    """A Responses reasoning item kept in ``reasoning_details`` (replayed there only)."""
+    return isinstance(item, dict) and item.get("type") == "reasoning" \
+        and isinstance(item.get("id"), str) and isinstance(item.get("encrypted_content"), str)
 
 
 class OpenAICompatibleProvider(_HttpProvider):
@@ -2261,7 +2345,8 @@ class OpenAICompatibleProvider(_HttpProvider):
                  site_url: str | None = None, site_name: str | None = None,
                  provider_order: list[str] | None = None, include_usage: bool = True,
                  capabilities: dict | None = None, model_caps: dict | None = None,
-                 understand_effort: str | None = "none"):
+                 understand_effort: str | None = "none", api: str = "auto",
+                 prompt_cache_key: str | None = "auto"):
         owner = "OpenAICompatibleProvider"
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f'[{owner}] name is empty: pass one, e.g. name="openrouter" or name="ollama".')
@@ -2290,6 +2375,17 @@ class OpenAICompatibleProvider(_HttpProvider):
         if provider_order is not None and (isinstance(provider_order, str)
                                            or not all(isinstance(p, str) for p in provider_order)):
             raise ValueError(f'[{owner}] provider_order must be a list of provider names, e.g. ["anthropic"].')
+        if api not in APIS:
+            raise ValueError(f'[{owner}] api is {api!r}: use "auto" (the capability table '
+                             'picks, per call), "chat" (chat completions) or "responses" '
+                             "(the Responses API).")
+        key = prompt_cache_key
+        if key is not None and (not isinstance(key, str) or not key.strip() or len(key) > 64):
+            raise ValueError(f'[{owner}] prompt_cache_key is {key!r}: pass "auto" (a key made '
+                             "from the system text), a string of at most 64 characters, or "
+                             "None to send none.")
+        self.api = api
+        self.prompt_cache_key = prompt_cache_key
         self.structured_output = structured_output
         self.json_with_tools = json_with_tools
         self.effort_dialect = effort_dialect
@@ -2308,17 +2404,10 @@ class OpenAICompatibleProvider(_HttpProvider):
         self.capabilities = ProviderCapabilities(**flags)
 
     def _wire(self, model: str, plan: _Plan) -> tuple[str, dict, dict]:
+        if self._endpoint(model, plan) == "responses":
+            return self._responses_wire(model, plan)
         url = f"{self.base_url}/chat/completions"
-        headers = self._base_headers()
-        if self._api_key is not None:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        if self.organization:
-            headers["OpenAI-Organization"] = self.organization
-        if self.site_url:
-            headers["HTTP-Referer"] = self.site_url
-        if self.site_name:
-            headers["X-Title"] = self.site_name
-        headers.update(self.headers)
+        headers = self._openai_headers()
         messages = self._wire_messages(plan)
         body: dict = {"model": model, "messages": messages, "stream": True}
         if self.include_usage:
@@ -2332,6 +2421,8 @@ class OpenAICompatibleProvider(_HttpProvider):
         self._sampling(options, body, {"temperature": "temperature", "topP": "top_p", "stopSequences": "stop"},
                        model, caps)
         body.update(self._effort(options, model, caps))
+        if plan.tools and caps.endpoint != "chat" and self.effort_dialect == "openai":
+            self._no_effort_beside_tools(body, model)
         if plan.tools:
             body["tools"] = [{"type": "function", "function": dict(t)} for t in plan.tools]
         if plan.json is not None:
@@ -2346,9 +2437,61 @@ class OpenAICompatibleProvider(_HttpProvider):
                 messages.append({"role": "system", "content": schema_prompt(schema)})   # last: prefix caches
         if self.provider_order is not None:
             body["provider"] = {"order": list(self.provider_order), "allow_fallbacks": True}
+        cache_key = self._cache_key(plan)
+        if cache_key is not None:
+            body["prompt_cache_key"] = cache_key
         return url, headers, body
 
+    def _openai_headers(self) -> dict:
+        headers = self._base_headers()
+        if self._api_key is not None:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        if self.organization:
+            headers["OpenAI-Organization"] = self.organization
+        if self.site_url:
+            headers["HTTP-Referer"] = self.site_url
+        if self.site_name:
+            headers["X-Title"] = self.site_name
+        headers.update(self.headers)
+        return headers
+
+    def _endpoint(self, model: str, plan: _Plan) -> str:
+        """``"chat"`` or ``"responses"`` for this call: as forced by ``api``, else as the model's
+        row says on OpenAI's own endpoint; every other server speaks chat completions."""
+        if self.api != "auto":
+            return self.api
+        if self.name != "openai":
+            return "chat"
+        endpoint = self._caps("openai", model).endpoint
+        if endpoint == "responses" or (endpoint == "tools" and plan.tools):
+            return "responses"
+        return "chat"
+
+    def _no_effort_beside_tools(self, body: dict, model: str) -> None:
+        """Chat completions takes function tools on these models only with effort ``"none"``."""
+        if body.get("reasoning_effort") != "none":
+            self._warn_once(("tools-effort", model), '[%s] %s takes function tools on chat '
+                            'completions only with reasoning_effort "none", so this call thinks '
+                            'not. Pass api="auto" or api="responses" to reason beside tools.',
+                            self.name, model)
+        body["reasoning_effort"] = "none"
+
+    def _cache_key(self, plan: _Plan) -> str | None:
+        """OpenAI's ``prompt_cache_key``: one per system text (an agent's stable prefix), so calls
+        that share it reach the same cache; the key given to the provider instead, or none."""
+        if self.prompt_cache_key is None or self.name != "openai":
+            return None
+        if self.prompt_cache_key != "auto":
+            return self.prompt_cache_key
+        system = plan.request.system
+        if not isinstance(system, str) or not system.strip():
+            return None
+        return "falai-" + hashlib.sha256(system.encode("utf-8")).hexdigest()[:24]
+
     _history_key = "messages"
+
+    def _history_key_of(self, body: dict) -> str | None:
+        return "input" if "input" in body else "messages"
 
     @staticmethod
     def _plain_wire(role: str, text: str) -> dict:
@@ -2377,8 +2520,10 @@ class OpenAICompatibleProvider(_HttpProvider):
             out["reasoning_content"] = message["reasoning"]
         details = message.get("reasoningDetails")
         if isinstance(details, list):
-            # Anthropic's signed thinking blocks never go to another vendor (issue 7 item 4).
-            details = [d for d in details if not _is_anthropic_thinking(d)]
+            # Anthropic's signed thinking blocks and OpenAI's encrypted reasoning items never go to
+            # another vendor (issue 7 item 4).
+            details = [d for d in details
+                       if not _is_anthropic_thinking(d) and not _is_openai_reasoning(d)]
             if details:
                 out["reasoning_details"] = details
         elif details is not None:
@@ -2409,8 +2554,213 @@ class OpenAICompatibleProvider(_HttpProvider):
             return {"thinking": {"type": "enabled"}}
         return {}
 
+    # -- the Responses API (POST {base_url}/responses) ---------------------------
+
+    def _responses_wire(self, model: str, plan: _Plan) -> tuple[str, dict, dict]:
+        """One Responses request: ``instructions`` and ``input`` items, flat function tools,
+        ``text.format``, ``reasoning.effort``. Stateless (``store: false``): a reasoning model's
+        encrypted reasoning comes back in the reply and is replayed in the next tool round."""
+        options = plan.options
+        caps = self._caps("openai", model, UNKNOWN_MODEL if self.name == "openai" else PASS_THROUGH)
+        instructions, items = self._responses_input(plan, model)
+        body: dict = {"model": model}
+        if instructions:
+            body["instructions"] = instructions
+        body["input"] = items
+        body["stream"] = True
+        body["store"] = False
+        if caps.thinking == "reasoning":
+            body["include"] = ["reasoning.encrypted_content"]
+        if options.get("maxTokens") is not None:
+            body["max_output_tokens"] = max(MIN_OUTPUT_TOKENS, options["maxTokens"])
+        self._sampling({k: v for k, v in options.items() if k != "stopSequences"}, body,
+                       {"temperature": "temperature", "topP": "top_p"}, model, caps)
+        if options.get("stopSequences"):
+            self._warn_once(("stop", model), "[%s] stopSequences are not sent to %s: the "
+                            'Responses API has no stop parameter. Pass api="chat" to send them.',
+                            self.name, model)
+        effort = self._effort(options, model, caps) if self.effort_dialect != "off" else {}
+        level = effort.get("reasoning_effort") or (effort.get("reasoning") or {}).get("effort")
+        if level is not None:
+            body["reasoning"] = {"effort": level}
+        if plan.tools:
+            body["tools"] = [{"type": "function", "name": t["name"],
+                              "description": t["description"], "parameters": t["parameters"],
+                              "strict": is_strict_schema(t["parameters"])} for t in plan.tools]
+        if plan.json is not None:
+            schema = plan.json["schema"]
+            if plan.tools and self.json_with_tools == "prompt":
+                items.append({"role": "system", "content": schema_prompt(schema)})
+            elif self.structured_output == "json_schema":
+                body["text"] = {"format": {"type": "json_schema", "name": plan.json["name"],
+                                           "schema": schema, "strict": is_strict_schema(schema)}}
+            else:
+                body["text"] = {"format": {"type": "json_object"}}
+                items.append({"role": "system", "content": schema_prompt(schema)})
+        cache_key = self._cache_key(plan)
+        if cache_key is not None:
+            body["prompt_cache_key"] = cache_key
+        return f"{self.base_url}/responses", self._openai_headers(), body
+
+    def _responses_input(self, plan: _Plan, model: str) -> tuple[str, list[dict]]:
+        """(``instructions``, ``input``): the leading system text, then the items of each message.
+        A plain text fragment is the same ``{"role", "content"}`` dict on both endpoints."""
+        messages = plan.messages
+        instructions = ""
+        if messages and messages[0]["role"] == "system" and type(messages[0]) is not _Fragment:
+            instructions, messages = messages[0]["content"], messages[1:]
+        runs = _spliced(messages, plan.lead,
+                        lambda m: [m] if type(m) is _Fragment else self._items(m, model),
+                        [plan.lead])
+        return instructions, [item for run in runs for item in run]
+
+    @staticmethod
+    def _items(message: dict, model: str) -> list[dict]:
+        """One normalized message as Responses input items (response_input_item_param.py)."""
+        role = message["role"]
+        text = message["content"]
+        if role == "tool":
+            return [{"type": "function_call_output", "call_id": message["toolCallId"],
+                     "output": text}]
+        if role != "assistant":
+            return [{"role": role, "content": text}] if text or role == "user" else []
+        items: list[dict] = []
+        details = message.get("reasoningDetails")
+        if message["toolCalls"] and isinstance(details, list):
+            # The encrypted reasoning of this tool round, to the model that wrote it only: another
+            # model cannot read it (the same rule as Anthropic's signed thinking blocks).
+            items.extend({k: d[k] for k in _REASONING_ITEM_KEYS if k in d} for d in details
+                         if _is_openai_reasoning(d) and d.get("model") == model)
+        if text:
+            items.append({"role": "assistant", "content": text})
+        items.extend({"type": "function_call", "call_id": call["id"], "name": call["name"],
+                      "arguments": call["arguments"]} for call in message["toolCalls"])
+        return items
+
+    def _parse_responses(self, payload: dict, state: dict) -> Iterator[dict]:
+        """One Responses stream event (response_stream_event.py), or a whole ``response`` object."""
+        kind = payload.get("type")
+        if kind == "error":
+            raise self._inband_error(payload, payload, code=payload.get("code"))
+        if payload.get("object") == "response":
+            yield from self._whole_response(payload, state)
+            return
+        seen = state.setdefault("items", {})      # output_index -> what its events already carried
+        index = payload.get("output_index")
+        delta = payload.get("delta")
+        if kind == "response.output_text.delta" and delta:
+            seen.setdefault(index, set()).add("text")
+            yield {"type": "delta", "content": str(delta)}
+        elif kind == "response.refusal.delta" and delta:
+            seen.setdefault(index, set()).add("refusal")
+            state["refusal"] = state.get("refusal", "") + str(delta)
+        elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta") \
+                and delta:
+            seen.setdefault(index, set()).add("reasoning")
+            yield {"type": "delta", "reasoning": str(delta)}
+        elif kind == "response.output_item.added":
+            yield from self._output_item(payload.get("item") or {}, index, state)
+        elif kind == "response.function_call_arguments.delta" and delta:
+            seen.setdefault(index, set()).add("arguments")
+            yield {"type": "delta", "tool_calls": [{"index": index, "arguments": str(delta)}]}
+        elif kind == "response.output_item.done":
+            yield from self._output_item(payload.get("item") or {}, index, state, done=True)
+        elif kind in ("response.completed", "response.incomplete", "response.failed"):
+            yield from self._whole_response(payload.get("response") or {}, state)
+
+    def _output_item(self, item: dict, index: Any, state: dict,
+                     done: bool = False) -> Iterator[dict]:
+        """An output item as it opens (``added``) or once complete (``done``): only what its
+        delta events did not already carry."""
+        seen = state.setdefault("items", {}).setdefault(index, set())
+        kind = item.get("type")
+        if kind == "function_call":
+            call: dict = {"index": index}
+            if "call" not in seen:
+                seen.add("call")
+                call.update(id=item.get("call_id"), name=item.get("name"))
+            if done and "arguments" not in seen and item.get("arguments"):
+                seen.add("arguments")
+                call["arguments"] = str(item["arguments"])
+            if len(call) > 1:
+                state["called"] = True
+                yield {"type": "delta", "tool_calls": [call]}
+        elif kind == "message" and done:
+            parts = [p for p in item.get("content") or [] if isinstance(p, dict)]
+            if "text" not in seen:
+                seen.add("text")
+                text = "".join(str(p.get("text") or "") for p in parts
+                               if p.get("type") == "output_text")
+                if text:
+                    yield {"type": "delta", "content": text}
+            if "refusal" not in seen:
+                seen.add("refusal")
+                refusal = "".join(str(p.get("refusal") or "") for p in parts
+                                  if p.get("type") == "refusal")
+                if refusal:
+                    state["refusal"] = state.get("refusal", "") + refusal
+        elif kind == "reasoning" and done and "kept" not in seen:
+            seen.add("kept")
+            summary = [p for p in item.get("summary") or [] if isinstance(p, dict)]
+            text = "".join(str(p.get("text") or "") for p in summary)
+            if text and "reasoning" not in seen:
+                yield {"type": "delta", "reasoning": text}
+            if isinstance(item.get("encrypted_content"), str) and isinstance(item.get("id"), str):
+                kept = state.setdefault("reasoning_items", [])
+                kept.append({**{k: item[k] for k in _REASONING_ITEM_KEYS if k in item},
+                             "model": state.get("model")})
+                yield {"type": "delta", "reasoning_details": [dict(d) for d in kept]}
+
+    def _whole_response(self, response: dict, state: dict) -> Iterator[dict]:
+        """The final ``response`` object: the items the stream did not carry, usage, the finish."""
+        if response.get("status") == "failed" or isinstance(response.get("error"), dict):
+            raise self._failed(response)
+        for index, item in enumerate(response.get("output") or []):
+            if isinstance(item, dict):
+                yield from self._output_item(item, index, state, done=True)
+        usage = response.get("usage")
+        if isinstance(usage, dict):
+            inputs = usage.get("input_tokens_details") or {}
+            outputs = usage.get("output_tokens_details") or {}
+            event = {"type": "usage", "prompt_tokens": usage.get("input_tokens") or 0,
+                     "completion_tokens": usage.get("output_tokens") or 0,
+                     "cached_input_tokens": inputs.get("cached_tokens") or 0,
+                     "reasoning_tokens": outputs.get("reasoning_tokens") or 0}
+            if inputs.get("cache_write_tokens"):
+                event["cache_write_tokens"] = inputs["cache_write_tokens"]
+            yield event
+        status = response.get("status")
+        if status == "completed":
+            finish = "tool_calls" if state.get("called") else "stop"
+            yield {"type": "finish", "finish_reason": finish, "vendor_finish_reason": status}
+        elif status == "incomplete":
+            reason = str((response.get("incomplete_details") or {}).get("reason"))
+            ended = {"max_output_tokens": "length", "content_filter": "content_filter"}.get(reason)
+            if ended is not None:
+                yield {"type": "finish", "finish_reason": ended, "vendor_finish_reason": reason}
+
+    def _failed(self, response: dict) -> ProviderError:
+        """A failed response's error, classified like the HTTP status its code stands for; a
+        refused prompt is kind ``content``."""
+        error = response.get("error") or {}
+        raw = error.get("code") if isinstance(error, dict) else None
+        code = raw if isinstance(raw, str) else None
+        if code in _RESPONSES_POLICY:
+            message = str(error.get("message") or "")[:300]
+            text = f"{self.name}: the prompt was refused ({code}): {message}"
+            return ProviderError(self._scrub(text), provider=self.name, kind="content", code=code)
+        status = _RESPONSES_ERROR_STATUS.get(code, 400) if code is not None else None
+        return self._inband_error(error, response, status=status, code=code)
+
     def _parse(self, payload: dict, state: dict) -> Iterator[dict]:
         """providers.md §5.6 (a whole ``chat.completion`` object is read the same way, §3.7 rule 8)."""
+        kind = payload.get("type")
+        # A Responses event (its error event names no nested "error"), or a whole response (5.7).
+        if (isinstance(kind, str) and (kind.startswith("response.")
+                                       or (kind == "error" and "error" not in payload))) \
+                or payload.get("object") == "response":
+            yield from self._parse_responses(payload, state)
+            return
         if payload.get("error"):
             error = payload["error"]
             code = error.get("code") if isinstance(error, dict) else None
@@ -2422,9 +2772,12 @@ class OpenAICompatibleProvider(_HttpProvider):
             cached = details.get("cached_tokens") if isinstance(details, dict) else None
             if cached is None:
                 cached = usage.get("prompt_cache_hit_tokens")
+            thought = usage.get("completion_tokens_details")
+            thought = thought if isinstance(thought, dict) else {}
             yield {"type": "usage", "prompt_tokens": usage.get("prompt_tokens") or 0,
                    "completion_tokens": usage.get("completion_tokens") or 0,
-                   "cached_input_tokens": cached or 0}
+                   "cached_input_tokens": cached or 0,
+                   "reasoning_tokens": thought.get("reasoning_tokens") or 0}
         choices = payload.get("choices") or []
         if not choices or not isinstance(choices[0], dict):
             return
@@ -2491,6 +2844,12 @@ _ANTHROPIC_ERROR_STATUS = {"invalid_request_error": 400, "authentication_error":
                            "overloaded_error": 529}
 
 
+def _signed_by(block: Any, model: str) -> bool:
+    """A signed thinking block that ``model`` wrote; a block kept before blocks named their
+    model (an older session) is taken as its own."""
+    return _is_anthropic_thinking(block) and block.get("model", model) == model
+
+
 def _is_anthropic_thinking(block: Any) -> bool:
     """A signed Anthropic thinking block kept in ``reasoning_details`` (replayed to Anthropic only)."""
     return isinstance(block, dict) and (
@@ -2498,17 +2857,73 @@ def _is_anthropic_thinking(block: Any) -> bool:
         or (block.get("type") == "redacted_thinking" and isinstance(block.get("data"), str)))
 
 
-_NATIVE_SCHEMA_REFUSED = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
-                          "minLength", "maxLength", "pattern", "minProperties", "maxProperties")
+# The subset Anthropic's structured outputs take, as anthropic-sdk-python lib/_parse/_transform.py
+# (transform_schema) writes it: the string formats it keeps; minItems only 0 or 1.
+_ANTHROPIC_FORMATS = frozenset({"date-time", "time", "date", "duration", "email", "hostname", "uri",
+                                "ipv4", "ipv6", "uuid"})
+_ANTHROPIC_KEPT = frozenset({"type", "enum", "description", "title", "required", "$ref",
+                             "additionalProperties"})
+
+
+def _anthropic_schema(node: Any) -> Any:
+    """``node`` in the subset Anthropic's structured outputs take, by the SDK transform's rules:
+    a type list (``["string", "null"]``) becomes ``anyOf`` with one branch per type, the null
+    branch last; ``oneOf`` becomes ``anyOf``; any other keyword outside the subset (``maxItems``,
+    ``minItems`` above 1, ``uniqueItems``, an unsupported string ``format``, numeric and length
+    bounds...) moves into the description as ``{key: value}`` text, which the model may follow."""
+    if not isinstance(node, dict):
+        return node
+    if isinstance(node.get("type"), list):
+        return _anthropic_type_union(node)
+    out: dict = {}
+    moved: dict = {}
+    for key, value in node.items():
+        if key in ("properties", "$defs", "definitions") and isinstance(value, dict):
+            out[key] = {name: _anthropic_schema(sub) for name, sub in value.items()}
+        elif key == "items":
+            out[key] = _anthropic_schema(value)
+        elif key in ("anyOf", "oneOf", "allOf") and isinstance(value, list):
+            out["allOf" if key == "allOf" else "anyOf"] = [_anthropic_schema(sub) for sub in value]
+        elif key in _ANTHROPIC_KEPT or (key == "format" and value in _ANTHROPIC_FORMATS) \
+                or (key == "minItems" and value in (0, 1)):
+            out[key] = value
+        else:
+            moved[key] = value
+    if moved:
+        note = "{" + ", ".join(f"{key}: {compact_json(value)}" for key, value in moved.items())
+        note += "}"
+        out["description"] = f"{out['description']}\n\n{note}" if out.get("description") else note
+    return out
+
+
+def _anthropic_type_union(node: dict) -> dict:
+    """A node whose ``type`` is a list, as ``anyOf`` with one branch per type (null last, bare)."""
+    kinds = [kind for kind in node["type"] if kind != "null"]
+    branches = []
+    for kind in kinds:
+        branch = {key: value for key, value in node.items()
+                  if key not in ("type", "description", "title")}
+        if isinstance(branch.get("enum"), list):
+            branch["enum"] = [value for value in branch["enum"] if value is not None]
+        branches.append(_anthropic_schema({"type": kind, **branch}))
+    if "null" in node["type"]:
+        branches.append({"type": "null"})
+    out: dict = {key: node[key] for key in ("title", "description") if key in node}
+    if len(branches) != 1:
+        return {**out, "anyOf": branches}
+    merged = {**out, **branches[0]}        # a one-type list: that type, with the node's description
+    if out.get("description") and branches[0].get("description"):
+        merged["description"] = f"{out['description']}\n\n{branches[0]['description']}"
+    return merged
 
 
 def _anthropic_native_ok(schema: Any) -> bool:
-    """Whether Anthropic's structured outputs take ``schema`` as written.
+    """Whether ``schema`` can go as Anthropic's structured output (after ``_anthropic_schema``).
 
     Every object closed with ``additionalProperties: false`` and naming its
-    properties, and none of the numeric or string constraints the feature does not support
-    (platform.claude.com/docs/en/build-with-claude/structured-outputs, "JSON
-    Schema limitations"); anything else rides in the prompt.
+    properties (platform.claude.com/docs/en/build-with-claude/structured-outputs,
+    "JSON Schema limitations"); an open object would change meaning if closed,
+    so such a schema rides in the prompt.
     """
     stack = [schema]
     while stack:
@@ -2518,8 +2933,6 @@ def _anthropic_native_ok(schema: Any) -> bool:
             continue
         if not isinstance(node, dict):
             continue
-        if any(key in node for key in _NATIVE_SCHEMA_REFUSED):
-            return False
         kinds = node["type"] if isinstance(node.get("type"), list) else [node.get("type")]
         # An object must be closed and name its properties: an open or property-less object is refused
         # ("arbitrary JSON objects" are not supported, ax-llm/ax#459).
@@ -2583,13 +2996,15 @@ class AnthropicProvider(_HttpProvider):
         max_tokens = options.get("maxTokens") or self.DEFAULT_MAX_TOKENS
         thinking, effort = self._thinking(caps, options, max_tokens, model)
         turned_on = thinking["type"] != "disabled" if thinking is not None else caps.thinks_by_default
-        if turned_on and self._unsigned_tool_round(plan.messages):
+        if turned_on and self._unsigned_tool_round(plan.messages, model) \
+                and (caps.can_disable or not caps.thinks_by_default):
             # The API wants the signed thinking block ahead of the last tool_use when thinking is on;
-            # a round from another vendor (or an older session) has none, so this call thinks not.
+            # a round from another vendor or model (or an older session) has none, so this call
+            # thinks not (a model that always thinks cannot be asked not to).
             thinking, effort, turned_on = ({"type": "disabled"} if caps.thinks_by_default else None), None, False
         body: dict = {"model": model, "max_tokens": max_tokens,
                       "messages": self._messages([m for m in plan.messages if m["role"] != "system"],
-                                                 replay=turned_on),
+                                                 replay=turned_on, model=model),
                       "stream": True}
         if plan.request.cache_history and len(plan.request.history or []) > 0:
             self._mark_history_end(body["messages"], bool(plan.request.prompt))
@@ -2600,7 +3015,8 @@ class AnthropicProvider(_HttpProvider):
         output_config: dict = {}
         if plan.json is not None:
             if caps.native_schema and _anthropic_native_ok(plan.json["schema"]):
-                output_config["format"] = {"type": "json_schema", "schema": plan.json["schema"]}
+                output_config["format"] = {"type": "json_schema",
+                                           "schema": _anthropic_schema(plan.json["schema"])}
             else:
                 # After the cached block: a per-call schema never invalidates the stable prefix (§6.2).
                 system.append({"type": "text", "text": schema_prompt(plan.json["schema"])})
@@ -2627,6 +3043,10 @@ class AnthropicProvider(_HttpProvider):
         effort = options.get("effort")
         if effort is None:
             return None, None
+        if effort == "none" and caps.thinking == "adaptive" and not caps.can_disable \
+                and caps.thinks_by_default:
+            # It always thinks: as little as it allows.
+            return {"type": "adaptive"}, caps.levels[0] if caps.levels else None
         if effort == "none":
             # Off is the default, except on models that think when `thinking` is omitted.
             return ({"type": "disabled"} if caps.thinks_by_default and caps.can_disable else None), None
@@ -2654,22 +3074,26 @@ class AnthropicProvider(_HttpProvider):
             blocks[at]["cache_control"] = {"type": "ephemeral"}
 
     @staticmethod
-    def _unsigned_tool_round(messages: list[dict]) -> bool:
-        """The last assistant message calls tools, is answered after it, and has no signed thinking block."""
+    def _unsigned_tool_round(messages: list[dict], model: str) -> bool:
+        """The last assistant message calls tools, is answered after it, and has no thinking
+        block signed by ``model``."""
         for message in reversed(messages):
             if message["role"] == "assistant":
                 details = message.get("reasoningDetails")
-                signed = isinstance(details, list) and any(_is_anthropic_thinking(b) for b in details)
+                signed = isinstance(details, list) and any(_signed_by(b, model) for b in details)
                 return bool(message["toolCalls"]) and not signed
         return False
 
     @staticmethod
-    def _messages(messages: list[dict], replay: bool = False) -> list[dict]:
+    def _messages(messages: list[dict], replay: bool = False,
+                  model: str | None = None) -> list[dict]:
         """providers.md §6.3: blocks, with consecutive same-role messages merged.
 
         With ``replay``, an assistant message's signed thinking blocks (kept in its
         ``reasoningDetails``) open its blocks, ahead of its text and ``tool_use``
-        (issue 7 item 4; the API requires them in a tool round with thinking on).
+        (issue 7 item 4; the API requires them in a tool round with thinking on),
+        only those signed by ``model``: another model rejects them
+        (anthropics/anthropic-sdk-python#1598).
         """
         out: list[dict] = []
         for message in messages:
@@ -2689,7 +3113,7 @@ class AnthropicProvider(_HttpProvider):
                 details = message.get("reasoningDetails")
                 if replay and isinstance(details, list) and message["toolCalls"]:
                     blocks.extend({k: v for k, v in b.items() if k in ("type", "thinking", "signature", "data")}
-                                  for b in details if _is_anthropic_thinking(b))
+                                  for b in details if model is None or _signed_by(b, model))
                 if message["content"]:
                     blocks.append({"type": "text", "text": message["content"]})
                 for call in message["toolCalls"]:
@@ -2705,6 +3129,7 @@ class AnthropicProvider(_HttpProvider):
 
     def _new_state(self) -> dict:
         return {"blocks": 0, "open_tool": None, "fresh": 0, "read": 0, "write": 0, "output": 0,
+                "thought": 0,
                 "thinking": [], "open_thinking": None, "stop": None, "stop_details": None}
 
     def _parse(self, payload: dict, state: dict) -> Iterator[dict]:
@@ -2760,7 +3185,7 @@ class AnthropicProvider(_HttpProvider):
             block = {key: "".join(value) if isinstance(value, list) else value
                      for key, value in block.items()}
         if block is not None and _is_anthropic_thinking(block):
-            state["thinking"].append(block)
+            state["thinking"].append({**block, "model": state.get("model")})
             yield {"type": "delta", "reasoning_details": [dict(b) for b in state["thinking"]]}
 
     def _refusal(self, state: dict, accumulator: _Accumulator) -> ProviderError | None:
@@ -2812,6 +3237,9 @@ class AnthropicProvider(_HttpProvider):
                           ("cache_creation_input_tokens", "write"), ("output_tokens", "output")):
             if isinstance(usage.get(key), int):
                 state[slot] = usage[key]
+        details = usage.get("output_tokens_details")              # types/output_tokens_details.py
+        if isinstance(details, dict) and isinstance(details.get("thinking_tokens"), int):
+            state["thought"] = details["thinking_tokens"]
 
     @staticmethod
     def _usage_event(state: dict) -> dict:
@@ -2819,7 +3247,7 @@ class AnthropicProvider(_HttpProvider):
         # prompt_tokens mean the same thing as on the other vendors (§6.5).
         return {"type": "usage", "prompt_tokens": state["fresh"] + state["read"] + state["write"],
                 "completion_tokens": state["output"], "cached_input_tokens": state["read"],
-                "cache_write_tokens": state["write"]}
+                "cache_write_tokens": state["write"], "reasoning_tokens": state["thought"]}
 
     def _classify(self, status: int | None, text: str, data: Any) -> tuple[str, str | None, int | None]:
         error = data.get("error") if isinstance(data, dict) else None

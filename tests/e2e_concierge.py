@@ -54,6 +54,16 @@ SPEAK_SCHEMA_RESERVA = {
     "properties": {"message": {"type": ["string", "null"]},
                    "reserva": {"type": ["string", "null"], "description": "Código da reserva"}},
     "required": ["message", "reserva"], "additionalProperties": False}
+# The same envelopes as Anthropic's structured outputs take them: a nullable property as anyOf with a
+# null branch (anthropic-sdk-python lib/_parse/_transform.py never writes a type list).
+NULLABLE_STRING = {"anyOf": [{"type": "string"}, {"type": "null"}]}
+SPEAK_SCHEMA_ANTHROPIC = {"type": "object", "properties": {"message": NULLABLE_STRING},
+                          "required": ["message"], "additionalProperties": False}
+SPEAK_SCHEMA_RESERVA_ANTHROPIC = {
+    "type": "object",
+    "properties": {"message": NULLABLE_STRING,
+                   "reserva": {"description": "Código da reserva", **NULLABLE_STRING}},
+    "required": ["message", "reserva"], "additionalProperties": False}
 
 # The model's replies of the two-turn conversation (JSON texts of the envelopes).
 UNDERSTAND1 = json.dumps({"flows": {"hospedagem": 95}, "fields": {"cidade": "Curitiba", "reserva": None}},

@@ -25,6 +25,7 @@ them with ``fake.take_rejections()``. ``fake.chat_dialect`` picks the chat rules
 
 from __future__ import annotations
 
+import base64
 import fnmatch
 import http.server
 import json
@@ -253,6 +254,13 @@ GEMINI_PART = {"text", "thought", "thoughtSignature", "functionCall", "functionR
 GEMINI_LEVELS = {"gemini-3.8-flash*": ("LOW", "MEDIUM", "HIGH"), "gemini-3.7-flash*": ("LOW", "MEDIUM", "HIGH"),
                  "gemini-3.6-flash*": ("MINIMAL", "LOW", "MEDIUM", "HIGH"),
                  "gemini-3.5-flash-lite*": ("MINIMAL", "LOW", "MEDIUM", "HIGH"),
+                 # docs.cloud.google.com gemini-3-5-flash guide: 3.5 Flash and 3.1 Flash-Lite MINIMAL..HIGH.
+                 "gemini-3.5-flash*": ("MINIMAL", "LOW", "MEDIUM", "HIGH"),
+                 "gemini-3.1-flash-lite*": ("MINIMAL", "LOW", "MEDIUM", "HIGH"),
+                 # The aliases serve the current Flash (3.8), Flash-Lite (3.5) and Pro (3.1).
+                 "gemini-flash-latest": ("LOW", "MEDIUM", "HIGH"),
+                 "gemini-flash-lite-latest": ("MINIMAL", "LOW", "MEDIUM", "HIGH"),
+                 "gemini-pro-latest": ("LOW", "MEDIUM", "HIGH"),
                  "gemini-3-flash*": ("MINIMAL", "LOW", "MEDIUM", "HIGH"),
                  "gemini-3.1-pro*": ("LOW", "MEDIUM", "HIGH"), "gemini-3-pro*": ("LOW", "HIGH")}
 # thinkingBudget per model (ai.google.dev/gemini-api/docs/thinking): (lowest, highest, 0 allowed).
@@ -421,12 +429,27 @@ OPENAI_MESSAGE = {"system": {"role", "content", "name"}, "developer": {"role", "
                   "tool": {"role", "content", "tool_call_id"}}
 # reasoning_effort per model (types/shared/reasoning_effort.py; platform.openai.com reasoning guide);
 # None: not a reasoning model, the field is refused (AAswordman/Operit#1048).
-OPENAI_EFFORTS = {"gpt-5*-chat*": None, "gpt-5": ("minimal", "low", "medium", "high"),
+OPENAI_EFFORTS = {"gpt-5*-chat*": None, "gpt-6*-chat*": None,
+                  # openai/codex#6647 (an OpenAI maintainer), CherryHQ/cherry-studio#10430,
+                  # ben-vargas/ai-sdk-provider-codex-cli#8
+                  "gpt-5-codex*": ("low", "medium", "high"), "gpt-5.1-codex-max*": ("low", "medium", "high", "xhigh"),
+                  "gpt-5.1-codex-mini*": ("medium", "high"), "gpt-5*-codex*": ("low", "medium", "high"),
+                  "gpt-5-pro*": ("high",), "gpt-5": ("minimal", "low", "medium", "high"),
                   "gpt-5-*": ("minimal", "low", "medium", "high"), "gpt-5.1*": ("none", "low", "medium", "high"),
-                  "gpt-5.*": ("none", "low", "medium", "high", "xhigh"), "o*": ("low", "medium", "high"),
+                  "gpt-5.*-pro*": ("medium", "high", "xhigh"),
+                  "gpt-5.*": ("none", "low", "medium", "high", "xhigh"),
+                  # BerriAI/litellm-docs#1173: gpt-6 refuses none and minimal; max only on Responses.
+                  "gpt-6*": ("low", "medium", "high", "xhigh"), "o*": ("low", "medium", "high"),
                   "gpt-4*": None, "gpt-3.5*": None}
+# openai-python types/shared/responses_model.py: on the Responses API only (continuedev/continue#8326).
+OPENAI_RESPONSES_ONLY = ("gpt-5-pro*", "gpt-5.5-pro*", "gpt-5-codex*", "gpt-5.1-codex-max*", "o1-pro*", "o3-pro*")
+# 400 "Function tools with reasoning_effort are not supported for gpt-5.4 in /v1/chat/completions"
+# (pipecat-ai/pipecat#4043, livekit/agents#5088); gpt-5.6 and gpt-6 refuse their default effort there
+# too (laurent22/joplin#16451, apache/flink-agents#1462).
+OPENAI_NO_EFFORT_WITH_TOOLS = ("gpt-5.[2-9]*", "gpt-6*")
+OPENAI_DEFAULT_EFFORT_WITH_TOOLS_REFUSED = ("gpt-5.6*", "gpt-6*")
 # Models that take only the default temperature (chatboxai/chatbox#2564, johny-b/llmcomp#69).
-OPENAI_DEFAULT_SAMPLING = ("gpt-5", "gpt-5-*", "gpt-5.*", "o1*", "o3*", "o4*")
+OPENAI_DEFAULT_SAMPLING = ("gpt-5", "gpt-5-*", "gpt-5.*", "gpt-6*", "o1*", "o3*", "o4*")
 OPENAI_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")                       # shared/function_definition.py
 
 
@@ -468,8 +491,19 @@ def check_chat(dialect: str, headers: dict, body: Any) -> None:
             _openai_strict(spec.get("schema"), spec["name"])
     if dialect != "openai":
         return
+    if any(fnmatch.fnmatchcase(model, p) for p in OPENAI_RESPONSES_ONLY):
+        raise Rejected(v, "This model is only supported in v1/responses and not in v1/chat/completions.", 404)
     efforts = _glob(model, OPENAI_EFFORTS, default=())
-    if "reasoning_effort" in body:
+    if body.get("tools") and any(fnmatch.fnmatchcase(model, p) for p in OPENAI_NO_EFFORT_WITH_TOOLS):
+        effort = body.get("reasoning_effort")
+        refused = effort not in (None, "none") or (
+            effort is None and any(fnmatch.fnmatchcase(model, p) for p in OPENAI_DEFAULT_EFFORT_WITH_TOOLS_REFUSED))
+        _require(not refused, v, f"Function tools with reasoning_effort are not supported for {model} in "
+                 "/v1/chat/completions. To use function tools, use /v1/responses or set reasoning_effort to 'none'.")
+    # "none" beside tools is how chat completions takes them on these models, whatever the levels.
+    tools_none = bool(body.get("tools")) and body.get("reasoning_effort") == "none" \
+        and any(fnmatch.fnmatchcase(model, p) for p in OPENAI_NO_EFFORT_WITH_TOOLS)
+    if "reasoning_effort" in body and not tools_none:
         if efforts is None:
             raise Rejected(v, "Unrecognized request argument supplied: reasoning_effort")
         if efforts:
@@ -542,6 +576,189 @@ def _openai_strict(schema: Any, name: str) -> None:
             stack.extend((sub, f"{where}.{union}") for sub in node.get(union) or [])
 
 
+# OpenAI Responses -------------------------------------------------------------------------
+
+# openai-python types/responses/response_create_params.py (ResponseCreateParamsBase).
+RESPONSES_TOP = {"background", "context_management", "conversation", "include", "input", "instructions",
+                 "max_output_tokens", "max_tool_calls", "metadata", "model", "moderation", "parallel_tool_calls",
+                 "previous_response_id", "prompt", "prompt_cache_key", "prompt_cache_options",
+                 "prompt_cache_retention", "reasoning", "safety_identifier", "service_tier", "store",
+                 "stream", "stream_options", "temperature", "text", "tool_choice", "tools", "top_logprobs",
+                 "top_p", "truncation", "user"}
+# Chat-completions names the Responses API moved elsewhere, with the live API's own hint.
+RESPONSES_MOVED = {"response_format": "text.format", "reasoning_effort": "reasoning.effort",
+                   "max_tokens": "max_output_tokens", "max_completion_tokens": "max_output_tokens",
+                   "messages": "input"}
+# response_includable.py
+RESPONSES_INCLUDABLE = {"file_search_call.results", "web_search_call.results", "web_search_call.action.sources",
+                        "message.input_image.image_url", "computer_call_output.output.image_url",
+                        "code_interpreter_call.outputs", "reasoning.encrypted_content",
+                        "message.output_text.logprobs"}
+# Input items by type, with the fields each takes (response_input_item_param.py, easy_input_message_param.py,
+# response_function_tool_call_param.py, response_reasoning_item_param.py).
+RESPONSES_ITEM = {"message": {"type", "role", "content", "phase", "id", "status"},
+                  "function_call": {"type", "call_id", "name", "arguments", "id", "status", "namespace", "caller"},
+                  "function_call_output": {"type", "call_id", "output", "id", "status", "name", "namespace",
+                                           "caller"},
+                  "reasoning": {"type", "id", "summary", "content", "encrypted_content", "status"}}
+RESPONSES_REASONING = {"effort", "summary", "generate_summary", "context", "mode"}          # shared_params/reasoning.py
+RESPONSES_FUNCTION_TOOL = {"type", "name", "description", "parameters", "strict", "defer_loading", "allowed_callers",
+                           "output_schema"}                                                  # function_tool_param.py
+RESPONSES_JSON_SCHEMA = {"type", "name", "schema", "description", "strict"}  # response_format_text_json_schema_...
+
+
+def reasoning_item(model: str, n: int = 1, summary: str = "") -> dict:
+    """A reasoning output item as the API returns it with ``include: ["reasoning.encrypted_content"]``. The
+    fake seals the issuing model and id into its encrypted content, so it can tell a replay it issued to
+    this model from a forged, edited or foreign one."""
+    rid = f"rs_{n:04d}"
+    sealed = base64.b64encode(json.dumps({"model": model, "id": rid}).encode()).decode()
+    return {"type": "reasoning", "id": rid, "summary": [{"type": "summary_text", "text": summary}] if summary else [],
+            "encrypted_content": f"gAAAA{sealed}"}
+
+
+def _sealed_by(item: dict) -> dict | None:
+    text = item.get("encrypted_content")
+    if not isinstance(text, str) or not text.startswith("gAAAA"):
+        return None
+    try:
+        return json.loads(base64.b64decode(text[5:]))
+    except ValueError:
+        return None
+
+
+def check_responses(headers: dict, body: Any) -> None:
+    v = "openai"
+    auth = headers.get("authorization", "")
+    if not auth.startswith("Bearer ") or auth != auth.strip() or not auth[7:].strip():
+        raise Rejected(v, "You didn't provide an API key. You need to provide your API key in an Authorization "
+                          "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).", 401)
+    _require(isinstance(body, dict), v, "We could not parse the JSON body of your request.")
+    for key in body:
+        if key in RESPONSES_MOVED:
+            raise Rejected(v, f"Unsupported parameter: '{key}'. In the Responses API, this parameter has moved to "
+                              f"'{RESPONSES_MOVED[key]}'. Try again with the new parameter.")
+        _require(key in RESPONSES_TOP, v, f"Unknown parameter: '{key}'.")
+    model = str(body.get("model") or "")
+    _require(bool(model), v, "Missing required parameter: 'model'.")
+    efforts = _glob(model, OPENAI_EFFORTS, default=())
+    reasoning_model = efforts is not None and efforts != ()
+    if "stream_options" in body:
+        _require(body.get("stream") is True, v, "The 'stream_options' parameter is only allowed when 'stream' is "
+                 "enabled.")
+    for key in body.get("include") or []:
+        _require(key in RESPONSES_INCLUDABLE, v, f"Invalid value: '{key}'. Supported values are: "
+                 + ", ".join(f"'{k}'" for k in sorted(RESPONSES_INCLUDABLE)) + ".")
+        if key == "reasoning.encrypted_content":
+            _require(reasoning_model, v, "Encrypted content is not supported with this model.")
+    tokens = body.get("max_output_tokens")
+    if tokens is not None:
+        _require(isinstance(tokens, int) and tokens >= 16, v, f"Invalid 'max_output_tokens': integer below minimum "
+                 f"value. Expected a value >= 16, but got {tokens} instead.")
+    reasoning = body.get("reasoning")
+    if reasoning is not None:
+        _require(isinstance(reasoning, dict), v, "Invalid type for 'reasoning': expected an object.")
+        for key in reasoning:
+            _require(key in RESPONSES_REASONING, v, f"Unknown parameter: 'reasoning.{key}'.")
+        if "effort" in reasoning:
+            _require(efforts is not None, v, "Unsupported parameter: 'reasoning.effort' is not supported with "
+                     "this model.")
+            allowed = efforts + ("max",) if efforts and model.startswith("gpt-6") else efforts
+            if allowed:
+                _require(reasoning["effort"] in allowed, v, f"Unsupported value: '{reasoning['effort']}' is not "
+                         f"supported with the '{model}' model. Supported values are: "
+                         + ", ".join(f"'{e}'" for e in allowed) + ".")
+    if any(fnmatch.fnmatchcase(model, p) for p in OPENAI_DEFAULT_SAMPLING) and efforts is not None:
+        for key in ("temperature", "top_p"):
+            if key in body and body[key] != 1:
+                raise Rejected(v, f"Unsupported parameter: '{key}' is not supported with this model.")
+    tools = body.get("tools") or []
+    _require(isinstance(tools, list), v, "Invalid type for 'tools': expected an array.")
+    for i, tool in enumerate(tools):
+        _require(isinstance(tool, dict) and tool.get("type") == "function", v, f"Invalid value for 'tools[{i}].type'.")
+        # A chat-style {"type": "function", "function": {...}} tool (the Responses tools are flat).
+        _require("name" in tool, v, f"Missing required parameter: 'tools[{i}].name'.")
+        for key in tool:
+            _require(key in RESPONSES_FUNCTION_TOOL, v, f"Unknown parameter: 'tools[{i}].{key}'.")
+        _require(OPENAI_TOOL_NAME.fullmatch(str(tool["name"])) is not None, v, f"Invalid 'tools[{i}].name': string "
+                 "does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$'.")
+        # The API makes a function tool strict unless it says otherwise (function_tool_param.py: strict).
+        if tool.get("strict", True) is not False:
+            _openai_strict(tool.get("parameters"), tool["name"])
+    text = body.get("text")
+    fmt = None
+    if text is not None:
+        _require(isinstance(text, dict), v, "Invalid type for 'text': expected an object.")
+        for key in text:
+            _require(key in ("format", "verbosity"), v, f"Unknown parameter: 'text.{key}'.")
+        fmt = text.get("format")
+    if isinstance(fmt, dict):
+        _require(fmt.get("type") in ("text", "json_schema", "json_object"), v, "Invalid value: 'text.format.type'.")
+        if fmt["type"] == "json_schema":
+            for key in fmt:
+                _require(key in RESPONSES_JSON_SCHEMA, v, f"Unknown parameter: 'text.format.{key}'.")
+            _require(isinstance(fmt.get("name"), str) and re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", fmt["name"]), v,
+                     "Missing required parameter: 'text.format.name'.")
+            _require(isinstance(fmt.get("schema"), dict), v, "Missing required parameter: 'text.format.schema'.")
+            if fmt.get("strict") is True:
+                _openai_strict(fmt["schema"], fmt["name"])
+    items = body.get("input")
+    _require(isinstance(items, (str, list)) and items, v, "Missing required parameter: 'input'.")
+    if isinstance(fmt, dict) and fmt.get("type") == "json_object":
+        words = json.dumps([items, body.get("instructions")], ensure_ascii=False).lower()
+        _require("json" in words, v, "Response input messages must contain the word 'json' in some form to use "
+                 "'text.format' of type 'json_object'.")
+    if isinstance(items, list):
+        _responses_items(model, items, body.get("store", True))
+
+
+def _responses_items(model: str, items: list, store: Any) -> None:
+    v = "openai"
+    calls: list[str] = []
+    for i, item in enumerate(items):
+        _require(isinstance(item, dict), v, f"Invalid type for 'input[{i}]': expected an object.")
+        kind = item.get("type", "message" if "role" in item else None)
+        _require(kind in RESPONSES_ITEM, v, f"Invalid value: '{kind}'. Supported values are: 'message', "
+                 "'function_call', 'function_call_output', 'reasoning' and others.")
+        for key in item:
+            _require(key in RESPONSES_ITEM[kind], v, f"Unknown parameter: 'input[{i}].{key}'.")
+        if kind == "message":
+            _require(item.get("role") in ("user", "assistant", "system", "developer"), v,
+                     f"Invalid value: '{item.get('role')}'. Supported values are: 'assistant', 'system', 'developer', "
+                     "and 'user'.")
+            _require(isinstance(item.get("content"), (str, list)), v, f"Invalid type for 'input[{i}].content'.")
+        elif kind == "function_call":
+            for key in ("call_id", "name"):
+                _require(isinstance(item.get(key), str) and item[key], v,
+                         f"Missing required parameter: 'input[{i}].{key}'.")
+            _require(isinstance(item.get("arguments"), str), v, f"Invalid type for 'input[{i}].arguments': "
+                     "expected a string.")
+            calls.append(item["call_id"])
+        elif kind == "function_call_output":
+            _require(item.get("call_id") in calls, v, f"No tool call found for function call output with call_id "
+                     f"{item.get('call_id')}.")
+            calls.remove(item["call_id"])
+            _require(isinstance(item.get("output"), (str, list)), v, f"Invalid type for 'input[{i}].output'.")
+        elif kind == "reasoning":
+            rid = item.get("id")
+            _require(isinstance(rid, str) and isinstance(item.get("summary"), list), v,
+                     f"Missing required parameter: 'input[{i}].summary'.")
+            if store is False or "encrypted_content" in item:
+                _require("encrypted_content" in item, v, f"Item with id '{rid}' not found. Items are not persisted "
+                         "when `store` is set to false. Try again with `store` set to true, or remove this item "
+                         "from your input.")
+                sealed = _sealed_by(item)
+                _require(sealed is not None and sealed.get("id") == rid and sealed.get("model") == model, v,
+                         f"The encrypted content for item {rid} could not be verified. Reason: Encrypted content "
+                         "organization_id or model did not match the request.")
+            following = items[i + 1] if i + 1 < len(items) else None
+            follows = isinstance(following, dict) and (following.get("type") in ("function_call", "reasoning")
+                                                       or following.get("role") == "assistant")
+            _require(follows, v, f"Item '{rid}' of type 'reasoning' was provided without its required following "
+                     "item.")
+    _require(not calls, v, f"No tool output found for function call {calls[0] if calls else ''}.")
+
+
 # Anthropic Messages -----------------------------------------------------------------------
 
 # anthropic-sdk-python types/message_create_params.py (MessageCreateParamsBase).
@@ -550,12 +767,16 @@ ANTHROPIC_TOP = {"max_tokens", "messages", "model", "cache_control", "container"
                  "stream", "system", "temperature", "thinking", "tool_choice", "tools", "top_k", "top_p"}
 # thinking per model: "enabled" (budget) or "adaptive" (platform.claude.com extended-thinking; the AWS
 # Bedrock adaptive-thinking page; NousResearch/hermes-agent#11137).
-ANTHROPIC_THINKING = {"claude-sonnet-5*": {"adaptive"}, "claude-opus-5*": {"adaptive"},
+ANTHROPIC_THINKING = {"claude-fable-*": {"adaptive"}, "claude-mythos-*": {"adaptive"},
+                      "claude-sonnet-5*": {"adaptive"}, "claude-opus-5*": {"adaptive"},
                       "claude-opus-4-8*": {"adaptive"}, "claude-opus-4-7*": {"adaptive"},
                       "claude-opus-4-6*": {"enabled", "adaptive"}, "claude-sonnet-4-6*": {"enabled", "adaptive"},
                       "claude-3-5*": set(), "claude-3-haiku*": set(), "claude-*": {"enabled"}}
 # 400 "`temperature` is deprecated for this model." (Comfy-Org/ComfyUI#13923, dust-tt/dust#28308).
-ANTHROPIC_NO_SAMPLING = ("claude-sonnet-5*", "claude-opus-5*", "claude-opus-4-8*", "claude-opus-4-7*")
+ANTHROPIC_NO_SAMPLING = ("claude-sonnet-5*", "claude-opus-5*", "claude-opus-4-8*", "claude-opus-4-7*",
+                         "claude-fable-*", "claude-mythos-*")
+# Always thinking: `{"type": "disabled"}` is a 400 (PrimeIntellect-ai/prime-agent#302).
+ANTHROPIC_ALWAYS_THINKS = ("claude-fable-*", "claude-mythos-*")
 # 400 "`temperature` and `top_p` cannot both be specified for this model." (BerriAI/litellm#15097).
 ANTHROPIC_ONE_SAMPLING = ("claude-sonnet-4-6*", "claude-opus-4-6*", "claude-sonnet-4-5*", "claude-haiku-4-5*",
                           "claude-opus-4-5*", "claude-opus-4-1*")
@@ -587,6 +808,9 @@ def check_anthropic(headers: dict, body: Any) -> None:
         kind = thinking.get("type") if isinstance(thinking, dict) else None
         _require(kind in ("enabled", "adaptive", "disabled"), v, "thinking.type: Input tag does not match any "
                  "of the expected tags: 'enabled', 'disabled', 'adaptive'")
+        if kind == "disabled":
+            _require(not any(fnmatch.fnmatchcase(model, p) for p in ANTHROPIC_ALWAYS_THINKS), v,
+                     f"thinking.type.disabled is not supported for the model '{model}'.")
         if kind in ("enabled", "adaptive"):
             accepted = _glob(model, ANTHROPIC_THINKING, default={"enabled"})
             if kind == "enabled" and "enabled" not in accepted:
@@ -655,8 +879,17 @@ def _anthropic_schema(schema: Any) -> None:
             # Arbitrary JSON objects are not supported (ax-llm/ax#459).
             _require(bool(node.get("properties")), "anthropic", "output_config.format.schema: an 'object' "
                      "must define its properties")
-        for key in ("minimum", "maximum", "minLength", "maxLength"):
+        for key in ("minimum", "maximum", "minLength", "maxLength", "maxItems", "uniqueItems"):
             _require(key not in node, "anthropic", f"output_config.format.schema: '{key}' is not supported")
+        # The SDK's transform_schema (lib/_parse/_transform.py) never writes a type list, keeps minItems 0/1
+        # only and its own list of string formats; a nullable property is anyOf with a null branch.
+        _require(not isinstance(node.get("type"), list), "anthropic", "output_config.format.schema: 'type' must "
+                 "be a single type; use anyOf for a union")
+        _require(node.get("minItems", 0) in (0, 1), "anthropic", "output_config.format.schema: 'minItems' values "
+                 "other than 0 or 1 are not supported")
+        _require(node.get("format") in (None, "date-time", "time", "date", "duration", "email", "hostname", "uri",
+                                        "ipv4", "ipv6", "uuid"), "anthropic",
+                 f"output_config.format.schema: format '{node.get('format')}' is not supported")
         stack.extend((node.get("properties") or {}).values())
         for key in ("items",):
             if key in node:
@@ -686,6 +919,10 @@ def _anthropic_messages(model: str, messages: list, thinking_on: bool) -> None:
             if block["type"] == "thinking":
                 _require(isinstance(block.get("signature"), str) and block["signature"], v,
                          f"messages.{i}.content.{j}.thinking.signature: Field required")
+                # A signature the fake seals to its model (anthropic_signature): another model rejects the
+                # block (maintainer, anthropics/anthropic-sdk-python#1598; anthropics/claude-code#10627).
+                signer = block["signature"].split(":")[1] if block["signature"].startswith("SIG:") else model
+                _require(signer == model, v, f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block")
         uses = [b.get("id") for b in blocks if b.get("type") == "tool_use"]
         results = [b.get("tool_use_id") for b in blocks if b.get("type") == "tool_result"]
         if results:
@@ -739,6 +976,8 @@ def check_request(server: "FakeModelServer", path: str, query: dict, headers: di
         check_gemini(urllib.parse.unquote(match.group(1)), headers, query, body)
     elif path.endswith("/chat/completions"):
         check_chat(server.chat_dialect, headers, body)
+    elif path.endswith("/responses"):
+        check_responses(headers, body)
     elif path.endswith("/v1/messages"):
         check_anthropic(headers, body)
 
@@ -879,3 +1118,81 @@ def gemini_bare_lines(text, error_message="Resource has been exhausted (e.g. che
     candidate = {"candidates": [{"content": {"role": "model", "parts": [{"text": text}]}}]}
     error = {"error": {"code": error_code, "message": error_message, "status": "RESOURCE_EXHAUSTED"}}
     return json.dumps(candidate) + "\n" + json.dumps(error) + "\n"
+
+
+def responses_events(model="gpt-5.4", text=None, calls=(), reasoning=(), usage=None, refusal=None,
+                     status="completed", reason=None, error=None):
+    """A streamed Responses reply, event by event as response_stream_event.py types them: created, then
+    each output item (reasoning items, a message with text deltas or a refusal, function calls with
+    argument deltas) between output_item.added and output_item.done, then response.completed (or
+    .incomplete with ``reason``, or .failed with ``error``) carrying the whole response and its usage.
+    ``calls`` is a list of (call_id, name, arguments dict); ``reasoning`` of reasoning_item() dicts;
+    ``usage`` is (input, output, cached, reasoning)."""
+    seq = iter(range(1_000))
+    events: list[dict] = []
+    output: list[dict] = []
+
+    def emit(kind, **fields):
+        events.append({"type": kind, "sequence_number": next(seq), **fields})
+
+    base = {"id": "resp_1", "object": "response", "created_at": 1, "model": model, "output": [],
+            "parallel_tool_calls": True, "tool_choice": "auto", "tools": [], "status": "in_progress"}
+    emit("response.created", response=dict(base))
+    for item in reasoning:
+        index = len(output)
+        emit("response.output_item.added", output_index=index, item={**item, "encrypted_content": None})
+        for part in item.get("summary") or []:
+            emit("response.reasoning_summary_text.delta", item_id=item["id"], output_index=index, summary_index=0,
+                 delta=part["text"])
+        emit("response.output_item.done", output_index=index, item=item)
+        output.append(item)
+    if text is not None or refusal is not None:
+        index = len(output)
+        kind, value = ("refusal", refusal) if refusal is not None else ("output_text", text)
+        done_part = {"type": kind, kind if kind == "refusal" else "text": value}
+        if kind == "output_text":
+            done_part["annotations"] = []
+        message = {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+                   "content": [done_part]}
+        emit("response.output_item.added", output_index=index, item={**message, "content": [],
+                                                                     "status": "in_progress"})
+        half = len(value) // 2
+        for piece in (value[:half], value[half:]):
+            if piece:
+                emit("response.refusal.delta" if kind == "refusal" else "response.output_text.delta",
+                     item_id="msg_1", output_index=index, content_index=0, delta=piece, logprobs=[])
+        emit("response.output_item.done", output_index=index, item=message)
+        output.append(message)
+    for call_id, name, arguments in calls:
+        index = len(output)
+        raw = json.dumps(arguments)
+        item = {"type": "function_call", "id": f"fc_{call_id}", "call_id": call_id, "name": name,
+                "arguments": raw, "status": "completed"}
+        emit("response.output_item.added", output_index=index, item={**item, "arguments": "",
+                                                                     "status": "in_progress"})
+        half = len(raw) // 2
+        for piece in (raw[:half], raw[half:]):
+            emit("response.function_call_arguments.delta", item_id=item["id"], output_index=index, delta=piece)
+        emit("response.function_call_arguments.done", item_id=item["id"], output_index=index, name=name,
+             arguments=raw)
+        emit("response.output_item.done", output_index=index, item=item)
+        output.append(item)
+    final = {**base, "output": output, "status": status}
+    if usage is not None:
+        final["usage"] = {"input_tokens": usage[0], "output_tokens": usage[1], "total_tokens": usage[0] + usage[1],
+                          "input_tokens_details": {"cached_tokens": usage[2], "cache_write_tokens": 0},
+                          "output_tokens_details": {"reasoning_tokens": usage[3]}}
+    if error is not None:
+        final.update(status="failed", error=error)
+        emit("response.failed", response=final)
+    elif status == "incomplete":
+        final["incomplete_details"] = {"reason": reason}
+        emit("response.incomplete", response=final)
+    else:
+        emit("response.completed", response=final)
+    return [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events]
+
+
+def anthropic_signature(model: str, n: int = 1) -> str:
+    """A thinking-block signature the fake checks on replay: valid for ``model`` only."""
+    return f"SIG:{model}:{n}"

@@ -114,12 +114,12 @@ def test_a_flow_spec_with_kinds_and_nones_is_accepted_by_the_agent():
 
 # 1. Reserved condition names -------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["equals", "known", "silenced"])
+@pytest.mark.parametrize("name", ["equals", "known", "unknown", "not", "silenced"])
 def test_a_condition_may_not_shadow_a_built_in(name):
-    """persistence.md §1.11 check 1; flows.md §7.3."""
+    """persistence.md §1.11 check 1; flows.md §7.3 (unknown and not: falai for Python's two more)."""
     assert build_error(conditions={"vip": vip, name: vip}) == (
-        f'[FlowConfigurationError] condition "{name}" shadows a built-in: equals, known, silenced are reserved. '
-        "Rename it.")
+        f'[FlowConfigurationError] condition "{name}" shadows a built-in: equals, known, unknown, not, silenced '
+        "are reserved. Rename it.")
 
 
 # 2. Agent instructions ----------------------------------------------------------------------------

@@ -11,8 +11,8 @@ from falai_providers import AnthropicProvider
 from fake_model_server import anthropic_thinking_tool_events, anthropic_tool_events
 from e2e_concierge import streamed_turns_match
 from e2e_concierge import (CODE, M1, M2, NOW_MS, PRECO_DECL, RESERVAR_DECL, REPLY1, REPLY2, REPLY2_BESIDE,
-                           SPEAK1, SPEAK2, SPEAK2_BESIDE, SPEAK_SCHEMA, SPEAK_SCHEMA_RESERVA, UNDERSTAND1,
-                           UNDERSTAND2, at_of, concierge, first_turn_history, iso_of, ms_of, pieces,
+                           SPEAK1, SPEAK2, SPEAK2_BESIDE, SPEAK_SCHEMA_ANTHROPIC, SPEAK_SCHEMA_RESERVA_ANTHROPIC,
+                           UNDERSTAND1, UNDERSTAND2, at_of, concierge, first_turn_history, iso_of, ms_of, pieces,
                            real_now_iso)
 
 pytestmark = pytest.mark.protocols("lean", "v4")     # the same results under both (issue 11)
@@ -88,7 +88,7 @@ def test_two_turn_concierge_conversation_over_anthropic(fake):
 
     assert round0["tools"] == [{"name": "preco", "description": PRECO_DECL["description"],
                                 "input_schema": PRECO_DECL["parameters"]}]
-    assert round0["output_config"] == {"format": {"type": "json_schema", "schema": SPEAK_SCHEMA}}
+    assert round0["output_config"] == {"format": {"type": "json_schema", "schema": SPEAK_SCHEMA_ANTHROPIC}}
     assert len(round0["system"]) == 1 and "thinking" not in round0
     prompt0 = round0["messages"][-1]["content"][-1]["text"]
     assert round1["messages"] == [
@@ -112,7 +112,7 @@ def test_two_turn_concierge_conversation_over_anthropic(fake):
     assert understand2["messages"][:2] == history and len(understand2["messages"]) == 3
     assert round0b["tools"] == [{"name": "reservar", "description": RESERVAR_DECL["description"],
                                  "input_schema": RESERVAR_DECL["parameters"]}]
-    assert round0b["output_config"]["format"]["schema"] == SPEAK_SCHEMA_RESERVA
+    assert round0b["output_config"]["format"]["schema"] == SPEAK_SCHEMA_RESERVA_ANTHROPIC
     assert round1b["messages"][:4] == history + [
         {"role": "user", "content": [{"type": "text", "text": M2}]},
         {"role": "assistant", "content": [

@@ -34,10 +34,10 @@ def test_the_toolkit_from_spec_is_the_same_function():
 def test_from_spec_strips_nones_at_any_depth_but_keeps_list_length():
     """persistence.md §1.7 step 1: every dict loses its None keys, recursively."""
     spec = {"id": "g", "name": "G", "on": [{"message": ["oi"], "if": None, "repeat": None}],
-            "steps": [{"id": "a", "kind": "if", "if": {"equals": {"nome": None}, "known": None},
+            "steps": [{"id": "a", "kind": "if", "if": {"equals": {"nome": None, "plano": "pro"}, "known": None},
                        "then": {"step": "a", "clear": None}, "else": None}]}
     assert from_spec(spec) == {"id": "g", "name": "G", "on": [{"message": ["oi"]}],
-                               "steps": [{"id": "a", "if": {"equals": {}}, "then": {"step": "a"}}]}
+                               "steps": [{"id": "a", "if": {"equals": {"plano": "pro"}}, "then": {"step": "a"}}]}
 
 
 def test_from_spec_runs_the_shape_check():
@@ -283,13 +283,18 @@ spec_flow = st.fixed_dictionaries({"id": words, "name": text, "steps": st.lists(
 
 
 @st.composite
-def with_nones(draw, value):
-    """The value with None-valued keys sprinkled into its dicts (known keys and new ones)."""
+def with_nones(draw, value, in_equals=False):
+    """The value with None-valued keys sprinkled into its dicts (known keys and new ones).
+
+    Not into a condition's ``equals``: one whose every value is None tests nothing, which
+    from_spec keeps for validation to refuse (flows.md §7.2, a falai for Python rule)."""
     if isinstance(value, list):
         return [draw(with_nones(item)) for item in value]
     if not isinstance(value, dict):
         return value
-    out = {key: draw(with_nones(item)) for key, item in value.items()}
+    out = {key: draw(with_nones(item, key == "equals")) for key, item in value.items()}
+    if in_equals:
+        return out
     for key in draw(st.lists(st.sampled_from(["then", "else", "label", "description", "if", "kind", "clear",
                                               "prompt", "zz"]), max_size=2)):
         out.setdefault(key, None)

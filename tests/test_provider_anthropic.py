@@ -11,6 +11,10 @@ from fake_model_server import (anthropic_events, anthropic_refusal_events, anthr
 
 SPEAK = {"type": "object", "properties": {"message": {"type": ["string", "null"]}},
          "required": ["message"], "additionalProperties": False}
+# SPEAK as Anthropic's structured outputs take it: the nullable type list as anyOf with a null branch,
+# as anthropic-sdk-python's transform_schema writes it.
+SPEAK_NATIVE = {"type": "object", "properties": {"message": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
+                "required": ["message"], "additionalProperties": False}
 # A schema Anthropic's structured outputs do not take (an open object): it rides in the prompt.
 LOOSE = {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]}
 PRECO = {"name": "preco", "description": "Preço da diária.",
@@ -371,7 +375,7 @@ def test_signed_thinking_is_kept_and_replayed_before_the_tool_use(fake, model, e
     provider = claude(fake, model=model, config={"effort": effort, "maxTokens": 4096})
     first = provider.generate(req(prompt="Quanto custa em Curitiba?", tools=[PRECO]))
     assert first.reasoning_details == [{"type": "thinking", "thinking": "Preciso do preço.",
-                                        "signature": "EqQBCkYIARgCIkD"}]
+                                        "signature": "EqQBCkYIARgCIkD", "model": model}]
     second = provider.generate(req(history=_engine_round_two(first), prompt="Responda.", tools=[PRECO]))
     assert second.message == "A diária é R$ 420."
     assistant = fake.requests[1].json["messages"][1]
@@ -409,7 +413,7 @@ def test_native_structured_output_where_the_model_takes_it(fake):
     claude(fake, model="claude-sonnet-4-5").generate(req(system="S", schema=nested))
     native, older, loose, property_less = (r.json for r in fake.requests)
     assert "output_config" not in property_less                 # an object without properties is refused
-    assert native["output_config"] == {"format": {"type": "json_schema", "schema": SPEAK}}
+    assert native["output_config"] == {"format": {"type": "json_schema", "schema": SPEAK_NATIVE}}
     assert native["system"] == [{"type": "text", "text": "S", "cache_control": {"type": "ephemeral"}}]
     assert "output_config" not in older and older["system"][1] == {"type": "text", "text": schema_prompt(SPEAK)}
     assert "output_config" not in loose and loose["system"][1] == {"type": "text", "text": schema_prompt(LOOSE)}
@@ -420,7 +424,7 @@ def test_native_format_and_adaptive_effort_share_output_config(fake):
     ok(fake, '{"message":"oi"}')
     claude(fake, model="claude-sonnet-5", config={"effort": "low"}).generate(req(schema=SPEAK))
     assert fake.requests[0].json["output_config"] == {"effort": "low",
-                                                      "format": {"type": "json_schema", "schema": SPEAK}}
+                                                      "format": {"type": "json_schema", "schema": SPEAK_NATIVE}}
     assert fake.requests[0].json["thinking"] == {"type": "adaptive"}
 
 

@@ -41,7 +41,9 @@ def test_path_headers_and_base_body(fake):
     assert sent.headers["authorization"] == "Bearer test-key"
     assert sent.headers["content-type"] == "application/json"
     assert sent.json == {"model": "gpt-4.1-mini", "stream": True, "stream_options": {"include_usage": True},
-                         "messages": [{"role": "system", "content": "SYS"}, {"role": "user", "content": "PROMPT"}]}
+                         "messages": [{"role": "system", "content": "SYS"}, {"role": "user", "content": "PROMPT"}],
+                         "prompt_cache_key": sent.json["prompt_cache_key"]}
+    assert sent.json["prompt_cache_key"].startswith("falai-")
 
 
 def test_include_usage_false_drops_stream_options(fake):

@@ -78,10 +78,24 @@ LEMBRETE = {"id": "lembrete", "name": "Lembrete",
 
 # OUTCOME_MESSAGES ---------------------------------------------------------------------------------------
 
+# The codes falai for Python adds (runtime.md §11.4, docs/guide/conformance.md), copied by hand too.
+ADDED_MESSAGES = {
+    "tool-only": "only a tool, an action or the host writes this field",
+    "repeat-spent": "the message flow already ran as often as its trigger's repeat allows",
+    "no-route": "no flow took the message and the idle speaker is silent",
+    "unknown-event": "no event by that name is registered on the agent",
+    "bad-format": "the value is not in the field's format",
+    "refused": "the field's validator refused the value",
+    "corrected": "the customer corrected a known value",
+}
+
+
 def test_outcome_messages_hold_the_38_codes_with_their_exact_text():
     """runtime.md §11.4: OUTCOME_MESSAGES maps every code to its exact message."""
     assert len(SPEC_MESSAGES) == 38
-    assert OUTCOME_MESSAGES == SPEC_MESSAGES
+    assert {code: OUTCOME_MESSAGES[code] for code in SPEC_MESSAGES} == SPEC_MESSAGES
+    assert {code: OUTCOME_MESSAGES[code] for code in ADDED_MESSAGES} == ADDED_MESSAGES
+    assert set(OUTCOME_MESSAGES) <= set(SPEC_MESSAGES) | set(ADDED_MESSAGES)
 
 
 # Ignored inputs -----------------------------------------------------------------------------------------
@@ -131,7 +145,7 @@ def test_only_the_last_fifty_input_ids_are_remembered():
         s = agent.turn(session_id="s1", session=s, message="oi", id=f"m{i}").session
     assert s.inputs == [f"m{i}" for i in range(1, 51)]
     again = agent.turn(session_id="s1", session=s, message="oi", id="m0")
-    assert again.changed is True and again.outcomes == []
+    assert again.changed is True and [o.code for o in again.outcomes] == ["no-route"]   # applied, not a replay
     assert again.session.inputs == [f"m{i}" for i in range(2, 51)] + ["m0"]
     assert agent.turn(session_id="s1", session=again.session, message="oi", id="m50").changed is False
 
@@ -196,7 +210,7 @@ def test_an_empty_id_counts_as_absent():
     assert r.session.inputs == []
     assert [s.run_id for s in r.started] == ["f#2026-09-20T09:59:00.000Z"]
     replay = agent.turn(session_id="s1", session=r.session, message="oi", id="", at="2026-09-20T09:59:00.000Z")
-    assert [o.code for o in replay.outcomes] == []                   # not detected as a replay
+    assert [o.code for o in replay.outcomes] == ["repeat-spent"]     # not detected as a replay
 
 
 def test_the_clock_is_read_once_and_truncated_to_milliseconds():

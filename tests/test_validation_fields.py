@@ -62,7 +62,7 @@ def test_a_definition_without_a_type_lists_its_keys(definition, message):
     ({"type": "boolean", "enum": [True]}, 'field "motivo": is a boolean with an enum, and a boolean never matches '
                                           "an enum. Remove enum, or make the field a string"),
     ({"type": "string", "extract": "always"}, 'field "motivo": extract is "always", which is not one of "anywhere", '
-                                              '"asked". Use one of them.'),
+                                              '"asked", "never". Use one of them.'),
     ({"type": "string", "ask": ["Pergunte."]}, 'field "motivo": ask is a list, not text. Write ask as a string.'),
     ({"type": "string", "description": 3}, 'field "motivo": description is 3, not text.'),
 ])

@@ -309,7 +309,7 @@ def test_message_does_not_touch_a_timer_wait_without_else():
     agent, _, _ = build([reply_flow()], idle="silent")
     t1 = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
     t2 = agent.turn(session_id="s1", session=t1.session, message="oi", id="m1")
-    assert t2.outcomes == [] and t2.messages == []
+    assert [o.code for o in t2.outcomes] == ["no-route"] and t2.messages == []
     assert t2.session.runs[0].status == "waiting"
     assert t2.session.runs[0].waiting == t1.session.runs[0].waiting
 
@@ -492,7 +492,8 @@ def test_a_message_does_not_end_an_event_wait():
     agent, _, _ = build([pedido(**{"else": "lembra"})], events={"pago": F.EventDef()}, idle="silent")
     t1 = agent.turn(session_id="s1", start={"flow": "pedido", "key": "k1"})
     t2 = agent.turn(session_id="s1", session=t1.session, message="já paguei", id="m1")
-    assert t2.outcomes == [] and t2.session.runs[0].waiting == t1.session.runs[0].waiting
+    assert [o.code for o in t2.outcomes] == ["no-route"]
+    assert t2.session.runs[0].waiting == t1.session.runs[0].waiting
 
 
 def test_an_event_wait_woken_after_arrival_is_stale():
@@ -660,7 +661,9 @@ def test_unregistered_event_name_matches_nothing():
     """runtime.md §2.2: an event name that is not registered simply matches nothing."""
     agent, _, _ = build([interesse()], events={"stage": F.EventDef()})
     r = agent.turn(session_id="s1", event="outro", key="k")
-    assert (r.started, r.outcomes, r.skipped) == ([], [], [])
+    assert (r.started, r.skipped, r.changed) == ([], [], False)
+    assert [(o.kind, o.status, o.code, o.key, o.detail) for o in r.outcomes] == [
+        ("wait", "skipped", "unknown-event", "k", "outro")]
 
 
 # Silence triggers ----------------------------------------------------------------------------

@@ -11,7 +11,7 @@ Three behaviours, so that every path of the host is exercised:
   are still there.
 
 With ``GEMINI_API_KEY`` set the model is ``GeminiProvider`` (``FALAI_MODEL``,
-default ``gemini-2.5-flash``; ``FALAI_GEMINI_BASE_URL`` points it at a proxy);
+default ``gemini-3.8-flash``; ``FALAI_GEMINI_BASE_URL`` points it at a proxy);
 without it, ``InstantModel``, which answers at once and never runs out (the
 load test needs thousands of replies).
 """
@@ -45,6 +45,17 @@ def customer_message(request: GenerateRequest) -> str:
         return match.group(2).strip('"')
 
 
+def understand_reply(request: GenerateRequest, reminder: bool) -> dict:
+    """An understand reply that scores the ``lembrete`` flow 95 when ``reminder``, in the shape the
+    request asks for: the lean protocol's list of ``{id, score}`` (the default), or the v4 object
+    of scores by alias."""
+    flows = (request.schema or {}).get("properties", {}).get("flows", {})
+    if flows.get("type") == "array":
+        return {"flows": [{"id": "lembrete", "score": 95}] if reminder else []}
+    return {"flows": {alias: 95 if reminder and "lembrete" in alias else 0
+                      for alias in flows.get("properties", {})}}
+
+
 class InstantModel:
     """A provider that answers at once, forever: the understand call scores the ``lembrete`` flow by the
     words "me lembre", the speak call echoes the message.
@@ -55,6 +66,8 @@ class InstantModel:
     first speak call of that text sleep ``FALAI_DEMO_SLOW_S`` seconds after writing
     this process's pid to ``FALAI_DEMO_MARKS/<text hash>`` (so a test can SIGKILL
     the worker mid-turn); later calls for the same text are instant.
+    ``FALAI_DEMO_LATENCY_MS`` (``low,high``) makes every call take a random time in
+    that range, as a real model's would (the benchmark and the fault test).
     """
 
     name = "instant"
@@ -62,17 +75,19 @@ class InstantModel:
     def __init__(self, fail_rate: float | None = None, seed: int | None = None):
         self.capabilities = ProviderCapabilities()
         self.fail_rate = float(os.environ.get("FALAI_DEMO_FAIL_RATE", "0")) if fail_rate is None else fail_rate
+        low, _, high = os.environ.get("FALAI_DEMO_LATENCY_MS", "0").partition(",")
+        self.latency_s = (float(low) / 1000, float(high or low) / 1000)
         self.random = random.Random(seed)
 
     def generate(self, request: GenerateRequest) -> Generation:
+        if self.latency_s[1] > 0:
+            time.sleep(self.random.uniform(*self.latency_s))
         text = customer_message(request)
         if request.schema_name == "understand":
             if self.random.random() < self.fail_rate:
                 raise ProviderError("instant model: scripted overload", provider=self.name, kind="overload",
                                     should_retry=True)
-            flows = ((request.schema or {}).get("properties", {}).get("flows", {}).get("properties", {}))
-            return Generation(message="", structured={"flows": {alias: 95 if "me lembre" in text.lower() and
-                                                               "lembrete" in alias else 0 for alias in flows}})
+            return Generation(message="", structured=understand_reply(request, "me lembre" in text.lower()))
         if "[lento]" in text:
             self._slow_once(text)
         reply = f"Recebi: {text[:60]}" if text else "Oi! Em que posso ajudar?"
@@ -104,7 +119,7 @@ def make_provider():
     if key:
         from falai_providers import GeminiProvider
         base_url = os.environ.get("FALAI_GEMINI_BASE_URL")        # a proxy, or a local fake server in tests
-        return GeminiProvider(api_key=key, model=os.environ.get("FALAI_MODEL", "gemini-2.5-flash"),
+        return GeminiProvider(api_key=key, model=os.environ.get("FALAI_MODEL", "gemini-3.8-flash"),
                               **({"base_url": base_url} if base_url else {}))
     return InstantModel()
 
