@@ -505,6 +505,18 @@ def test_the_sender_keeps_several_sends_in_flight_and_each_session_in_order(make
         assert [k for s, k in fake.order if s == f"s{i}"] == [f"m{j:02d}" for j in range(i, 32, 8)]
 
 
+def test_an_unreachable_channel_is_said_once_however_often_it_is_tried(make_host, caplog):
+    host = make_host()
+    add_outbox(host, *[(f"s{i}", "m") for i in range(5)])
+    send = H.Sender(host, H.HttpChannel(f"http://127.0.0.1:{_closed_port()}", timeout=1), (0, 1))
+    with caplog.at_level("INFO", logger="falai.host"):
+        for _ in range(4):
+            host.sql(f"UPDATE {host.config.prefix}outbox SET not_before = NULL")
+            assert send.send_once() == 5
+    assert [r.getMessage()[:26] for r in caplog.records] == ["the channel unreachable (C"]
+    assert rows(host, "outbox", "count(*), max(attempts)") == [(5, 4)]
+
+
 def test_run_sender_without_a_channel_says_so():
     with pytest.raises(ValueError, match="no channel. Give --channel-url or FALAI_CHANNEL_URL"):
         H.run_sender(H.Host(H.Config()))
