@@ -239,8 +239,9 @@ class GenerateRequest(_FieldWise):
     # a reply scripted in the v4 form); the HTTP providers never send it.
     cache_history: bool = False
     v4_schema: dict | None = None
-    # The customer's message this call reads (the understand call's, or the one a speak call answers);
-    # None when there is none. For a test double such as a ScriptedProvider callable; never sent.
+    # The customer's message this call reads (the understand call's, or the one a speak call
+    # answers); None when there is none. For a test double such as a ScriptedProvider callable;
+    # never sent.
     message: str | None = None
 
 
@@ -4647,8 +4648,8 @@ def _lean_understand_call(agent: Agent, ask: UnderstandAsk) -> _UnderstandCall:
                            latest_message_section(ask.message))
     request = GenerateRequest(system=parts.system, prompt=prompt, history=list(ask.history),
                               context=ask.scope.context, schema=parts.schema,     # shared: a provider never changes it
-                              schema_name="understand", cache_history=True, v4_schema=envelope.schema,
-                              message=ask.message)
+                              schema_name="understand", cache_history=True,
+                              v4_schema=envelope.schema, message=ask.message)
     reading = envelope_part(envelope, f"lean reading {routing}", lambda: _lean_reading(envelope, ask, routing))
     return _UnderstandCall(request=request, aliases=envelope.aliases, lean=reading)
 
@@ -7537,14 +7538,14 @@ def _dates_as_text(value: Any) -> Any:
     return value
 
 
-# The CLI's registry file, read by a program (docs/guide/cli.md, "The registry") --------------------
+# The CLI's registry file, read by a program (docs/guide/cli.md) ---------------------------------
 
 REGISTRY_SECTIONS = ("fields", "actions", "events", "conditions", "tools", "agent")
 REGISTRY_AGENT_OPTIONS = ("name", "persona", "goal", "idle", "instructions", "protocol")
 
 
 def load_registry(path: str) -> dict:
-    """The registry file ``falai validate|chat|inspect --registry`` reads, as Agent keyword arguments.
+    """The registry file ``falai chat --registry`` reads, as Agent keyword arguments.
 
     Gives ``fields``, ``events`` (an EventDef per name, with its direction)
     and the ``agent`` section's options (name, persona, goal, idle,
@@ -7571,8 +7572,8 @@ def load_registry(path: str) -> dict:
     if isinstance(events, list) and all(isinstance(name, str) for name in events):
         events = {name: {} for name in events}
     if not isinstance(events, dict):
-        raise ValueError(f'{path}: "events" must be an object {{name: {{"direction": ...}}}} or a list of '
-                         "names.")
+        raise ValueError(f'{path}: "events" must be an object {{name: {{"direction": ...}}}} or a '
+                         "list of names.")
     options = {key: value for key, value in (raw.get("agent") or {}).items()
                if key in REGISTRY_AGENT_OPTIONS and value is not None}
     return {**options, "fields": raw.get("fields") or {},
@@ -7812,10 +7813,11 @@ class ScriptedProvider:
             self.calls.append(request)
             number = len(self.calls)
             queue = self.script.get(request.schema_name or "")
-            if not queue:       # in both modes: a speak call must not fail quietly as provider-unavailable
-                raise ScriptError(f'ScriptedProvider call #{number} ("{request.schema_name}"): no scripted '
-                                  f'"{request.schema_name}" reply left. Add a "{request.schema_name}" entry '
-                                  "to the script, or script the failure itself (an exception entry).")
+            if not queue:       # in both modes: never a quiet provider-unavailable deferral
+                name = request.schema_name
+                raise ScriptError(f'ScriptedProvider call #{number} ("{name}"): no scripted "{name}" '
+                                  f'reply left. Add a "{name}" entry to the script, or script the '
+                                  "failure itself (an exception entry).")
             entry = queue.popleft()
         if type(entry) is dict and not self.strict:
             return entry                # the common reply: neither a callable nor an exception, and unchecked

@@ -102,7 +102,8 @@ class Registry:
     ``actions``: {name: {"parameters", "description", "result", "set"}}; the stand-in
     action writes ``set`` into the session and returns ``result`` (default ``{"ok": true}``).
     ``tools``: [{"id", "description", "parameters", "result", "data"}]; the stand-in tool returns
-    ``result`` and writes ``data`` into the session. ``conditions``: {name: true/false} or a list of names (false).
+    ``result`` and writes ``data`` into the session. ``conditions``: {name: true/false} or a list
+    of names (false).
     ``events``: {name: {"direction": ...}} or a list of names. ``agent``: name,
     persona, goal, idle, instructions.
     """
@@ -179,7 +180,8 @@ def standin_tool(definition: dict) -> Tool:
     """A tool that returns its ``result`` (default: the arguments it was called with)."""
     def handler(args: dict, ctx: Any) -> dict:
         result = {"value": definition.get("result", {"ok": True, "arguments": args})}
-        return {**result, "data": definition["data"]} if isinstance(definition.get("data"), dict) else result
+        data = definition.get("data")
+        return {**result, "data": data} if isinstance(data, dict) else result
     return Tool(id=definition["id"], handler=handler, description=definition.get("description"),
                 parameters=definition.get("parameters") or {"type": "object", "properties": {}})
 
