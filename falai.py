@@ -7815,8 +7815,8 @@ class ScriptedProvider:
             queue = self.script.get(request.schema_name or "")
             if not queue:       # in both modes: never a quiet provider-unavailable deferral
                 name = request.schema_name
-                raise ScriptError(f'ScriptedProvider call #{number} ("{name}"): no scripted "{name}" '
-                                  f'reply left. Add a "{name}" entry to the script, or script the '
+                raise ScriptError(f'ScriptedProvider call #{number} ("{name}"): no scripted '
+                                  f'"{name}" reply left. Add a "{name}" entry to the script, or script the '
                                   "failure itself (an exception entry).")
             entry = queue.popleft()
         if type(entry) is dict and not self.strict:
