@@ -645,11 +645,14 @@ class Host:
         self, table: str, column: str, session_id: str, key: str, error: Exception
     ) -> str:
         p = self.config.prefix
-        rows = self.sql(
-            f"UPDATE {p}{table} SET attempts = attempts + 1, last_error = %s WHERE "
-            f"session_id = %s AND {column} = %s AND done_at IS NULL RETURNING attempts",
-            (_reason(error), session_id, key),
-        )
+        try:
+            rows = self.sql(
+                f"UPDATE {p}{table} SET attempts = attempts + 1, last_error = %s WHERE "
+                f"session_id = %s AND {column} = %s AND done_at IS NULL RETURNING attempts",
+                (_reason(error), session_id, key),
+            )
+        except database_errors():
+            raise error from None     # the count is best effort; the hands still bound the tries
         if rows and rows[0][0] >= self.config.turn_attempts:
             self._dead_turn(
                 table, column, session_id, key, f"failed {rows[0][0]} times; last: {_reason(error)}"

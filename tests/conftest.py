@@ -59,13 +59,15 @@ _LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 def pytest_configure(config):
     config.addinivalue_line("markers", "live: talks to a real vendor API; runs only when its key is set")
     config.addinivalue_line("markers", "protocols(*names): run the module's tests under each agent protocol")
+    config.addinivalue_line("markers", "faults: the production host's fault test (roles as processes); "
+                                       "deselect it with -m \"not faults\"")
     config.addinivalue_line("markers", "slow: property tests, examples run as processes and long runs; "
                                        "`pytest -m slow` runs them (CI does, after the default run)")
 
 
 # The default run is the fast tier. Generated-input (hypothesis) tests and the modules that start
 # processes go to the slow tier, which CI runs as a second step (docs/guide/development.md).
-SLOW_MODULES = {"test_examples.py", "test_production_host.py"}
+SLOW_MODULES = {"test_examples.py", "test_production_host.py", "test_host_faults.py"}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -225,23 +225,28 @@ def test_an_understand_failure_raises_for_rq_to_retry_and_writes_nothing(make_ho
 
 
 def test_a_job_timeout_during_a_database_wait_does_not_wedge_the_worker(make_host):
-    """The review's P8: RQ's job timeout (a signal) strikes while a query waits on a row lock; the
-    connection is left busy. The pool drops it, so the next jobs run (they used to fail for good
-    with "another command is already in progress")."""
+    """The review's P8: RQ's job timeout (a signal) strikes while the commit's transaction waits on a
+    row lock; the connection is left busy. The pool drops it, so the next jobs run (they used to fail
+    for good with "another command is already in progress")."""
     from rq.timeouts import JobTimeoutException, UnixSignalDeathPenalty
-    host = make_host(job_timeout_s=5, lease_s=10)       # statement and lock timeouts 2 s
+    locker = psycopg.connect(DSN)
+
+    def speak_while_another_transaction_locks_the_row(request):
+        locker.execute(f"SELECT 1 FROM {host.config.prefix}inbox WHERE input_key = 'm1' FOR UPDATE")
+        return {"message": "Oi!"}
+
+    host = make_host(scripted(speak=[speak_while_another_transaction_locks_the_row, {"message": "Oi!"},
+                                     {"message": "Oi!"}]), job_timeout_s=5, lease_s=10)   # lock timeout 2 s
     accept_message(host, "s1", "m1")
     accept_message(host, "s1", "m2")
-    locker = psycopg.connect(DSN)
     try:
-        locker.execute(f"SELECT 1 FROM {host.config.prefix}inbox WHERE input_key = 'm1' FOR UPDATE")
         with pytest.raises(JobTimeoutException), UnixSignalDeathPenalty(1, JobTimeoutException):
             host.run("inbox", "s1", "m1")
     finally:
         locker.rollback()
         locker.close()
-    assert host.run("inbox", "s1", "m1") == "applied"
     assert host.run("inbox", "s1", "m2") == "applied"
+    assert host.run("inbox", "s1", "m1") == "applied"
     assert all(H.Pool.healthy(connection) for connection, _ in host.pool.idle)
 
 

@@ -66,6 +66,8 @@ class InstantModel:
     first speak call of that text sleep ``FALAI_DEMO_SLOW_S`` seconds after writing
     this process's pid to ``FALAI_DEMO_MARKS/<text hash>`` (so a test can SIGKILL
     the worker mid-turn); later calls for the same text are instant.
+    ``FALAI_DEMO_LATENCY_MS`` (``low,high``) makes every call take a random time in
+    that range, as a real model's would (the benchmark and the fault test).
     """
 
     name = "instant"
@@ -73,9 +75,13 @@ class InstantModel:
     def __init__(self, fail_rate: float | None = None, seed: int | None = None):
         self.capabilities = ProviderCapabilities()
         self.fail_rate = float(os.environ.get("FALAI_DEMO_FAIL_RATE", "0")) if fail_rate is None else fail_rate
+        low, _, high = os.environ.get("FALAI_DEMO_LATENCY_MS", "0").partition(",")
+        self.latency_s = (float(low) / 1000, float(high or low) / 1000)
         self.random = random.Random(seed)
 
     def generate(self, request: GenerateRequest) -> Generation:
+        if self.latency_s[1] > 0:
+            time.sleep(self.random.uniform(*self.latency_s))
         text = customer_message(request)
         if request.schema_name == "understand":
             if self.random.random() < self.fail_rate:
