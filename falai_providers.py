@@ -2686,12 +2686,19 @@ class OpenAICompatibleProvider(_HttpProvider):
                 state["called"] = True
                 yield {"type": "delta", "tool_calls": [call]}
         elif kind == "message" and done:
-            for part in item.get("content") or []:
-                if part.get("type") == "output_text" and "text" not in seen and part.get("text"):
-                    yield {"type": "delta", "content": str(part["text"])}
-                elif part.get("type") == "refusal" and "refusal" not in seen \
-                        and part.get("refusal"):
-                    state["refusal"] = state.get("refusal", "") + str(part["refusal"])
+            parts = [p for p in item.get("content") or [] if isinstance(p, dict)]
+            if "text" not in seen:
+                seen.add("text")
+                text = "".join(str(p.get("text") or "") for p in parts
+                               if p.get("type") == "output_text")
+                if text:
+                    yield {"type": "delta", "content": text}
+            if "refusal" not in seen:
+                seen.add("refusal")
+                refusal = "".join(str(p.get("refusal") or "") for p in parts
+                                  if p.get("type") == "refusal")
+                if refusal:
+                    state["refusal"] = state.get("refusal", "") + refusal
         elif kind == "reasoning" and done and "kept" not in seen:
             seen.add("kept")
             summary = [p for p in item.get("summary") or [] if isinstance(p, dict)]
@@ -2748,7 +2755,9 @@ class OpenAICompatibleProvider(_HttpProvider):
     def _parse(self, payload: dict, state: dict) -> Iterator[dict]:
         """providers.md §5.6 (a whole ``chat.completion`` object is read the same way, §3.7 rule 8)."""
         kind = payload.get("type")
-        if (isinstance(kind, str) and (kind.startswith("response.") or kind == "error")) \
+        # A Responses event (its error event names no nested "error"), or a whole response (5.7).
+        if (isinstance(kind, str) and (kind.startswith("response.")
+                                       or (kind == "error" and "error" not in payload))) \
                 or payload.get("object") == "response":
             yield from self._parse_responses(payload, state)
             return

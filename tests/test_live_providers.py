@@ -7,6 +7,7 @@ loopback-only socket guard of conftest.py.
 
     GEMINI_API_KEY=...    [FALAI_GEMINI_MODEL=gemini-3.8-flash]     python -m pytest -m live
     OPENAI_API_KEY=...    [OPENAI_BASE_URL=...] [FALAI_MODEL=...]   python -m pytest -m live
+    OPENAI_API_KEY=...    [FALAI_RESPONSES_MODEL=gpt-5.4]           (the Responses API tool loop)
     ANTHROPIC_API_KEY=... [FALAI_ANTHROPIC_MODEL=claude-haiku-4-5]  python -m pytest -m live
 """
 import os
@@ -72,3 +73,25 @@ def test_live_structured_reply_and_tool_round(build):
         prompt="Quanto custa a diária em Curitiba?", history=[], tools=[PRECO]))
     assert out.tool_calls and out.tool_calls[0].name == "preco"
     assert "curitiba" in str(out.tool_calls[0].arguments.get("cidade", "")).lower()
+
+
+def test_live_openai_tool_loop_on_the_responses_api():
+    """A reasoning model's tool round with effort goes to the Responses API (chat completions refuses it);
+    its encrypted reasoning comes back and is replayed in round 2, which the API accepts."""
+    if os.environ.get("OPENAI_BASE_URL"):
+        pytest.skip("OPENAI_BASE_URL is set: the Responses API test runs against OpenAI itself")
+    model = os.environ.get("FALAI_RESPONSES_MODEL", "gpt-5.4")
+    provider = OpenAICompatibleProvider(api_key=need("OPENAI_API_KEY"), model=model,
+                                        config={"maxTokens": 2048, "effort": "low"})
+    system = "Use a ferramenta preco para saber o preço antes de responder."
+    first = provider.generate(GenerateRequest(system=system, prompt="Quanto custa a diária em Curitiba?",
+                                              history=[], tools=[PRECO]))
+    assert first.tool_calls and first.tool_calls[0].name == "preco"
+    call = first.tool_calls[0]
+    history = [{"role": "user", "content": "Quanto custa a diária em Curitiba?"},
+               {"role": "assistant", "content": first.message or None, "reasoningDetails": first.reasoning_details,
+                "tool_calls": [{"id": call.id, "name": call.name, "arguments": call.arguments}]},
+               {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": '{"precoNoite": 420}'}]
+    second = provider.generate(GenerateRequest(system=system, prompt="Responda ao cliente.", history=history,
+                                               tools=[PRECO]))
+    assert "420" in second.message

@@ -342,3 +342,44 @@ def test_the_strict_fake_refuses_responses_bodies_the_api_refuses(body, message)
         check_responses(HEADERS, body)
     check_responses(HEADERS, OK)
     check_responses(HEADERS, {**OK, "input": [reasoning_item("gpt-5.4"), CALL, RESULT]})
+
+
+def test_an_in_band_error_that_echoes_the_key_is_scrubbed(fake, caplog):
+    echo = f"Incorrect API key provided: {KEY}"
+    fake.sse(json.dumps({"type": "error", "code": "invalid_api_key", "message": echo, "sequence_number": 1}))
+    answer(fake, text="x", error={"code": "server_error", "message": echo})
+    caplog.set_level(logging.DEBUG)
+    provider = openai(fake, retry_config={"timeout": 3000, "retries": 0})
+    for _ in range(2):
+        with pytest.raises(ProviderError) as caught:
+            provider.generate(req(tools=[PRECO]))
+        for text in (str(caught.value), repr(caught.value), caught.value.body or "", caplog.text):
+            assert KEY not in text and json.dumps(KEY) not in text
+        assert "[redacted]" in str(caught.value)
+
+
+def test_a_gateway_error_payload_with_a_type_is_still_read_as_chat(fake):
+    """A chat-completions gateway may send {"type": "error", "error": {...}} in-band: that is the chat
+    reader's in-band error, with the gateway's message, not a Responses event."""
+    fake.sse(json.dumps({"type": "error", "error": {"code": 502, "message": "upstream went away"}}))
+    with pytest.raises(ProviderError) as caught:
+        openai(fake, name="gateway", model="llama3.3", api_key=None,
+               retry_config={"timeout": 3000, "retries": 0}).generate(req())
+    assert "upstream went away" in str(caught.value) and caught.value.kind == "overload"
+
+
+def test_items_without_deltas_are_read_once_from_done_and_completed(fake):
+    """A server that sends each output item only whole (output_item.done, then response.completed with the
+    same output): its text and calls count once."""
+    message = {"type": "message", "id": "m", "role": "assistant", "status": "completed",
+               "content": [{"type": "output_text", "text": "Olá", "annotations": []}]}
+    call = {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "preco",
+            "arguments": '{"cidade":"X"}', "status": "completed"}
+    events = [{"type": "response.output_item.done", "output_index": 0, "item": message},
+              {"type": "response.output_item.done", "output_index": 1, "item": call},
+              {"type": "response.completed", "response": {"object": "response", "status": "completed",
+                                                           "output": [message, call]}}]
+    fake.sse(*[json.dumps(e) for e in events])
+    out = openai(fake).generate(req(tools=[PRECO]))
+    assert out.message == "Olá"
+    assert [(c.id, c.arguments) for c in out.tool_calls] == [("c1", {"cidade": "X"})]
