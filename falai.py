@@ -74,6 +74,7 @@ __all__ = [
     # JSON, validation, migration, time
     "validate_flow", "check_flow", "Problem", "FlowValidation", "from_spec", "to_spec", "flow_spec_schema",
     "migrate_session", "history_to_events", "events_to_history", "fake_clock",
+    "load_registry",
     # errors
     "FalaiError", "FlowConfigurationError", "ProviderError", "SessionConflictError",
     "InvalidSessionError",
@@ -240,6 +241,10 @@ class GenerateRequest(_FieldWise):
     # a reply scripted in the v4 form); the HTTP providers never send it.
     cache_history: bool = False
     v4_schema: dict | None = None
+    # The customer's message this call reads (the understand call's, or the one a speak call
+    # answers); None when there is none. For a test double such as a ScriptedProvider callable;
+    # never sent.
+    message: str | None = None
 
 
 @dataclass(repr=False, eq=False)
@@ -4325,7 +4330,7 @@ def _understand_call(agent: Agent, ask: UnderstandAsk) -> _UnderstandCall:
     system, identity = stable_prefix(agent, scope)
     request = GenerateRequest(system=system, prompt=_understand_prompt_v4(agent, ask, scope, envelope, identity),
                               history=list(ask.history), context=ask.scope.context, schema=envelope.schema,
-                              schema_name="understand")
+                              schema_name="understand", message=ask.message)
     return _UnderstandCall(request=request, aliases=envelope.aliases)
 
 
@@ -4688,7 +4693,8 @@ def _lean_understand_call(agent: Agent, ask: UnderstandAsk) -> _UnderstandCall:
                            latest_message_section(ask.message))
     request = GenerateRequest(system=parts.system, prompt=prompt, history=list(ask.history),
                               context=ask.scope.context, schema=parts.schema,     # shared: a provider never changes it
-                              schema_name="understand", cache_history=True, v4_schema=envelope.schema)
+                              schema_name="understand", cache_history=True,
+                              v4_schema=envelope.schema, message=ask.message)
     reading = envelope_part(envelope, f"lean reading {routing}", lambda: _lean_reading(envelope, ask, routing))
     return _UnderstandCall(request=request, aliases=envelope.aliases, lean=reading)
 
@@ -5366,7 +5372,8 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
                                   context=ask.scope.context,
                                   schema=schema,              # shared: a provider never changes a request
                                   schema_name="speak", tools=declarations if offer else None,
-                                  cache_history=v4_schema is not None, v4_schema=v4_schema)
+                                  cache_history=v4_schema is not None, v4_schema=v4_schema,
+                                  message=ask.text if ask.input_kind == "message" else None)
         calls += 1
         try:                       # only the provider's part: an engine bug below must surface (issue 12)
             if streaming:                       # the decoder runs between the provider's chunks, so inside
@@ -7576,6 +7583,49 @@ def _dates_as_text(value: Any) -> Any:
     return value
 
 
+# The CLI's registry file, read by a program (docs/guide/cli.md) ---------------------------------
+
+REGISTRY_SECTIONS = ("fields", "actions", "events", "conditions", "tools", "agent")
+REGISTRY_AGENT_OPTIONS = ("name", "persona", "goal", "idle", "instructions", "protocol")
+
+
+def load_registry(path: str) -> dict:
+    """The registry file ``falai chat --registry`` reads, as Agent keyword arguments.
+
+    Gives ``fields``, ``events`` (an EventDef per name, with its direction)
+    and the ``agent`` section's options (name, persona, goal, idle,
+    instructions, protocol). Its actions, tools and conditions describe your
+    code for the CLI's stand-ins: pass your real ones yourself. The agent
+    checks everything when it is built; a file that is not a registry raises
+    ValueError naming the fix.
+
+    ``Agent(provider=..., flows=..., actions={...}, **load_registry("registry.json"))``
+    """
+    with open(path, encoding="utf-8") as file:
+        raw = json.load(file)
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: the registry is {type(raw).__name__}, not an object. Write "
+                         '{"fields": {...}, "events": {...}, "agent": {...}}.')
+    unknown = [key for key in raw if key not in REGISTRY_SECTIONS]
+    if unknown:
+        raise ValueError(f'{path}: unknown key "{unknown[0]}". A registry has '
+                         f'{", ".join(REGISTRY_SECTIONS)}.')
+    for key in ("fields", "agent"):
+        if raw.get(key) is not None and not isinstance(raw[key], dict):
+            raise ValueError(f'{path}: "{key}" must be an object.')
+    events = raw.get("events") or {}
+    if isinstance(events, list) and all(isinstance(name, str) for name in events):
+        events = {name: {} for name in events}
+    if not isinstance(events, dict):
+        raise ValueError(f'{path}: "events" must be an object {{name: {{"direction": ...}}}} or a '
+                         "list of names.")
+    options = {key: value for key, value in (raw.get("agent") or {}).items()
+               if key in REGISTRY_AGENT_OPTIONS and value is not None}
+    return {**options, "fields": raw.get("fields") or {},
+            "events": {name: EventDef(direction=d.get("direction") if isinstance(d, dict) else None)
+                       for name, d in events.items()}}
+
+
 # History items and events (model-calls.md §11.2) ----------------------------------------------
 #
 # The history helpers convert between history items and a host's event log.
@@ -7781,9 +7831,10 @@ class ScriptedProvider:
     and what did not fit, and the turn raises it. A str or a Generation is
     never checked. ``strict=False``, the default, keeps the documented contract
     (python-api.md, Providers): every reply reaches the engine exactly as
-    written, so a test can reach the engine's own checks of a malformed reply,
-    and an empty queue raises a RuntimeError the engine handles as a failed
-    call.
+    written, so a test can reach the engine's own checks of a malformed reply.
+    In both modes a call that finds its queue empty raises ``ScriptError`` (a
+    RuntimeError) out of the turn, the speak call's too: to script a failed
+    call, script the exception.
     """
 
     name = "scripted"
@@ -7807,13 +7858,11 @@ class ScriptedProvider:
             self.calls.append(request)
             number = len(self.calls)
             queue = self.script.get(request.schema_name or "")
-            if not queue:
-                text = f'no scripted "{request.schema_name}" reply left'
-                if self.strict:
-                    raise ScriptError(f'ScriptedProvider call #{number} ("{request.schema_name}"): {text}. '
-                                      f'Add a "{request.schema_name}" entry to the script, or script the failure '
-                                      "itself (an exception entry).")
-                raise RuntimeError(text)
+            if not queue:       # in both modes: never a quiet provider-unavailable deferral
+                name = request.schema_name
+                raise ScriptError(f'ScriptedProvider call #{number} ("{name}"): no scripted '
+                                  f'"{name}" reply left. Add a "{name}" entry to the script, or script the '
+                                  "failure itself (an exception entry).")
             entry = queue.popleft()
         if type(entry) is dict and not self.strict:
             return entry                # the common reply: neither a callable nor an exception, and unchecked

@@ -123,8 +123,9 @@ class Registry:
 
     ``actions``: {name: {"parameters", "description", "result", "set"}}; the stand-in
     action writes ``set`` into the session and returns ``result`` (default ``{"ok": true}``).
-    ``tools``: [{"id", "description", "parameters", "result"}]; the stand-in tool returns
-    ``result``. ``conditions``: {name: true/false} or a list of names (false).
+    ``tools``: [{"id", "description", "parameters", "result", "data"}]; the stand-in tool returns
+    ``result`` and writes ``data`` into the session. ``conditions``: {name: true/false} or a list
+    of names (false).
     ``events``: {name: {"direction": ...}} or a list of names. ``agent``: name,
     persona, goal, idle, instructions.
     """
@@ -200,7 +201,9 @@ def standin_action(name: str, definition: dict) -> Action:
 def standin_tool(definition: dict) -> Tool:
     """A tool that returns its ``result`` (default: the arguments it was called with)."""
     def handler(args: dict, ctx: Any) -> dict:
-        return {"value": definition.get("result", {"ok": True, "arguments": args})}
+        result = {"value": definition.get("result", {"ok": True, "arguments": args})}
+        data = definition.get("data")
+        return {**result, "data": data} if isinstance(data, dict) else result
     return Tool(id=definition["id"], handler=handler, description=definition.get("description"),
                 parameters=definition.get("parameters") or {"type": "object", "properties": {}})
 
@@ -664,15 +667,15 @@ def field_value(prop: dict, message: str, asked: bool) -> Any:
         return True if said & YES else False if said & NO else None
     if "number" in types or "integer" in types:
         number = re.search(r"-?\d+(?:[.,]\d+)?", message)
-        if number is None:
-            return None
+        if number is None or re.search(r"\d{4}-\d\d?-\d\d?|\d\d?:\d\d", message):
+            return None         # a date or a time is no count: "2026-12-20" is not 2026 guests
         text = number.group(0).replace(",", ".")
         return int(float(text)) if "integer" in types else float(text)
     return message.strip() or None
 
 
 def standin_understand(request: GenerateRequest) -> dict:
-    message = quoted_message(request.prompt)
+    message = request.message if request.message is not None else quoted_message(request.prompt)
     properties = (request.schema or {}).get("properties", {})
     reply: dict = {}
     if "flows" in properties:
@@ -699,8 +702,7 @@ def standin_speak(request: GenerateRequest) -> dict:
     Like a model, it also fills the reply's field properties it can read in the customer's message
     (a number, a yes/no, an enum option; text fields are left to the understand call).
     """
-    said = re.search(r"^## Customer's latest message\n\"(.*)\"$", request.prompt, re.M)
-    message = said.group(1) if said else ""
+    message = request.message or ""
     properties = {k: v for k, v in ((request.schema or {}).get("properties") or {}).items() if k != "message"}
     values = {slug: field_value(prop, message, "string" not in str(prop.get("type")))
               for slug, prop in properties.items()}

@@ -2530,7 +2530,7 @@ class OpenAICompatibleProvider(_HttpProvider):
         details = message.get("reasoningDetails")
         if isinstance(details, list):
             # Anthropic's signed thinking blocks and OpenAI's encrypted reasoning items never go to
-            # another vendor (issue 7 item 4).
+            # another vendor: only the model that wrote them can read them.
             details = [d for d in details
                        if not _is_anthropic_thinking(d) and not _is_openai_reasoning(d)]
             if details:
@@ -3100,7 +3100,7 @@ class AnthropicProvider(_HttpProvider):
 
         With ``replay``, an assistant message's signed thinking blocks (kept in its
         ``reasoningDetails``) open its blocks, ahead of its text and ``tool_use``
-        (issue 7 item 4; the API requires them in a tool round with thinking on),
+        (the API requires them in a tool round with thinking on),
         only those signed by ``model``: another model rejects them
         (anthropics/anthropic-sdk-python#1598).
         """
