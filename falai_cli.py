@@ -61,15 +61,37 @@ class UsageError(Exception):
 
 # 1. Input files and the registry ##############################################################
 
+MAX_INPUT_BYTES = 64 * 1024 * 1024      # far past any real flows file, registry, script or session
+MAX_INPUT_NESTING = 256                 # levels of lists and objects; a flow may nest 96, a blob 68
+
+
 def read_json(path: str, what: str) -> Any:
-    """The parsed JSON of a file, or a UsageError naming the file and the fix."""
+    """The parsed JSON of a file, or a UsageError naming the file and the fix: a file that
+    cannot be read, is larger than MAX_INPUT_BYTES, is not JSON or nests deeper than
+    MAX_INPUT_NESTING levels (docs/guide/cli.md, Notes)."""
     try:
-        with open(path, encoding="utf-8") as file:
-            return json.load(file)
+        with open(path, "rb") as file:
+            data = file.read(MAX_INPUT_BYTES + 1)
     except OSError as error:
         raise UsageError(f"{path}: cannot read the {what} ({error.strerror}). Check the path.") from None
-    except ValueError as error:
+    if len(data) > MAX_INPUT_BYTES:
+        mib = MAX_INPUT_BYTES // (1024 * 1024)
+        raise UsageError(f"{path}: the {what} is larger than {mib} MiB, far past any real one. "
+                         "Check that it is the right file.")
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except ValueError as error:            # UnicodeDecodeError is one
         raise UsageError(f"{path}: the {what} is not valid JSON ({error}). Fix its syntax.") from None
+    except (RecursionError, MemoryError):
+        value = None
+        nested = True
+    else:
+        nested = falai.nests_deeper(value, MAX_INPUT_NESTING)
+    if nested:
+        raise UsageError(f"{path}: the {what} nests lists and objects deeper than "
+                         f"{MAX_INPUT_NESTING} levels, past any flow, registry or session. "
+                         "Flatten it.")
+    return value
 
 
 def specs_in(value: Any, path: str) -> list[dict]:
@@ -101,8 +123,9 @@ class Registry:
 
     ``actions``: {name: {"parameters", "description", "result", "set"}}; the stand-in
     action writes ``set`` into the session and returns ``result`` (default ``{"ok": true}``).
-    ``tools``: [{"id", "description", "parameters", "result"}]; the stand-in tool returns
-    ``result``. ``conditions``: {name: true/false} or a list of names (false).
+    ``tools``: [{"id", "description", "parameters", "result", "data"}]; the stand-in tool returns
+    ``result`` and writes ``data`` into the session. ``conditions``: {name: true/false} or a list
+    of names (false).
     ``events``: {name: {"direction": ...}} or a list of names. ``agent``: name,
     persona, goal, idle, instructions.
     """
@@ -178,7 +201,9 @@ def standin_action(name: str, definition: dict) -> Action:
 def standin_tool(definition: dict) -> Tool:
     """A tool that returns its ``result`` (default: the arguments it was called with)."""
     def handler(args: dict, ctx: Any) -> dict:
-        return {"value": definition.get("result", {"ok": True, "arguments": args})}
+        result = {"value": definition.get("result", {"ok": True, "arguments": args})}
+        data = definition.get("data")
+        return {**result, "data": data} if isinstance(data, dict) else result
     return Tool(id=definition["id"], handler=handler, description=definition.get("description"),
                 parameters=definition.get("parameters") or {"type": "object", "properties": {}})
 
@@ -642,15 +667,15 @@ def field_value(prop: dict, message: str, asked: bool) -> Any:
         return True if said & YES else False if said & NO else None
     if "number" in types or "integer" in types:
         number = re.search(r"-?\d+(?:[.,]\d+)?", message)
-        if number is None:
-            return None
+        if number is None or re.search(r"\d{4}-\d\d?-\d\d?|\d\d?:\d\d", message):
+            return None         # a date or a time is no count: "2026-12-20" is not 2026 guests
         text = number.group(0).replace(",", ".")
         return int(float(text)) if "integer" in types else float(text)
     return message.strip() or None
 
 
 def standin_understand(request: GenerateRequest) -> dict:
-    message = quoted_message(request.prompt)
+    message = request.message if request.message is not None else quoted_message(request.prompt)
     properties = (request.schema or {}).get("properties", {})
     reply: dict = {}
     if "flows" in properties:
@@ -677,8 +702,7 @@ def standin_speak(request: GenerateRequest) -> dict:
     Like a model, it also fills the reply's field properties it can read in the customer's message
     (a number, a yes/no, an enum option; text fields are left to the understand call).
     """
-    said = re.search(r"^## Customer's latest message\n\"(.*)\"$", request.prompt, re.M)
-    message = said.group(1) if said else ""
+    message = request.message or ""
     properties = {k: v for k, v in ((request.schema or {}).get("properties") or {}).items() if k != "message"}
     values = {slug: field_value(prop, message, "string" not in str(prop.get("type")))
               for slug, prop in properties.items()}
@@ -965,10 +989,13 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, environ: dict, read: Callabl
                 continue
             try:
                 value = json.loads(payload) if payload.strip() else None
-            except ValueError as error:
+            except (ValueError, RecursionError) as error:
                 out.write(f"  the payload is not JSON ({error}); send /event {name} {{\"key\": \"value\"}}\n")
                 continue
-            print_turn(playground.event(name, value), out)
+            try:
+                print_turn(playground.event(name, value), out)
+            except ValueError as error:          # a payload the turn refuses (too deep: limits.md)
+                out.write(f"  {error}\n")
         elif text.startswith("/"):
             out.write(f"  unknown command {text.split()[0]}. " + CHAT_HELP)
         else:

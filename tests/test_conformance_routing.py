@@ -249,7 +249,7 @@ def test_only_the_first_phrased_message_trigger_decides_eligibility():
     second phrased trigger whose `if` holds does not make the flow eligible when the first one fails."""
     f = flow("f", on=[{"message": ["quer A"], "if": {"known": ["plano"]}}, {"message": ["quer B"]}],
              steps=[{"id": "s", "say": "F"}])
-    agent, provider, _ = build([f, SUPORTE], {"understand": [{}]})
+    agent, provider, _ = build([f, SUPORTE], {"understand": [{}], "speak": [{"message": "Oi"}]})
     agent.turn(session_id="s1", message="oi", id="m1")
     assert section(understand_calls(provider)[0], "flows") == ["suporte"]
 
@@ -265,7 +265,7 @@ def test_eligibility_reads_the_repeat_with_session_and_host_claims_without_writi
     writing)"), §6.4: host-held claims count; `claims.active` is a start check (§5 rule 5), not a repeat one."""
     v = flow("vendas", on=[{"message": ["quer comprar"], **({} if claims else {"repeat": {"cooldown": "1h"}})}],
              steps=[{"id": "s", "say": "Vendas!"}])
-    agent, provider, clock = build([v, SUPORTE], {"understand": [{}]})
+    agent, provider, clock = build([v, SUPORTE], {"understand": [{}], "speak": [{"message": "Oi"}]})
     session = None
     if advance:                      # the cooldown flow started at T0
         session = {"id": "s1", "v": 4, "version": 0, "data": {}, "runs": [], "claims": {"vendas:s1:": {"at": T0}},
@@ -282,7 +282,7 @@ def test_eligibility_checks_the_claim_under_the_flows_anchor(lead, eligible):
     """runtime.md §3.4 item 2 and the draft run (anchor), §6.1, §6.3: an anchored "once" flow is eligible per
     host anchor key, not per session."""
     v = flow("vendas", on=[{"message": ["quer comprar"]}], anchor="lead", steps=[{"id": "s", "say": "Vendas!"}])
-    agent, provider, _ = build([v, SUPORTE], {"understand": [{}]})
+    agent, provider, _ = build([v, SUPORTE], {"understand": [{}], "speak": [{"message": "Oi"}]})
     blob = {"id": "s1", "v": 4, "version": 0, "data": {}, "runs": [], "claims": {"vendas:lead-1:": {"at": T0}},
             "inputs": [], "metadata": {}}
     agent.turn(session_id="s1", session=blob, message="oi", id="m1", anchors={"lead": {"key": lead}})
@@ -317,7 +317,7 @@ def test_fields_are_the_floor_flows_then_each_eligible_flows_first_occurrence_fi
 def test_a_known_value_that_is_falsy_is_still_known_and_never_offered(value):
     """runtime.md §0 (known), §3.4 item 7, flows.md §2.2: any value but absent, None and "" is known."""
     f = flow("f", on=[{"message": ["quer A"]}], steps=[{"id": "q", "collect": ["x", "y"]}])
-    agent, provider, _ = build([f, SUPORTE], {"understand": [{}]})
+    agent, provider, _ = build([f, SUPORTE], {"understand": [{}], "speak": [{"message": "Oi"}]})
     blob = {"id": "s1", "v": 4, "version": 0, "data": {"x": value, "y": ""}, "runs": [], "claims": {},
             "inputs": [], "metadata": {}}
     agent.turn(session_id="s1", session=blob, message="oi", id="m1")

@@ -360,9 +360,9 @@ def test_should_retry_overrides_the_computed_retryable(kind, should_retry):
 
 
 def test_an_exception_that_is_not_a_provider_error_is_unavailable_and_retryable(caplog):
-    """model-calls.md §10.2: kind unknown; a dry queue is one such failure (§12). A warning names the call."""
+    """model-calls.md §10.2: kind unknown. A warning names the call."""
     with caplog.at_level(logging.WARNING, logger="falai"):
-        _, result = speak(make_agent({"speak": []}), talk_ask())
+        _, result = speak(make_agent({"speak": [RuntimeError("boom")]}), talk_ask())
     assert result == F.Deferred(code="provider-unavailable", retryable=True, llm_calls=1)
     assert any("call 1" in r.getMessage() and "provider-unavailable" in r.getMessage() for r in caplog.records)
 

@@ -12,8 +12,8 @@ import pytest
 import falai_providers
 from falai import GenerateRequest, TokenUsage, add_usage
 from falai_providers import AnthropicProvider, GeminiProvider, OpenAICompatibleProvider, model_caps
-from fake_model_server import (anthropic_events, anthropic_signature, anthropic_thinking_tool_events, gemini_frame,
-                               openai_frame)
+from fake_model_server import (Rejected, anthropic_events, anthropic_signature, anthropic_thinking_tool_events,
+                               check_chat, gemini_frame, openai_frame)
 
 PRECO = {"name": "preco", "description": "Preço da diária.",
          "parameters": {"type": "object", "properties": {"cidade": {"type": "string"}}, "required": ["cidade"]}}
@@ -212,3 +212,25 @@ def test_reasoning_tokens_are_read_from_every_vendor(fake):
 def test_every_openai_row_names_a_known_endpoint():
     assert {caps.endpoint for rows in falai_providers.MODEL_TABLE.values() for _, caps in rows} \
         <= set(falai_providers.ENDPOINTS)
+
+
+# The strict fake's chat-completions rules for these models (D1-D4) ################################
+
+CHAT = {"model": "gpt-5.4", "messages": [{"role": "user", "content": "oi"}], "stream": True}
+TOOLS = [{"type": "function", "function": {"name": "t", "parameters": {"type": "object"}}}]
+
+
+@pytest.mark.parametrize("body, message", [
+    ({**CHAT, "tools": TOOLS, "reasoning_effort": "low"}, "Function tools with reasoning_effort"),       # D1
+    ({**CHAT, "model": "gpt-5.6-luna", "tools": TOOLS}, "Function tools with reasoning_effort"),        # D2
+    ({**CHAT, "model": "gpt-6-astra", "tools": TOOLS}, "Function tools with reasoning_effort"),
+    ({**CHAT, "model": "gpt-5.1-codex", "reasoning_effort": "none"}, "does not support 'none'"),        # D3
+    ({**CHAT, "model": "gpt-5-codex"}, "only supported in v1/responses"),                               # D4
+    ({**CHAT, "model": "o3-pro"}, "only supported in v1/responses"),
+])
+def test_the_strict_fake_refuses_these_chat_bodies(body, message):
+    with pytest.raises(Rejected, match=message):
+        check_chat("openai", {"authorization": "Bearer k"}, body)
+    check_chat("openai", {"authorization": "Bearer k"}, {**CHAT, "tools": TOOLS, "reasoning_effort": "none"})
+    check_chat("openai", {"authorization": "Bearer k"}, {**CHAT, "model": "gpt-6-astra", "tools": TOOLS,
+                                                         "reasoning_effort": "none"})

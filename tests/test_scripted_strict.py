@@ -80,14 +80,22 @@ def test_str_and_generation_entries_are_never_checked():
 
 
 def test_not_strict_is_the_default_and_keeps_the_documented_contract():
-    """python-api.md, Providers: replies reach the engine as written; an empty queue is a failed call."""
-    agent, provider = agent_with({"understand": [{"flows": {"triagem": 0.95}, "flow": "x"}]}, strict=False)
+    """python-api.md, Providers: replies reach the engine as written (a malformed score is read as 0)."""
+    agent, provider = agent_with({"understand": [{"flows": {"triagem": 0.95}, "flow": "x"}],
+                                  "speak": [{"message": "Oi"}]}, strict=False)
     r = agent.turn(session_id="s1", message="quanto custa?", id="m1")
     assert ScriptedProvider().strict is False
-    assert r.messages == [] and provider.remaining() == {"understand": 0}
-    with pytest.raises(RuntimeError, match='no scripted "speak" reply left') as caught:
-        provider.generate(provider.calls[-1])
-    assert not isinstance(caught.value, ScriptError)
+    assert provider.remaining() == {"understand": 0, "speak": 0} and r.started == []
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_dry_speak_queue_raises_out_of_the_turn_in_both_modes(strict):
+    """docs/guide/testing.md: a call the test did not script is never a quiet provider-unavailable deferral."""
+    agent, provider = agent_with({"understand": [{"flows": {"triagem": 95}}]}, strict=strict)
+    with pytest.raises(ScriptError, match=r'call #2 \("speak"\): no scripted "speak" reply left. Add a "speak" '
+                                          r'entry to the script, or script the failure itself'):
+        agent.turn(session_id="s1", message="quanto custa?", id="m1")
+    assert isinstance(ScriptError("x"), RuntimeError)
 
 
 def test_a_dry_compaction_queue_raises_under_strict_instead_of_dropping_messages():
