@@ -7816,8 +7816,8 @@ class ScriptedProvider:
             if not queue:       # in both modes: never a quiet provider-unavailable deferral
                 name = request.schema_name
                 raise ScriptError(f'ScriptedProvider call #{number} ("{name}"): no scripted '
-                                  f'"{name}" reply left. Add a "{name}" entry to the script, or script the '
-                                  "failure itself (an exception entry).")
+                                  f'"{name}" reply left. Add a "{name}" entry to the script, or '
+                                  "script the failure itself (an exception entry).")
             entry = queue.popleft()
         if type(entry) is dict and not self.strict:
             return entry                # the common reply: neither a callable nor an exception, and unchecked
