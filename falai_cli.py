@@ -61,15 +61,37 @@ class UsageError(Exception):
 
 # 1. Input files and the registry ##############################################################
 
+MAX_INPUT_BYTES = 64 * 1024 * 1024      # far past any real flows file, registry, script or session
+MAX_INPUT_NESTING = 256                 # levels of lists and objects; a flow may nest 96, a blob 68
+
+
 def read_json(path: str, what: str) -> Any:
-    """The parsed JSON of a file, or a UsageError naming the file and the fix."""
+    """The parsed JSON of a file, or a UsageError naming the file and the fix: a file that
+    cannot be read, is larger than MAX_INPUT_BYTES, is not JSON or nests deeper than
+    MAX_INPUT_NESTING levels (docs/guide/cli.md, Notes)."""
     try:
-        with open(path, encoding="utf-8") as file:
-            return json.load(file)
+        with open(path, "rb") as file:
+            data = file.read(MAX_INPUT_BYTES + 1)
     except OSError as error:
         raise UsageError(f"{path}: cannot read the {what} ({error.strerror}). Check the path.") from None
-    except ValueError as error:
+    if len(data) > MAX_INPUT_BYTES:
+        mib = MAX_INPUT_BYTES // (1024 * 1024)
+        raise UsageError(f"{path}: the {what} is larger than {mib} MiB, far past any real one. "
+                         "Check that it is the right file.")
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except ValueError as error:            # UnicodeDecodeError is one
         raise UsageError(f"{path}: the {what} is not valid JSON ({error}). Fix its syntax.") from None
+    except (RecursionError, MemoryError):
+        value = None
+        nested = True
+    else:
+        nested = falai.nests_deeper(value, MAX_INPUT_NESTING)
+    if nested:
+        raise UsageError(f"{path}: the {what} nests lists and objects deeper than "
+                         f"{MAX_INPUT_NESTING} levels, past any flow, registry or session. "
+                         "Flatten it.")
+    return value
 
 
 def specs_in(value: Any, path: str) -> list[dict]:
@@ -984,10 +1006,13 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, environ: dict, read: Callabl
                 continue
             try:
                 value = json.loads(payload) if payload.strip() else None
-            except ValueError as error:
+            except (ValueError, RecursionError) as error:
                 out.write(f"  the payload is not JSON ({error}); send /event {name} {{\"key\": \"value\"}}\n")
                 continue
-            print_turn(playground.event(name, value), out)
+            try:
+                print_turn(playground.event(name, value), out)
+            except ValueError as error:          # a payload the turn refuses (too deep: limits.md)
+                out.write(f"  {error}\n")
         elif text.startswith("/"):
             out.write(f"  unknown command {text.split()[0]}. " + CHAT_HELP)
         else:

@@ -39,6 +39,7 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 import threading
 import time
@@ -451,10 +452,20 @@ class Host:
             self._redis.close()
 
     def sql(self, statement: str, params: tuple | list = ()) -> list[tuple]:
-        """Run one statement on a pooled connection; its rows, or [] when it returns none."""
-        with self.pool.connection() as db:
-            cursor = db.execute(statement, params)
-            return cursor.fetchall() if cursor.description else []
+        """Run one statement on a pooled connection; its rows, or [] when it returns none.
+
+        A statement whose connection turns out dead (the server restarted since it was lent) runs
+        once more on a fresh one: every statement the host runs alone may run twice.
+        """
+        for last_try in (False, True):
+            with self.pool.connection() as db:
+                try:
+                    cursor = db.execute(statement, params)
+                    return cursor.fetchall() if cursor.description else []
+                except database_errors():
+                    if last_try or not (db.closed or db.broken):
+                        raise
+        raise AssertionError("unreachable: the last try returns or raises")
 
     def store(self, db: Any) -> Any:
         """The sessions table on this connection; commit=False, so a save joins the host's
@@ -1938,11 +1949,15 @@ def _run_role(args: argparse.Namespace, host: Host, out: TextIO) -> int:
         serve_operations(host, config.health_port)
     wait_for_schema(host)
     if args.role == "worker":
-        run_worker(host)
-    elif args.role == "dispatcher":
-        run_dispatcher(host)
+        run_worker(host)                      # RQ handles SIGTERM: it finishes the job it runs
+        return 0
+    # SIGTERM (systemd's and Docker's stop) ends the loop after the sends in flight.
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda number, frame: stop.set())
+    if args.role == "dispatcher":
+        run_dispatcher(host, stop)
     else:
-        run_sender(host, shard=shard)
+        run_sender(host, shard=shard, stop=stop)
     return 0
 
 

@@ -107,8 +107,9 @@ class FaultRun:
         self.supervisor.start("intake", "intake")
         for i in range(workers):
             self.supervisor.start(f"worker{i}", "worker")
-        self.supervisor.start("dispatcher", "dispatcher")
-        self.supervisor.start("sender", "sender")
+        self.health = {"dispatcher": free_port(), "sender": free_port()}
+        self.supervisor.start("dispatcher", "dispatcher", "--health-port", str(self.health["dispatcher"]))
+        self.supervisor.start("sender", "sender", "--health-port", str(self.health["sender"]))
         assert wait_for(self._intake_ready, 60), "the intake did not come up"
 
     def _intake_ready(self):
@@ -126,7 +127,8 @@ class FaultRun:
         self.host.close()
         self.channel.close()
         self.redis.close()
-        shutil.rmtree(self.logs, ignore_errors=True)
+        if not os.environ.get("FALAI_FAULT_KEEP_LOGS"):
+            shutil.rmtree(self.logs, ignore_errors=True)
 
     # traffic ---------------------------------------------------------------------------------
 
@@ -251,6 +253,13 @@ class FaultRun:
         for c in self.conversations:                     # every input applied once: no lost update
             assert sorted(inputs[c.session_id]) == sorted(c.ids), c.session_id
         assert self.supervisor.log_size() < 2_000_000, "the roles flooded their logs"
+        for role, port in self.health.items():           # each long-running role answers for itself
+            base = f"http://127.0.0.1:{port}"
+            assert requests.get(f"{base}/healthz", timeout=5).status_code == 200, role
+            assert requests.get(f"{base}/readyz", timeout=5).json() == {"ready": True, "postgres": "ok",
+                                                                        "redis": "ok"}, role
+            metrics = requests.get(f"{base}/metrics", timeout=5).text
+            assert "\nfalai_outbox_pending 0\n" in metrics and "\nfalai_queue_depth 0\n" in metrics, role
         return {"conversations": len(self.conversations), "messages": sum(len(c.ids) for c in self.conversations),
                 "redeliveries": self.redeliveries, "deliveries": len(delivered),
                 "reminders": sum(c.reminder_at is not None for c in self.conversations),

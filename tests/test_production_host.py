@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -264,6 +265,16 @@ def test_the_pool_replaces_connections_a_server_restart_closed(make_host):
     assert connection.closed
 
 
+def test_a_statement_on_a_connection_the_server_just_closed_runs_again_on_a_fresh_one(make_host):
+    host = make_host()
+    host.sql("SELECT 1")
+    [(connection, _)] = host.pool.idle                       # lent again at once: not checked first
+    with psycopg.connect(DSN, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (connection.info.backend_pid,))
+    assert host.sql("SELECT 2") == [(2,)]
+    assert connection.closed or connection.broken
+
+
 def test_a_redelivered_webhook_costs_nothing(make_host):
     provider = scripted()
     host = make_host(provider)
@@ -492,6 +503,18 @@ def test_the_sender_keeps_several_sends_in_flight_and_each_session_in_order(make
     assert len(fake.deliveries) == 32 and fake.peak > 1
     for i in range(8):
         assert [k for s, k in fake.order if s == f"s{i}"] == [f"m{j:02d}" for j in range(i, 32, 8)]
+
+
+def test_an_unreachable_channel_is_said_once_however_often_it_is_tried(make_host, caplog):
+    host = make_host()
+    add_outbox(host, *[(f"s{i}", "m") for i in range(5)])
+    send = H.Sender(host, H.HttpChannel(f"http://127.0.0.1:{_closed_port()}", timeout=1), (0, 1))
+    with caplog.at_level("INFO", logger="falai.host"):
+        for _ in range(4):
+            host.sql(f"UPDATE {host.config.prefix}outbox SET not_before = NULL")
+            assert send.send_once() == 5
+    assert [r.getMessage()[:26] for r in caplog.records] == ["the channel unreachable (C"]
+    assert rows(host, "outbox", "count(*), max(attempts)") == [(5, 4)]
 
 
 def test_run_sender_without_a_channel_says_so():
@@ -732,6 +755,36 @@ def test_the_admin_commands_list_retry_and_drop_dead_letters(make_host):
     assert cli("schema")[1] == f"schema of {host.config.prefix}*: version 2 -> 2\n"
     code, _, err = cli("sender", "--lease", "1", "--job-timeout", "5")
     assert code == 2 and "job timeout 5s is not below the lease 1.0s" in err
+
+
+def test_the_intake_refuses_to_start_unsigned_unless_told(make_host):
+    host = make_host()
+    env = {**H.config_env(host.config), "FALAI_INTAKE_SECRET": ""}
+    err = io.StringIO()
+    assert falai_cli.main(["host", "intake"], out=io.StringIO(), err=err, environ=env) == 2
+    assert err.getvalue() == ("falai host intake: no signing secret. Set FALAI_INTAKE_SECRET (or --secret), "
+                              "or pass --unsigned for local development.\n")
+
+
+def test_sigterm_stops_the_sender_after_its_sends(make_host, channel):
+    host = make_host()
+    fake = channel()
+    env = role_env({**H.config_env(host.config), "FALAI_CHANNEL_URL": fake.url, "FALAI_POLL": "0.2"})
+    process = subprocess.Popen([sys.executable, "-m", "falai_cli", "host", "sender"], env=env, cwd=ROOT,
+                               stderr=subprocess.PIPE)
+    try:
+        add_outbox(host, ("s1", "a"))
+        deadline = time.monotonic() + 60
+        while not fake.deliveries and time.monotonic() < deadline:
+            time.sleep(0.1)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    assert list(fake.deliveries) == ["s1/a"]
+    assert rows(host, "outbox", "outcome, sent_at IS NOT NULL") == [("sent", True)]
 
 
 def test_job_ids_are_reversible_and_use_only_what_rq_accepts():
