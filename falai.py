@@ -85,9 +85,11 @@ __all__ = [
 SIBLING_IMPORTS = {
     "falai_providers": ("ENVELOPE_SHAPED", "compact_json", "decode_json_string", "lenient_loads", "parse_iso",
                         "reused", "to_ms", "unfenced"),
-    "falai_stores": ("ABSENT", "BLOB_NESTING", "check_expected_version", "check_table_name", "decode_session_row",
-                     "encode_session_row", "saved_session", "store_now_text"),
-    "falai_cli": ("_Checks", "_flow_frame", "check_flow_shape", "iso", "parse_iso", "strip_nones", "system_clock"),
+    "falai_stores": ("ABSENT", "BLOB_NESTING", "check_expected_version", "check_session_id",
+                     "check_table_name", "decode_session_row", "encode_session_row",
+                     "saved_session", "store_now_text"),
+    "falai_cli": ("_Checks", "_flow_frame", "check_flow_shape", "iso", "nests_deeper", "parse_iso",
+                  "strip_nones", "system_clock"),
 }
 
 
@@ -1050,13 +1052,19 @@ class Scope(_Record):
 
 
 def _lookup(path: str, scope: Scope) -> Any:
-    """The value at a dotted path, or _MISSING (kept verbatim) or _BLANK (rendered as "")."""
+    """The value at a dotted path, or _MISSING (kept verbatim) or _BLANK (rendered as "").
+
+    A template reads data, never objects (docs/guide/limits.md): a mapping by key,
+    a list or tuple by decimal index, a named tuple's or a dataclass's fields by
+    name. Anything else stops the walk, with a warning naming the fix.
+    """
     root, *keys = path.split(".")
     if root not in ("data", "context", "input"):
         return _MISSING
     value = getattr(scope, root)
     if value is None:
         return _MISSING  # a root the host did not provide counts as missing (model-calls.md §2.4)
+    walked = root
     for key in keys:
         if value is None:
             return _BLANK
@@ -1064,36 +1072,47 @@ def _lookup(path: str, scope: Scope) -> Any:
             if key not in value:
                 return _MISSING
             value = value[key]
-        elif isinstance(value, (list, tuple)):
-            if not key.isdigit() or int(key) >= len(value):
+        elif isinstance(value, (list, tuple)) and key.isascii() and key.isdigit():
+            if int(key) >= len(value):
                 return _MISSING
             value = value[int(key)]
         else:
-            value = _data_attribute(value, key)
-        if value is _MISSING or callable(value):
+            value = _data_field(value, key, path, walked)
+        if value is _MISSING:
+            return _MISSING
+        if callable(value) and not isinstance(value, Mapping):
+            _not_data(path, f"{walked}.{key}", value)
             return _MISSING     # a template reads data, never code (docs/guide/limits.md)
+        walked = f"{walked}.{key}"
     return _MISSING if value is None else value
 
 
-def _data_attribute(value: Any, key: str) -> Any:
-    """A public data attribute of a host object: a dataclass field, an instance or slot attribute.
+def _data_field(value: Any, key: str, path: str, walked: str) -> Any:
+    """A field of a named tuple or a dataclass instance; _MISSING for anything else.
 
-    Flow JSON may come from another tenant, so a template never reaches a name
-    starting with "_", a method or a property (code), only stored data.
+    Flow JSON may come from a flow editor or another tenant, so a template never
+    reaches a host object's attributes (a client's session, its headers, a
+    provider's settings), a name starting with "_", a method or a property.
     """
-    if key.startswith("_") or isinstance(value, (str, int, float, bool)):
+    if key.startswith("_"):
         return _MISSING
-    fields_of = getattr(type(value), "__dataclass_fields__", None)
-    if isinstance(fields_of, dict) and key in fields_of:
-        return getattr(value, key, _MISSING)
-    instance = getattr(value, "__dict__", None)
-    if isinstance(instance, dict) and key in instance:
-        return instance[key]
-    for klass in type(value).__mro__:
-        slots = klass.__dict__.get("__slots__", ())
-        if key in ((slots,) if isinstance(slots, str) else slots) or key in (klass.__dict__.get("_fields") or ()):
-            return getattr(value, key, _MISSING)    # a slot or a namedtuple field
+    if isinstance(value, tuple):
+        names = getattr(type(value), "_fields", ())
+        return getattr(value, key) if isinstance(names, tuple) and key in names else _MISSING
+    if not isinstance(value, type) and hasattr(type(value), "__dataclass_fields__"):
+        if any(f.name == key for f in dataclass_fields(value)):
+            return getattr(value, key, _MISSING)
+        return _MISSING                       # a field the dataclass does not have: a typo
+    if not isinstance(value, (str, int, float, bool, list)):
+        _not_data(path, walked, value)
     return _MISSING
+
+
+def _not_data(path: str, walked: str, value: Any) -> None:
+    log.warning("[falai] template {{%s}}: %s is a %s, not data; a template reads only mappings by "
+                "key, lists and tuples by index, and the fields of dataclasses and named tuples. "
+                "Put the value itself in the context, e.g. context={\"name\": client.name} "
+                "(docs/guide/limits.md).", path, walked, type(value).__name__)
 
 
 def _tidy(text: str) -> str:
@@ -2102,7 +2121,7 @@ class Turn:
     def _trigger_key(self) -> str:
         given = self.input
         if given.kind == "message":
-            return given.id or given.at or self.now_text
+            return given.id or instant_key(self.session, given.at or self.now_text)
         # read_turn_input sets the field each kind names
         if given.kind == "wake":
             assert given.wake is not None
@@ -2217,6 +2236,10 @@ def ingest(turn: Turn) -> Ignored | None:
             return Ignored("duplicate-input", given.id)
         if given.id:
             turn.session.inputs = [*turn.session.inputs, given.id][-INPUTS_KEPT:]
+        elif turn.trigger_key != (given.at or turn.now_text):
+            # An id-less message sharing its instant took a numbered key: kept, so the next one
+            # in that instant takes the next number (instant_key).
+            turn.session.inputs = [*turn.session.inputs, turn.trigger_key][-INPUTS_KEPT:]
         turn.session.last_user_at = iso(parse_iso(given.at)) if given.at else turn.now_text
         resolve_reply_waits(turn)
     elif given.kind == "wake":
@@ -2238,6 +2261,28 @@ def ingest(turn: Turn) -> Ignored | None:
         else:
             start_run(turn, flow, "start", given.start["key"], payload=given.start.get("input"), hop=given.hop)
     return None
+
+
+def instant_key(session: Session, instant: str) -> str:
+    """An id-less message's trigger key: its instant, unique in the session (docs/guide/limits.md).
+
+    The instant alone, as in the original, unless the session's last customer message
+    came at or after it: then an earlier id-less message may have used it, and the key
+    is ``{instant}#{n}``, the first n from 2 not among the session's ``inputs``. A
+    replay on the same session gets the same key.
+    """
+    last = session.last_user_at
+    if last is None:
+        return instant
+    try:
+        if parse_iso(instant) > parse_iso(last):
+            return instant
+    except (TypeError, ValueError, OverflowError):
+        return instant             # a stored time that does not read: the original's key
+    n = 2
+    while f"{instant}#{n}" in session.inputs:
+        n += 1
+    return f"{instant}#{n}"
 
 
 def take_floor_in_ingest(turn: Turn, run: Run) -> None:
@@ -6452,7 +6497,13 @@ def action_parameters(action: Any) -> dict:
 
 
 def _with_check(name: str, parameters: dict, given: dict, where: str) -> None:
-    """The `with` check of persistence.md §1.10 (flows.md §9.2)."""
+    """The `with` check of persistence.md §1.10 (flows.md §9.2). A key the action does not take
+    that is the closest name of a missing parameter is a typo: it is named first, with the fix."""
+    missing = [str(p) for p in parameters if p not in given]
+    for key in given:
+        if key not in parameters and missing and closest(key, missing):
+            _flow_error(where, f'action "{name}" has no parameter "{key}"',
+                        f'Did you mean "{closest(key, missing)}"?')
     for parameter, raw in parameters.items():
         definition = _as_definition(raw)
         if parameter not in given:
@@ -6468,6 +6519,9 @@ def _with_check(name: str, parameters: dict, given: dict, where: str) -> None:
         else:
             expected, got = expected_text(definition), type_name(value)
             fix = "Values are not coerced; write the right type."
+            if isinstance(value, str) and "{{" in value:    # a template always renders text
+                fix = ('A template renders text: declare the parameter "type": "string" and '
+                       "convert it in your action.")
         _flow_error(where, f'parameter "{parameter}" of action "{name}" must be {expected}, got {got}', fix)
     for key in given:
         if key not in parameters:
@@ -7816,8 +7870,8 @@ class ScriptedProvider:
             if not queue:       # in both modes: never a quiet provider-unavailable deferral
                 name = request.schema_name
                 raise ScriptError(f'ScriptedProvider call #{number} ("{name}"): no scripted '
-                                  f'"{name}" reply left. Add a "{name}" entry to the script, or script the '
-                                  "failure itself (an exception entry).")
+                                  f'"{name}" reply left. Add a "{name}" entry to the script, or '
+                                  "script the failure itself (an exception entry).")
             entry = queue.popleft()
         if type(entry) is dict and not self.strict:
             return entry                # the common reply: neither a callable nor an exception, and unchecked
@@ -7959,21 +8013,103 @@ def _row_json_default(value: Any) -> Any:
                     "can be stored")
 
 
+MAX_SESSION_ID = 255           # characters: PostgresStore's VARCHAR(255), the bound of every store
+
+
+def check_session_id(session_id: Any) -> str:
+    """The session id every store accepts, or the error naming why not (docs/guide/stores.md).
+
+    One contract for every store: a non-empty string of at most ``MAX_SESSION_ID``
+    characters, with no NUL character and no lone surrogate (neither is text a
+    database keeps). A non-string raises TypeError, anything else ValueError.
+    """
+    if not isinstance(session_id, str):
+        raise TypeError(f"a session id is a string, not {type(session_id).__name__}")
+    problem = None
+    if not session_id:
+        problem = "is empty"
+    elif len(session_id) > MAX_SESSION_ID:
+        problem = f"is {len(session_id)} characters long, over the {MAX_SESSION_ID} a store keeps"
+    elif "\x00" in session_id:
+        problem = "contains a NUL character (U+0000), which no database keeps in text"
+    elif _SURROGATE.search(session_id):
+        problem = "contains a lone surrogate, which is not UTF-8 text"
+    if problem:
+        shown = f"{session_id[:40]!r}{'...' if len(session_id) > 40 else ''}"
+        raise ValueError(f"the session id {shown} {problem}: nothing was read or written. Use "
+                         f"an id of 1 to {MAX_SESSION_ID} printable characters, e.g. the channel's "
+                         "user id or a hash of it.")
+    return session_id
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def encode_session_row(session: Session, expected_version: int) -> str:
     """The blob a save writes, as compact JSON text with `version` = expected_version + 1 (§3.2, Write).
 
-    A datetime anywhere inside becomes §2.4 text; a non-finite float or a blob
-    nested deeper than BLOB_NESTING raises ValueError and any other value JSON
-    cannot hold raises TypeError.
+    A datetime anywhere inside becomes §2.4 text; a non-finite float, a blob
+    nested deeper than BLOB_NESTING, a bad id (``check_session_id``) or text no
+    database keeps (a NUL character, a lone surrogate) raises ValueError, and any
+    other value JSON cannot hold raises TypeError.
     """
     if not isinstance(session, Session):
         raise TypeError(f"save() takes a Session, not {type(session).__name__}")
+    check_session_id(session.id)
     blob = {**session.to_dict(), "version": expected_version + 1}
     if nests_deeper(blob, BLOB_NESTING):    # it would be saved but never load again (docs/guide/limits.md)
         raise ValueError(f'session "{session.id}" nests deeper than {BLOB_NESTING} levels (a value may nest '
                          f"{MAX_NESTING}): nothing was written. Flatten the deep value.")
-    return json.dumps(blob, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+    text = json.dumps(blob, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
                       default=_row_json_default)
+    _check_row_text(session.id, blob, text)
+    return text
+
+
+def _check_row_text(session_id: str, blob: dict, text: str) -> None:
+    """Refuse text no database keeps, naming where it is: Postgres's JSONB refuses a NUL
+    character, and no driver encodes a lone surrogate as UTF-8 (docs/guide/stores.md)."""
+    nul = _has_nul_escape(text)
+    surrogate = not nul and _SURROGATE.search(text) is not None
+    if not (nul or surrogate):
+        return
+    what, found = (("a NUL character (U+0000)", lambda t: "\x00" in t) if nul else
+                   ("a lone surrogate (not UTF-8 text)",
+                    lambda t: _SURROGATE.search(t) is not None))
+    raise ValueError(f'session "{session_id}" holds {what} at {_text_path(blob, found)}, which '
+                     "no store keeps: nothing was written. Clean the value before it enters the "
+                     'session, e.g. value.replace("\\x00", "") (docs/guide/stores.md).')
+
+
+def _has_nul_escape(text: str) -> bool:
+    """Whether JSON text holds the escape \\u0000: "u0000" after an odd run of backslashes.
+    Each run is counted once, from its end, so the check is linear in the text."""
+    at = text.find("u0000")
+    while at >= 0:
+        start = at
+        while start > 0 and text[start - 1] == "\\":
+            start -= 1
+        if (at - start) % 2 == 1:
+            return True
+        at = text.find("u0000", at + 5)
+    return False
+
+
+def _text_path(blob: dict, found: Callable[[str], bool]) -> str:
+    """The path of the first key or string in ``blob`` for which ``found`` holds (iterative)."""
+    stack: list[tuple[str, Any]] = [("", blob)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str) and found(value):
+            return path or "the blob"
+        if isinstance(value, dict):
+            for key, item in reversed(list(value.items())):
+                if isinstance(key, str) and found(key):
+                    return f"{path}.{key!r}".lstrip(".") + " (a key)"
+                stack.append((f"{path}.{key}".lstrip("."), item))
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", item) for i, item in reversed(list(enumerate(value))))
+    return "the blob"
 
 
 def _reject_constant(name: str) -> Any:
@@ -8031,6 +8167,7 @@ class MemoryStore:
 
     def load(self, session_id: str) -> Session | None:
         """The stored session, or None when there is no row; a bad row raises InvalidSessionError."""
+        check_session_id(session_id)
         with self._lock:
             row = self._rows.get(session_id)
         return None if row is None else decode_session_row(row[1], session_id)

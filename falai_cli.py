@@ -61,15 +61,37 @@ class UsageError(Exception):
 
 # 1. Input files and the registry ##############################################################
 
+MAX_INPUT_BYTES = 64 * 1024 * 1024      # far past any real flows file, registry, script or session
+MAX_INPUT_NESTING = 256                 # levels of lists and objects; a flow may nest 96, a blob 68
+
+
 def read_json(path: str, what: str) -> Any:
-    """The parsed JSON of a file, or a UsageError naming the file and the fix."""
+    """The parsed JSON of a file, or a UsageError naming the file and the fix: a file that
+    cannot be read, is larger than MAX_INPUT_BYTES, is not JSON or nests deeper than
+    MAX_INPUT_NESTING levels (docs/guide/cli.md, Notes)."""
     try:
-        with open(path, encoding="utf-8") as file:
-            return json.load(file)
+        with open(path, "rb") as file:
+            data = file.read(MAX_INPUT_BYTES + 1)
     except OSError as error:
         raise UsageError(f"{path}: cannot read the {what} ({error.strerror}). Check the path.") from None
-    except ValueError as error:
+    if len(data) > MAX_INPUT_BYTES:
+        mib = MAX_INPUT_BYTES // (1024 * 1024)
+        raise UsageError(f"{path}: the {what} is larger than {mib} MiB, far past any real one. "
+                         "Check that it is the right file.")
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except ValueError as error:            # UnicodeDecodeError is one
         raise UsageError(f"{path}: the {what} is not valid JSON ({error}). Fix its syntax.") from None
+    except (RecursionError, MemoryError):
+        value = None
+        nested = True
+    else:
+        nested = falai.nests_deeper(value, MAX_INPUT_NESTING)
+    if nested:
+        raise UsageError(f"{path}: the {what} nests lists and objects deeper than "
+                         f"{MAX_INPUT_NESTING} levels, past any flow, registry or session. "
+                         "Flatten it.")
+    return value
 
 
 def specs_in(value: Any, path: str) -> list[dict]:
@@ -237,10 +259,11 @@ def shape_problems(spec: Any) -> list:
 
 def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
     registry = load_registry(args.registry)
-    found, unusable = [], []
+    found, unusable, usable = [], [], []
     for path in args.files:            # an unusable file is reported and the others still checked
         try:
             found += load_specs([path])
+            usable.append(path)
         except UsageError as error:
             unusable.append(str(error))
     flows = [spec for _, _, spec in found]
@@ -259,6 +282,12 @@ def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
             report.append({"file": path, "flow": flow_id if isinstance(flow_id, str) else None,
                            "severity": severity, "path": prefix + list(problem.path), "message": problem.message})
     errors = sum(1 for item in report if item["severity"] == "error")
+    if registry.given and not errors:   # what chat, inspect and a program refuse: build the agent
+        problem = agent_problem(usable, registry)
+        if problem is not None:
+            report.append({"file": args.registry, "flow": None, "severity": "error",
+                           "path": ["(agent)"], "message": problem})
+            errors += 1
     if args.json:
         out.write(json.dumps({"ok": not errors and not unusable, "unusable": unusable, "problems": report},
                              indent=2, ensure_ascii=False) + "\n")
@@ -271,6 +300,16 @@ def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
                   f"{len(report) - errors} warning(s)" + (f", {len(unusable)} file(s) unusable" if unusable else "")
                   + ("" if registry.given else " (shape only: pass --registry to check the names)") + "\n")
     return UNUSABLE if unusable else PROBLEMS if errors else OK
+
+
+def agent_problem(paths: list[str], registry: Registry) -> str | None:
+    """Why the agent of these flows and this registry cannot be built (the field definitions, the
+    agent's options, flows across files), or None: validate refuses what chat and a program do."""
+    try:
+        build_agent(paths, registry, ScriptedProvider(), falai.system_clock)
+    except (FalaiError, ValueError, TypeError) as error:
+        return str(error).removeprefix("[FlowConfigurationError] ")
+    return None
 
 
 def cmd_schema(args: argparse.Namespace, out: TextIO) -> int:
@@ -967,10 +1006,13 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, environ: dict, read: Callabl
                 continue
             try:
                 value = json.loads(payload) if payload.strip() else None
-            except ValueError as error:
+            except (ValueError, RecursionError) as error:
                 out.write(f"  the payload is not JSON ({error}); send /event {name} {{\"key\": \"value\"}}\n")
                 continue
-            print_turn(playground.event(name, value), out)
+            try:
+                print_turn(playground.event(name, value), out)
+            except ValueError as error:          # a payload the turn refuses (too deep: limits.md)
+                out.write(f"  {error}\n")
         elif text.startswith("/"):
             out.write(f"  unknown command {text.split()[0]}. " + CHAT_HELP)
         else:

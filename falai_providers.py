@@ -1008,7 +1008,7 @@ class _Deadline:
             socket.socket.shutdown(sock, socket.SHUT_RDWR)     # the plain socket's, under TLS
 
 
-def _body_reads(response: requests.Response) -> Iterator[bytes]:
+def _body_reads(response: requests.Response) -> Generator[bytes, None, None]:
     """The response body as it arrives, in reads of at most 64 KiB (decoded), so no single
     read holds more than that however the body is framed; ``iter_content`` where the
     ``urllib3`` response has no ``read1`` (versions before 2.3)."""
@@ -1689,6 +1689,7 @@ class _HttpProvider:
                                 provider=self.name, kind="invalid") from exc
         deadline = _Deadline(self._deadline_s)
         wait = min(self._idle_s, self._deadline_s)
+        payloads: Generator[dict, None, None] | None = None
         try:
             # No redirect is followed: requests would send x-api-key / x-goog-api-key, and the whole
             # conversation, on to whatever host a 307 or 308 names.
@@ -1703,7 +1704,8 @@ class _HttpProvider:
                 raise self._redirect_error(response)
             if not 200 <= response.status_code < 300:
                 raise self._response_error(response, deadline)
-            for payload in self._payloads(response, request, deadline):
+            payloads = self._payloads(response, request, deadline)
+            for payload in payloads:
                 try:
                     events = list(self._parse(payload, state))
                 except ProviderError:
@@ -1715,31 +1717,36 @@ class _HttpProvider:
                                         kind="overload") from None
                 yield from events
         finally:
+            if payloads is not None:
+                payloads.close()          # now, not by the garbage collector (see _payloads)
             deadline.stop()
             response.close()
 
     def _payloads(self, response: requests.Response, request: GenerateRequest,
-                  deadline: _Deadline) -> Iterator[dict]:
+                  deadline: _Deadline) -> Generator[dict, None, None]:
         content_type = (response.headers.get("Content-Type") or "").lower()
         whole = "application/json" in content_type              # §3.7 rule 8
         reader = _SseReader()
         body = bytearray()
         received = 0
         last_payload = time.monotonic()
-        for data in self._bounded_reads(response, deadline):
-            self._check_cancel(request)
-            received += len(data)
-            if whole:
-                body.extend(data)
-                continue
-            for text in reader.feed(data):
-                payload = _json_payload(text)
-                if payload is not None:
-                    last_payload = time.monotonic()
-                    yield payload
-            if time.monotonic() - last_payload > self._progress_s:
-                raise ProviderError(f"{self.name}: stream went {_seconds(self._progress_s)}s without a chunk",
-                                    provider=self.name, kind="timeout")
+        # Closed here, not left to the garbage collector: a generator finalized later may run
+        # inside a parse at the recursion limit (a reply nested too deep) and fail there.
+        with contextlib.closing(self._bounded_reads(response, deadline)) as reads:
+            for data in reads:
+                self._check_cancel(request)
+                received += len(data)
+                if whole:
+                    body.extend(data)
+                    continue
+                for text in reader.feed(data):
+                    payload = _json_payload(text)
+                    if payload is not None:
+                        last_payload = time.monotonic()
+                        yield payload
+                if time.monotonic() - last_payload > self._progress_s:
+                    raise ProviderError(f"{self.name}: stream went {_seconds(self._progress_s)}s "
+                                        "without a chunk", provider=self.name, kind="timeout")
         if received == 0 and "text/event-stream" not in content_type:
             raise ProviderError(f"{self.name}: empty response body", provider=self.name, kind="overload")
         if whole:
@@ -1753,29 +1760,30 @@ class _HttpProvider:
                 if payload is not None:
                     yield payload
 
-    def _bounded_reads(self, response: requests.Response, deadline: _Deadline) -> Iterator[bytes]:
+    def _bounded_reads(self, response: requests.Response,
+                       deadline: _Deadline) -> Generator[bytes, None, None]:
         """The body's reads, ended by a ProviderError past the deadline or ``max_bytes`` (§3.7)."""
-        reads = _body_reads(response)
-        received = 0
-        while True:
-            try:
-                data = next(reads, None)
-            except Exception as exc:
+        with contextlib.closing(_body_reads(response)) as reads:
+            received = 0
+            while True:
+                try:
+                    data = next(reads, None)
+                except Exception as exc:
+                    if deadline.passed():
+                        raise self._deadline_error(deadline) from None
+                    raise self._transport_error(exc) from exc
                 if deadline.passed():
-                    raise self._deadline_error(deadline) from None
-                raise self._transport_error(exc) from exc
-            if deadline.passed():
-                raise self._deadline_error(deadline)   # a shut socket reads as an end, not a reply
-            if data is None:
-                return
-            received += len(data)
-            if received > self._max_bytes:
-                raise ProviderError(f"{self.name}: the reply is larger than {self._max_bytes} "
-                                    'bytes (retry_config["max_bytes"]); no model reply is that '
-                                    "long, so the endpoint sent a broken body. Raise the cap if "
-                                    "the endpoint is right.",
-                                    provider=self.name, kind="overload")
-            yield data
+                    raise self._deadline_error(deadline)   # a shut socket reads as an end
+                if data is None:
+                    return
+                received += len(data)
+                if received > self._max_bytes:
+                    raise ProviderError(f"{self.name}: the reply is larger than {self._max_bytes} "
+                                        'bytes (retry_config["max_bytes"]); no model reply is '
+                                        "that long, so the endpoint sent a broken body. Raise the "
+                                        "cap if the endpoint is right.",
+                                        provider=self.name, kind="overload")
+                yield data
 
     def _deadline_error(self, deadline: _Deadline) -> ProviderError:
         return ProviderError(f"{self.name}: the request took longer than its deadline of "
@@ -1802,8 +1810,9 @@ class _HttpProvider:
         """A non-2xx answer as a classified ProviderError (providers.md §8.1, §8.3)."""
         body = bytearray()
         try:
-            for data in self._bounded_reads(response, deadline):
-                body.extend(data)
+            with contextlib.closing(self._bounded_reads(response, deadline)) as reads:
+                for data in reads:
+                    body.extend(data)
         except ProviderError:
             if deadline.passed():
                 return self._deadline_error(deadline)
@@ -2521,7 +2530,7 @@ class OpenAICompatibleProvider(_HttpProvider):
         details = message.get("reasoningDetails")
         if isinstance(details, list):
             # Anthropic's signed thinking blocks and OpenAI's encrypted reasoning items never go to
-            # another vendor (issue 7 item 4).
+            # another vendor: only the model that wrote them can read them.
             details = [d for d in details
                        if not _is_anthropic_thinking(d) and not _is_openai_reasoning(d)]
             if details:
@@ -3091,7 +3100,7 @@ class AnthropicProvider(_HttpProvider):
 
         With ``replay``, an assistant message's signed thinking blocks (kept in its
         ``reasoningDetails``) open its blocks, ahead of its text and ``tool_use``
-        (issue 7 item 4; the API requires them in a tool round with thinking on),
+        (the API requires them in a tool round with thinking on),
         only those signed by ``model``: another model rejects them
         (anthropics/anthropic-sdk-python#1598).
         """

@@ -28,7 +28,8 @@ from collections.abc import Callable
 from typing import Any
 
 from falai import (ABSENT, BLOB_NESTING, InvalidSessionError, Session, SessionConflictError, check_expected_version,
-                   check_table_name, decode_session_row, encode_session_row, saved_session, store_now_text)
+                   check_session_id, check_table_name, decode_session_row, encode_session_row,
+                   saved_session, store_now_text)
 
 __all__ = ["SQLiteStore", "PostgresStore", "RedisStore"]
 
@@ -87,6 +88,8 @@ class _SqlStore:
 
     def load(self, session_id: str) -> Session | None:
         """The stored session, or None; a row that is not a v4 session for this id raises InvalidSessionError."""
+        check_session_id(session_id)
+
         def read(cursor) -> Any:
             self._ensure_table(cursor)
             cursor.execute(f"SELECT blob FROM {self.table} WHERE id = {self._PARAM}", (session_id,))
@@ -330,7 +333,7 @@ class RedisStore:
 
     def load(self, session_id: str) -> Session | None:
         """The stored session, or None for an empty (or expired) hash."""
-        fields = self.client.hgetall(self.key(session_id))
+        fields = self.client.hgetall(self.key(check_session_id(session_id)))
         if not fields:
             return None
         blob = fields.get("blob", fields.get(b"blob", ABSENT))

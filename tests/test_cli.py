@@ -537,3 +537,55 @@ def test_the_guide_shows_what_the_commands_print():
 
 def pathlib_root():
     return pathlib.Path(ROOT)
+
+
+# unusable input files, every command (cli.md, Notes: one line and exit 2) --------------------------
+
+def file_commands(bad):
+    """Every place a command reads a file, with ``bad`` as that file."""
+    session = os.path.join(os.path.dirname(bad), "good-session.json")
+    with open(session, "w", encoding="utf-8") as file:
+        json.dump(falai.Session(id="s").to_dict(), file)
+    return [("graph", bad), ("replay", bad), ("migrate", bad, "--session-id", "s"),
+            ("validate", SHOP, "--registry", bad), ("schema", "--registry", bad), ("chat", bad),
+            ("chat", SHOP, "--registry", bad), ("chat", SHOP, "--registry", REGISTRY, "--script", bad),
+            ("replay", bad, "--flows", SHOP), ("replay", session, "--flows", bad),
+            ("inspect", bad, "--port", "0")]
+
+
+UNUSABLE_FILES = {
+    "deep": "[" * 200_000 + "]" * 200_000,                  # past Python's recursion limit
+    "deep-object": '{"a":' * 100_000 + "1" + "}" * 100_000,
+    "nested-300": "[" * 300 + "]" * 300,                      # parses, but deeper than any real file
+    "binary": b"\xff\xfe\x00\x01 not text",
+    "broken": '{"id": "f", ',
+}
+
+
+@pytest.mark.parametrize("kind", sorted(UNUSABLE_FILES))
+def test_every_command_refuses_an_unusable_file_in_one_line_with_exit_2(tmp_path, kind):
+    content = UNUSABLE_FILES[kind]
+    path = tmp_path / f"{kind}.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    for argv in file_commands(str(path)):
+        status, out, err = run(*argv)
+        assert status == 2, (argv, out, err)
+        assert len(err.strip().splitlines()) == 1 and str(path) in err and "Traceback" not in err, (argv, err)
+    status, out, err = run("validate", str(path))                   # validate reports on stdout
+    assert status == 2 and str(path) in out and err == ""
+
+
+def test_a_file_over_the_size_cap_is_one_line_and_exit_2(tmp_path, monkeypatch):
+    monkeypatch.setattr(falai_cli, "MAX_INPUT_BYTES", 1000)
+    path = write(tmp_path, "big.json", {"id": "f", "name": "F", "steps": [{"id": "s", "say": "x" * 2000}]})
+    for argv in file_commands(path):
+        status, _, err = run(*argv)
+        assert status == 2 and len(err.strip().splitlines()) == 1 and "is larger than" in err, (argv, err)
+
+
+def test_a_deep_event_payload_in_chat_is_a_line_not_a_traceback():
+    deep = "[" * 5000 + "]" * 5000
+    status, out, err = run("chat", SHOP, "--registry", REGISTRY,
+                           lines=[f"/event paid {deep}", "/event paid " + "[" * 100 + "]" * 100])
+    assert status == 0 and err == ""
+    assert "the payload is not JSON" in out and "deeper than 64 levels" in out

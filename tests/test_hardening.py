@@ -6,10 +6,13 @@ persistence.md §2.5 (the blob reader). The limits themselves: docs/guide/limits
 import json
 import sqlite3
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import pytest
+import requests
 
 import falai as F
+import falai_providers
 from falai import fake_clock
 from falai_stores import PostgresStore, RedisStore, SQLiteStore
 from test_stores import postgres_connection, redis_client, unique_name
@@ -57,10 +60,45 @@ def test_template_never_reaches_private_names_callables_or_unprintable_values(pa
     assert [m.text for m in r.messages] == ["x {{%s}} y" % path]
 
 
-def test_template_reads_dataclass_fields_instance_attributes_and_mappings():
+def test_template_reads_dataclass_fields_and_mappings_but_no_instance_attributes(caplog):
     agent, _, _ = build([say_flow("{{context.lead}} {{context.host.name}} {{context.tags}} {{context.tags.1}}")])
     r = agent.turn(session_id="s1", context=Ctx(), start={"flow": "f", "key": "k1"})
-    assert r.messages[0].text == "Bia Ana a, b b"
+    assert r.messages[0].text == "Bia {{context.host.name}} a, b b"
+    [warning] = [rec.getMessage() for rec in caplog.records if "template" in rec.getMessage()]
+    assert warning.startswith("[falai] template {{context.host.name}}: context.host is a Secretive, not data")
+    assert "dataclasses and named tuples" in warning and "docs/guide/limits.md" in warning
+
+
+class Point(NamedTuple):
+    x: int
+    y: int
+
+
+def test_template_reads_named_tuple_fields_by_name_and_index():
+    agent, _, _ = build([say_flow("{{context.p.x}}/{{context.p.1}}/{{context.p._fields}}/{{context.p.z}}")])
+    r = agent.turn(session_id="s1", context={"p": Point(3, 4)}, start={"flow": "f", "key": "k1"})
+    assert r.messages[0].text == "3/4/{{context.p._fields}}/{{context.p.z}}"
+
+
+def test_template_cannot_reach_a_token_inside_a_host_client(caplog):
+    """A requests.Session (or a provider) kept in the context: its headers are not data to a template."""
+    http = requests.Session()
+    http.headers["Authorization"] = "Bearer sk-live-secret"
+
+    @dataclass
+    class Crm:
+        http: object
+        name: str = "crm"
+    provider = falai_providers.OpenAICompatibleProvider(name="local", base_url="http://127.0.0.1:9", api_key="sk-k",
+                                                        model="m")
+    paths = ["context.crm.http.headers.Authorization", "context.crm.http.headers", "context.crm.http.auth",
+             "context.llm.headers", "context.llm.session.headers.Authorization", "context.llm._api_key",
+             "context.llm.retry_config", "context.crm.http", "context.llm"]
+    text = " | ".join("{{%s}}" % p for p in paths) + " | {{context.crm.name}}"
+    agent, _, _ = build([say_flow(text)])
+    r = agent.turn(session_id="s1", context={"crm": Crm(http), "llm": provider}, start={"flow": "f", "key": "k1"})
+    assert r.messages[0].text == " | ".join("{{%s}}" % p for p in paths) + " | crm"
+    assert "sk-live-secret" not in repr(r) and "sk-k" not in r.messages[0].text
 
 
 def test_a_whole_dataclass_prints_without_its_private_fields():
@@ -551,3 +589,70 @@ def test_a_flow_nested_deeper_than_the_flow_limit_is_a_configuration_error(level
         build([spec])
     with pytest.raises(F.FlowConfigurationError, match="deeper than 96 levels"):
         F.from_spec({"id": "f", "name": "F", "steps": [{"id": "a", "say": "x", "media": {"u": nested(levels)}}]})
+
+
+# Reply keys of id-less messages (docs/guide/limits.md, "Message keys") --------------------------
+
+AT = "2026-09-20T10:00:00.000Z"
+
+
+def idle_agent(replies=5):
+    return build([], script={"speak": [{"message": f"r{i}"} for i in range(replies)]})
+
+
+def test_id_less_messages_in_one_instant_get_distinct_reply_keys():
+    """The first keeps the original's key; each later one at that instant is numbered."""
+    agent, _, _ = idle_agent()
+    keys, session = [], None
+    for text in ("oi", "tudo bem?", "alô"):
+        r = agent.turn(session_id="s1", session=session, message=text, at=AT)
+        keys.append(r.messages[0].key)
+        session = r.session
+    assert keys == [f"idle:{AT}", f"idle:{AT}#2", f"idle:{AT}#3"]
+    assert session.inputs == [f"{AT}#2", f"{AT}#3"]
+
+
+def test_id_less_messages_on_a_stopped_clock_get_distinct_reply_keys():
+    agent, _, _ = idle_agent()
+    r1 = agent.turn(session_id="s1", message="oi")
+    r2 = agent.turn(session_id="s1", session=r1.session, message="oi de novo")
+    assert r1.messages[0].key == f"idle:{AT}"                   # the fake clock stands at T0 = AT
+    assert r2.messages[0].key == r1.messages[0].key + "#2"
+
+
+def test_an_id_less_message_replayed_on_the_same_session_gets_the_same_key():
+    agent, _, _ = idle_agent()
+    first = agent.turn(session_id="s1", message="oi", at=AT)
+    again = [agent.turn(session_id="s1", session=first.session, message="de novo", at=AT) for _ in range(2)]
+    assert again[0].messages[0].key == again[1].messages[0].key == f"idle:{AT}#2"
+
+
+def test_a_later_id_less_message_keeps_the_plain_instant_key():
+    agent, _, _ = idle_agent()
+    r1 = agent.turn(session_id="s1", message="oi", at=AT)
+    r2 = agent.turn(session_id="s1", session=r1.session, message="e aí", at="2026-09-20T10:00:01.000Z")
+    assert r2.messages[0].key == "idle:2026-09-20T10:00:01.000Z" and r2.session.inputs == []
+
+
+def test_an_id_less_message_with_an_earlier_at_never_reuses_a_key():
+    agent, _, _ = idle_agent()
+    r1 = agent.turn(session_id="s1", message="a", at=AT)
+    r2 = agent.turn(session_id="s1", session=r1.session, message="b", at="2026-09-20T10:05:00.000Z")
+    r3 = agent.turn(session_id="s1", session=r2.session, message="c", at=AT)
+    keys = [r.messages[0].key for r in (r1, r2, r3)]
+    assert len(set(keys)) == 3 and keys[2] == f"idle:{AT}#2"
+
+
+def test_id_less_re_asks_in_one_instant_get_distinct_keys():
+    flow = {"id": "f", "name": "F", "steps": [{"id": "nome", "collect": ["nome"], "question": "Seu nome?"}]}
+    agent, _, _ = build([flow], fields={"nome": {"type": "string"}},
+                        script={"understand": [{"fields": {}}] * 4,
+                                "speak": [{"message": "Seu nome, por favor?"}] * 4})
+    r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
+    keys = [m.key for m in r.messages]
+    session = r.session
+    for text in ("hã?", "como?"):
+        r = agent.turn(session_id="s1", session=session, message=text, at=AT)
+        keys += [m.key for m in r.messages]
+        session = r.session
+    assert len(keys) == len(set(keys)) == 3, keys

@@ -456,3 +456,64 @@ def test_falai_stores_imports_no_database_driver():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
     assert out.stdout.strip() == ""
+
+
+# One contract for ids and data, every store (docs/guide/stores.md, "What every store keeps") ----
+
+BAD_IDS = [
+    ("", ValueError, "is empty"),
+    ("a" * 256, ValueError, "256 characters long, over the 255"),
+    ("x\x00y", ValueError, "NUL character"),
+    ("\x00", ValueError, "NUL character"),
+    ("a\ud800b", ValueError, "lone surrogate"),
+    (7, TypeError, "a session id is a string, not int"),
+    (None, TypeError, "not NoneType"),
+]
+
+
+@pytest.mark.parametrize("session_id, error, words", BAD_IDS)
+def test_every_store_refuses_the_same_ids_with_the_same_error(backend, session_id, error, words):
+    """A NUL, an id over 255 characters, an empty id or a lone surrogate: one clear error, from
+    load and from save, on every store, never a driver's; nothing is written."""
+    store = backend.stores(1)[0]
+    with pytest.raises(error, match=words) as caught:
+        store.save(Session(id=session_id), 0)
+    if error is ValueError:
+        assert "nothing was read or written" in str(caught.value) and "Use an id of 1 to 255" in str(caught.value)
+    with pytest.raises(error, match=words):
+        store.load(session_id)
+    store.save(Session(id="still-works"), 0)                    # the store (and its connection) carries on
+    assert store.load("still-works").version == 1
+
+
+@pytest.mark.parametrize("session_id", ["a" * 255, "ção ✓ " * 30, "lead:456 / 'x' \"y\" \\ %", "\U0001F600" * 255])
+def test_every_store_keeps_every_id_within_the_contract(store, session_id):
+    session_id = session_id[:255]
+    store.save(Session(id=session_id, data={"ok": True}), 0)
+    assert store.load(session_id).data == {"ok": True}
+
+
+@pytest.mark.parametrize("data, where", [
+    ({"nome": "Ana\x00"}, "data.nome"),
+    ({"lista": ["ok", "a\x00"]}, "data.lista[1]"),
+    ({"chave\x00": 1}, "(a key)"),
+    ({"nome": "\ud83d"}, "data.nome"),
+])
+def test_every_store_refuses_text_no_database_keeps(backend, data, where):
+    """NUL in session data (Postgres's JSONB refuses it) or a lone surrogate (not UTF-8): one
+    ValueError naming where, on every store; the stored session stays as it was."""
+    store = backend.stores(1)[0]
+    saved = store.save(Session(id="s1", data={"nome": "Ana"}), 0)
+    with pytest.raises(ValueError) as caught:
+        store.save(replace(saved, data=data), saved.version)
+    message = str(caught.value)
+    assert message.startswith('session "s1" holds a ') and where in message
+    assert "nothing was written" in message and "docs/guide/stores.md" in message
+    assert store.load("s1").data == {"nome": "Ana"} and store.load("s1").version == 1
+
+
+@pytest.mark.parametrize("text", ["a\\u0000b", "\\\\u0000", "\\" * 20_000 + "u0000", "\u2028\ufeff\x01\x7f"])
+def test_every_store_keeps_text_that_only_looks_like_a_nul(store, text):
+    """A backslash before "u0000", control characters and the rest of Unicode are kept as written."""
+    store.save(Session(id="s1", data={"t": text}), 0)
+    assert store.load("s1").data == {"t": text}
