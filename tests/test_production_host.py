@@ -687,6 +687,18 @@ def test_a_job_failing_the_same_way_logs_once_a_minute():
         True, True, False, False, False, False]
 
 
+def test_a_worker_whose_jobs_all_fail_on_the_database_is_not_healthy():
+    """The review's D1 left workers alive and useless; a liveness probe on /healthz restarts one."""
+    host = H.Host(H.Config(dsn=f"host=127.0.0.1 port={_closed_port()} dbname=x"))
+    for attempt in range(H.DATABASE_FAILURES):
+        assert H.operations(host, "/healthz")[0] == "200 OK"
+        with pytest.raises(psycopg.OperationalError):
+            host.run("inbox", "s1", f"m{attempt}")
+    status, body, _ = H.operations(host, "/healthz")
+    assert status == "503 Service Unavailable"
+    assert body["error"] == "the last 20 turn jobs failed on the database"
+
+
 def test_an_outage_is_said_once_and_its_end_once(caplog):
     outage = H.Outage()
     with caplog.at_level("WARNING", logger="falai.host"):
