@@ -259,10 +259,11 @@ def shape_problems(spec: Any) -> list:
 
 def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
     registry = load_registry(args.registry)
-    found, unusable = [], []
+    found, unusable, usable = [], [], []
     for path in args.files:            # an unusable file is reported and the others still checked
         try:
             found += load_specs([path])
+            usable.append(path)
         except UsageError as error:
             unusable.append(str(error))
     flows = [spec for _, _, spec in found]
@@ -281,6 +282,12 @@ def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
             report.append({"file": path, "flow": flow_id if isinstance(flow_id, str) else None,
                            "severity": severity, "path": prefix + list(problem.path), "message": problem.message})
     errors = sum(1 for item in report if item["severity"] == "error")
+    if registry.given and not errors:   # what chat, inspect and a program refuse: build the agent
+        problem = agent_problem(usable, registry)
+        if problem is not None:
+            report.append({"file": args.registry, "flow": None, "severity": "error",
+                           "path": ["(agent)"], "message": problem})
+            errors += 1
     if args.json:
         out.write(json.dumps({"ok": not errors and not unusable, "unusable": unusable, "problems": report},
                              indent=2, ensure_ascii=False) + "\n")
@@ -293,6 +300,16 @@ def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
                   f"{len(report) - errors} warning(s)" + (f", {len(unusable)} file(s) unusable" if unusable else "")
                   + ("" if registry.given else " (shape only: pass --registry to check the names)") + "\n")
     return UNUSABLE if unusable else PROBLEMS if errors else OK
+
+
+def agent_problem(paths: list[str], registry: Registry) -> str | None:
+    """Why the agent of these flows and this registry cannot be built (the field definitions, the
+    agent's options, flows across files), or None: validate refuses what chat and a program do."""
+    try:
+        build_agent(paths, registry, ScriptedProvider(), falai.system_clock)
+    except (FalaiError, ValueError, TypeError) as error:
+        return str(error).removeprefix("[FlowConfigurationError] ")
+    return None
 
 
 def cmd_schema(args: argparse.Namespace, out: TextIO) -> int:
