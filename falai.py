@@ -6537,7 +6537,13 @@ def action_parameters(action: Any) -> dict:
 
 
 def _with_check(name: str, parameters: dict, given: dict, where: str) -> None:
-    """The `with` check of persistence.md §1.10 (flows.md §9.2)."""
+    """The `with` check of persistence.md §1.10 (flows.md §9.2). A key the action does not take
+    that is the closest name of a missing parameter is a typo: it is named first, with the fix."""
+    missing = [str(p) for p in parameters if p not in given]
+    for key in given:
+        if key not in parameters and missing and closest(key, missing):
+            _flow_error(where, f'action "{name}" has no parameter "{key}"',
+                        f'Did you mean "{closest(key, missing)}"?')
     for parameter, raw in parameters.items():
         definition = _as_definition(raw)
         if parameter not in given:
@@ -6553,6 +6559,9 @@ def _with_check(name: str, parameters: dict, given: dict, where: str) -> None:
         else:
             expected, got = expected_text(definition), type_name(value)
             fix = "Values are not coerced; write the right type."
+            if isinstance(value, str) and "{{" in value:    # a template always renders text
+                fix = ('A template renders text: declare the parameter "type": "string" and '
+                       "convert it in your action.")
         _flow_error(where, f'parameter "{parameter}" of action "{name}" must be {expected}, got {got}', fix)
     for key in given:
         if key not in parameters:
@@ -7901,8 +7910,8 @@ class ScriptedProvider:
             if not queue:       # in both modes: never a quiet provider-unavailable deferral
                 name = request.schema_name
                 raise ScriptError(f'ScriptedProvider call #{number} ("{name}"): no scripted '
-                                  f'"{name}" reply left. Add a "{name}" entry to the script, or script the '
-                                  "failure itself (an exception entry).")
+                                  f'"{name}" reply left. Add a "{name}" entry to the script, or '
+                                  "script the failure itself (an exception entry).")
             entry = queue.popleft()
         if type(entry) is dict and not self.strict:
             return entry                # the common reply: neither a callable nor an exception, and unchecked

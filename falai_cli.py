@@ -259,10 +259,11 @@ def shape_problems(spec: Any) -> list:
 
 def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
     registry = load_registry(args.registry)
-    found, unusable = [], []
+    found, unusable, usable = [], [], []
     for path in args.files:            # an unusable file is reported and the others still checked
         try:
             found += load_specs([path])
+            usable.append(path)
         except UsageError as error:
             unusable.append(str(error))
     flows = [spec for _, _, spec in found]
@@ -281,6 +282,12 @@ def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
             report.append({"file": path, "flow": flow_id if isinstance(flow_id, str) else None,
                            "severity": severity, "path": prefix + list(problem.path), "message": problem.message})
     errors = sum(1 for item in report if item["severity"] == "error")
+    if registry.given and not errors:   # what chat, inspect and a program refuse: build the agent
+        problem = agent_problem(usable, registry)
+        if problem is not None:
+            report.append({"file": args.registry, "flow": None, "severity": "error",
+                           "path": ["(agent)"], "message": problem})
+            errors += 1
     if args.json:
         out.write(json.dumps({"ok": not errors and not unusable, "unusable": unusable, "problems": report},
                              indent=2, ensure_ascii=False) + "\n")
@@ -293,6 +300,16 @@ def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
                   f"{len(report) - errors} warning(s)" + (f", {len(unusable)} file(s) unusable" if unusable else "")
                   + ("" if registry.given else " (shape only: pass --registry to check the names)") + "\n")
     return UNUSABLE if unusable else PROBLEMS if errors else OK
+
+
+def agent_problem(paths: list[str], registry: Registry) -> str | None:
+    """Why the agent of these flows and this registry cannot be built (the field definitions, the
+    agent's options, flows across files), or None: validate refuses what chat and a program do."""
+    try:
+        build_agent(paths, registry, ScriptedProvider(), falai.system_clock)
+    except (FalaiError, ValueError, TypeError) as error:
+        return str(error).removeprefix("[FlowConfigurationError] ")
+    return None
 
 
 def cmd_schema(args: argparse.Namespace, out: TextIO) -> int:
@@ -1340,7 +1357,10 @@ INSPECT_PAGE = r"""<!doctype html>
   header h1 { font-size: 16px; margin: 0; }
   main { display: grid; grid-template-columns: minmax(280px, 1fr) minmax(0, 2.2fr); gap: 12px; padding: 12px; }
   #diagram { overflow-x: auto; }
+  #flowsvg { max-width: 100%; height: auto; }
+  @media (max-width: 1100px) { main { grid-template-columns: minmax(0, 1fr); } }
   td code { word-break: break-all; }
+  #runs td:first-child, #pending td:first-child { overflow-wrap: anywhere; }
   section { background: #fff; border: 1px solid #d9dce3; border-radius: 6px; padding: 8px 12px; margin-bottom: 12px; }
   h2 { font-size: 13px; text-transform: uppercase; letter-spacing: .04em; color: #5a6275; margin: 4px 0 8px; }
   #transcript { height: 320px; overflow-y: auto; }
@@ -1567,7 +1587,10 @@ function drawDiagram() {
     where[id] = {x: LEFT + col * COL, y: PAD + 22 + i * (H + GAP)};
     height = Math.max(height, where[id].y + H + PAD);
   }));
-  const root = svg("svg", {width: LEFT + PAD + clusters.length * COL, height: height, id: "flowsvg"});
+  // A viewBox lets CSS shrink the drawing to its panel (max-width: 100%): every flow is on screen.
+  const wide = LEFT + PAD + clusters.length * COL;
+  const root = svg("svg", {width: wide, height: height, viewBox: `0 0 ${wide} ${height}`,
+                           id: "flowsvg"});
   const marker = svg("marker", {id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7,
                                 markerHeight: 7, orient: "auto"});
   marker.append(svg("path", {d: "M0,0 L10,5 L0,10 z", fill: "#8b93a5"}));

@@ -2830,7 +2830,7 @@ class OpenAICompatibleProvider(_HttpProvider):
             yield {"type": "delta", "content": str(delta)}
         elif kind == "response.refusal.delta" and delta:
             seen.setdefault(index, set()).add("refusal")
-            state["refusal"] = state.get("refusal", "") + str(delta)
+            state.setdefault("refusal", []).append(str(delta))     # joined once, in _refusal
         elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta") \
                 and delta:
             seen.setdefault(index, set()).add("reasoning")
@@ -2875,7 +2875,7 @@ class OpenAICompatibleProvider(_HttpProvider):
                 refusal = "".join(str(p.get("refusal") or "") for p in parts
                                   if p.get("type") == "refusal")
                 if refusal:
-                    state["refusal"] = state.get("refusal", "") + refusal
+                    state.setdefault("refusal", []).append(refusal)
         elif kind == "reasoning" and done and "kept" not in seen:
             seen.add("kept")
             summary = [p for p in item.get("summary") or [] if isinstance(p, dict)]
@@ -2963,7 +2963,7 @@ class OpenAICompatibleProvider(_HttpProvider):
         event: dict = {"type": "delta"}
         if isinstance(delta.get("refusal"), str) and delta["refusal"]:
             # openai-python chat_completion_chunk.py ChoiceDelta.refusal: the model declined (issue 7).
-            state["refusal"] = state.get("refusal", "") + delta["refusal"]
+            state.setdefault("refusal", []).append(delta["refusal"])   # joined once, in _refusal
         if isinstance(delta.get("content"), str) and delta["content"]:
             event["content"] = delta["content"]
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
@@ -2988,7 +2988,8 @@ class OpenAICompatibleProvider(_HttpProvider):
     def _refusal(self, state: dict, accumulator: _Accumulator) -> ProviderError | None:
         if not state.get("refusal"):
             return None
-        return ProviderError(self._scrub(f"{self.name}: the model refused: {state['refusal'][:300]}"),
+        refusal = "".join(state["refusal"])
+        return ProviderError(self._scrub(f"{self.name}: the model refused: {refusal[:300]}"),
                              provider=self.name, kind="content", code="refusal")
 
     def _classify(self, status: int | None, text: str, data: Any) -> tuple[str, str | None, int | None]:

@@ -18,6 +18,7 @@ above x2.
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import os
 import sys
@@ -28,6 +29,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import falai  # noqa: E402
 from falai import (Generation, Scope, ScriptedProvider, StreamDecoder, find_json_object,  # noqa: E402
                    js_number, read_round, render, tool_arguments)
+from falai_providers import (_Accumulator, _parse_envelope, _SseReader, _StreamedChunk,  # noqa: E402
+                             parse_tool_args)
 
 KB = 1024
 
@@ -66,6 +69,26 @@ def compaction_fallback(size: int) -> None:
     history = [{"role": "user" if i % 2 else "assistant", "content": repeat_to("palavra ", 60)}
                for i in range(size // 64)]
     falai.compact_history(agent, history)
+
+
+def provider_stream(text: str, chunk: int = 16) -> None:
+    """Fold ``text`` as a provider's streamed deltas of ``chunk`` characters, as one attempt does:
+    the accumulator keeps the pieces, each chunk handed out reads only its delta."""
+    accumulator = _Accumulator()
+    for i in range(0, len(text), chunk):
+        delta = accumulator.fold({"type": "delta", "content": text[i:i + chunk],
+                                  "tool_calls": [{"index": 0, "name": "t", "arguments": text[i:i + chunk]}]})
+        _StreamedChunk(delta, accumulator.pieces)
+    assert len(accumulator.text) == len(text)
+    accumulator.tool_calls()
+
+
+def sse(text: str, chunk: int = 512) -> None:
+    """Frame ``text`` (SSE bytes) through the provider's reader in reads of ``chunk`` bytes."""
+    reader, data = _SseReader(), text.encode()
+    for i in range(0, len(data), chunk):
+        reader.feed(data[i:i + chunk])
+    reader.finish()
 
 
 def envelope(size: int) -> Generation:
@@ -107,6 +130,15 @@ CASES = [
     ("render", "blank value, spaced words", lambda n: render("{{data.x}}" + repeat_to("a  ", n),
                                                              Scope(data={"x": ""}))),
     ("compaction fallback", "history of n/64 items", compaction_fallback),
+    ("parse_tool_args", "backslash run", lambda n: parse_tool_args("\\" * n)),
+    ("parse_tool_args", "string, odd backslash run", lambda n: parse_tool_args('{"a":"x' + "\\" * (n | 1))),
+    ("parse_tool_args", "backslashes, then u00", lambda n: parse_tool_args('{"a":"' + "\\" * n + "u00")),
+    ("parse_tool_args", '"{" run', lambda n: parse_tool_args("{" * n)),
+    ("parse_tool_args", "many objects", lambda n: parse_tool_args(repeat_to('{"q":"x"}', n))),
+    ("_parse_envelope", "unclosed envelope", lambda n: _parse_envelope('{"message":"' + "x" * n)),
+    ("provider stream", "16-char deltas, text+args", lambda n: provider_stream(repeat_to("olá ", n))),
+    ("_SseReader", "data: lines", lambda n: sse(repeat_to('data: {"a":"b"}\n\n', n))),
+    ("_SseReader", "bare unbalanced braces", lambda n: sse("{" * n)),
 ]
 
 
@@ -129,6 +161,7 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [KB << i for i in range(int(math.log2(max(1, args.max))) + 1)]
     falai.log.disabled = True        # the compaction fallback logs a warning per run
+    logging.disable(logging.WARNING)  # so do broken tool arguments
     header = f"{'reader':<20} {'shape':<27}" + "".join(f"{s // KB:>7}K" for s in sizes) + "   x/doubling"
     print("time per reply, ms")
     print(header)

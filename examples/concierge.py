@@ -37,6 +37,7 @@ import logging
 import os
 import re
 import sys
+import unicodedata
 
 if __name__ == "__main__":          # run from a checkout too; imported (tests/e2e_concierge.py), it changes nothing
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -81,14 +82,24 @@ def demo_tools() -> list:
     ]
 
 
+SEED_FIELDS = {
+    "cidade": {"type": "string", "ask": "Pergunte em qual cidade a pessoa quer ficar."},
+    "reserva": {"type": "string", "description": "Código da reserva"},
+}
+# The chat's fields: the customer may correct the city, and only the reservar tool writes the booking
+# code (docs/guide/flows.md: tool-only fields, corrections). The seed pages' wire tests keep SEED_FIELDS.
+CHAT_FIELDS = {
+    "cidade": {**SEED_FIELDS["cidade"], "correctable": True},
+    "reserva": {**SEED_FIELDS["reserva"], "extract": "never"},
+}
+
+
 def build_agent(provider, *, tools: list | None = None, persona: str | None = PERSONA,
-                greeting: str | None = GREETING, **options):
-    """The Concierge on ``provider``: the seed page's fields and flow hospedagem, with the demo's tools, persona
-    and idle greeting unless given; ``options`` go to ``f.agent`` (the tests pass a clock, max_tool_loops, ...)."""
-    f = falai().fields({
-        "cidade": {"type": "string", "ask": "Pergunte em qual cidade a pessoa quer ficar."},
-        "reserva": {"type": "string", "description": "Código da reserva"},
-    })
+                greeting: str | None = GREETING, fields: dict | None = None, **options):
+    """The Concierge on ``provider``: the seed page's fields (or ``fields``) and flow hospedagem, with the
+    demo's tools, persona and idle greeting unless given; ``options`` go to ``f.agent`` (the tests pass a
+    clock, max_tool_loops, ...)."""
+    f = falai().fields(SEED_FIELDS if fields is None else fields)
     return f.agent(
         name="Concierge", provider=provider, tools=demo_tools() if tools is None else tools, persona=persona,
         idle={"prompt": greeting} if greeting else None,
@@ -104,54 +115,108 @@ def build_agent(provider, *, tools: list | None = None, persona: str | None = PE
 
 
 # The offline stand-in for a model ----------------------------------------------------------
+#
+# It reads each request as a model would: the customer's message (request.message), the
+# conversation, the sections of the prompt, the tools offered and their results. It answers in
+# the language it is spoken to (English or Portuguese), never asks for what is already known,
+# and takes a correction of the city.
 
-def quoted_message(prompt: str) -> str:
-    """The customer's message as the understand prompt quotes it (between triple quotes)."""
-    found = re.search(r'"""\n(.*?)\n"""', prompt, re.S)
+ENGLISH = {"i", "i'd", "want", "would", "like", "room", "book", "booking", "please", "yes", "the", "in",
+           "stay", "need", "make", "it", "actually", "sure", "go", "ahead", "hi", "hello", "instead", "a"}
+PORTUGUESE = {"quero", "quarto", "reservar", "reserva", "por", "favor", "sim", "pode", "em", "oi", "um",
+              "uma", "na", "no", "olá", "ola", "gostaria", "cidade", "verdade", "melhor", "claro"}
+WANTS_ROOM = ("quarto", "reserv", "hotel", "hosped", "room", "book", "stay")
+YES = {"sim", "pode", "quero", "ok", "claro", "yes", "sure", "please", "yeah", "yep", "book"}
+TEXTS = {
+    "pt": {"price": "A diária em {cidade} sai por R$ {preco}. Posso reservar para você?",
+           "booked": "Reserva confirmada! Seu código é {codigo}. Boa viagem!",
+           "failed": "Não consegui concluir agora. Pode repetir a cidade?",
+           "changed": "Combinado, {cidade}: a diária sai por R$ {preco}. Posso reservar?",
+           "confirm": "Posso reservar o quarto em {cidade}?",
+           "which_city": "Claro! Em qual cidade você quer se hospedar?",
+           "hello": "Sou o Concierge. Posso ajudar com uma reserva de quarto?"},
+    "en": {"price": "A night in {cidade} is R$ {preco}. Shall I book it for you?",
+           "booked": "Booked! Your code is {codigo}. Have a good trip!",
+           "failed": "I could not finish that now. Could you say the city again?",
+           "changed": "Sure, {cidade}: a night is R$ {preco}. Shall I book it?",
+           "confirm": "Shall I book the room in {cidade}?",
+           "which_city": "Of course! Which city would you like to stay in?",
+           "hello": "I am the Concierge. Can I help you book a room?"},
+}
+
+
+def plain(text: str) -> str:
+    """Lower case, accents removed: "São Paulo" and "sao paulo" read the same."""
+    return "".join(c for c in unicodedata.normalize("NFKD", text.lower()) if not unicodedata.combining(c))
+
+
+def language(request) -> str:
+    """"en" or "pt": the customer's latest words that tell, else the earlier ones; Portuguese by default."""
+    said = [request.message or ""] + [item.get("content") or "" for item in reversed(request.history)
+                                      if item.get("role") == "user"]
+    for text in said:
+        words = set(re.findall(r"[\w']+", text.lower()))
+        english, portuguese = len(words & ENGLISH), len(words & PORTUGUESE)
+        if english != portuguese:
+            return "en" if english > portuguese else "pt"
+    return "pt"
+
+
+def city_in(text: str) -> str | None:
+    """The city of the price table the text names, in its table spelling."""
+    return next((name.title() for name in PRICES if plain(name) in plain(text)), None)
+
+
+def section(prompt: str, title: str) -> str:
+    """The body of one ``## <title>`` section of a prompt, "" when it has none."""
+    found = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", prompt, re.S | re.M)
     return found.group(1) if found else ""
 
 
 def known_value(prompt: str, slug: str) -> str | None:
-    found = re.search(rf'^- {slug}: "(.*)"$', prompt, re.M)
+    found = re.search(rf'^- {slug}: "(.*)"$', section(prompt, "Already known"), re.M)
     return found.group(1) if found else None
 
 
 def offline_understand(request) -> dict:
-    """Score the flows and pull out a city, reading only the customer's words."""
-    text = quoted_message(request.prompt).lower()
-    wants_room = any(word in text for word in ("quarto", "reserv", "hotel", "hosped"))
+    """Score the flows and pull out a city (a new one too: the city is correctable), from the message."""
+    text = request.message or ""
+    wants_room = any(word in plain(text) for word in WANTS_ROOM)
     reply: dict = {}
     properties = request.schema["properties"]
     if "flows" in properties:
         reply["flows"] = {alias: 95 if wants_room else 10 for alias in properties["flows"]["properties"]}
     if "fields" in properties:
-        city = next((name.title() for name in PRICES if name in text), None)
+        city = city_in(text)
         reply["fields"] = {alias: city if alias == "cidade" else None for alias in properties["fields"]["properties"]}
     return reply
 
 
 def offline_speak(request) -> dict:
     """Answer like a model would: call the step's tool when it needs one, then phrase the result."""
+    texts = TEXTS[language(request)]
     last = request.history[-1] if request.history else {}
     tools = [tool["name"] for tool in request.tools or []]
     if last.get("role") == "tool":
         result = json.loads(last["content"])
         if last["name"] == "preco":
-            return {"message": f"A diária em {result['cidade']} sai por R$ {result['precoNoite']}. "
-                               "Posso reservar para você?"}
+            return {"message": texts["price"].format(cidade=result["cidade"], preco=result["precoNoite"])}
         if "codigo" in result:
-            return {"message": f"Reserva confirmada! Seu código é {result['codigo']}. Boa viagem!"}
-        return {"message": "Não consegui concluir agora. Pode repetir a cidade?"}
+            return {"message": texts["booked"].format(codigo=result["codigo"])}
+        return {"message": texts["failed"]}
     city = known_value(request.prompt, "cidade")
-    customer = re.search(r"## Customer's latest message\n\"(.*)\"", request.prompt)
-    said = customer.group(1).lower() if customer else ""
-    if "preco" in tools and city and "preço" in request.prompt:
+    said = plain(request.message or "")
+    if "preco" in tools and city:
         return {"message": "", "toolCalls": [{"toolName": "preco", "arguments": {"cidade": city}}]}
-    if tools == ["reservar"] and city and any(word in said for word in ("sim", "pode", "quero", "ok")):
-        return {"message": "", "toolCalls": [{"toolName": "reservar", "arguments": {"cidade": city}}]}
-    if "## Still to collect" in request.prompt and "cidade" in request.prompt.split("## Still to collect")[1]:
-        return {"message": "Claro! Em qual cidade você quer se hospedar?", "cidade": None}
-    return {"message": "Sou o Concierge. Posso ajudar com uma reserva de quarto?"}
+    if tools == ["reservar"] and city:
+        if city_in(said):           # the customer just named a city: a correction, so quote it again
+            return {"message": texts["changed"].format(cidade=city, preco=PRICES.get(city.lower(), 450))}
+        if set(re.findall(r"\w+", said)) & YES:
+            return {"message": "", "toolCalls": [{"toolName": "reservar", "arguments": {"cidade": city}}]}
+        return {"message": texts["confirm"].format(cidade=city)}
+    if re.search(r"^- cidade\b", section(request.prompt, "Still to collect"), re.M):
+        return {"message": texts["which_city"], "cidade": None}
+    return {"message": texts["hello"]}
 
 
 def offline_provider() -> ScriptedProvider:
@@ -289,7 +354,7 @@ def talk(host: Host) -> None:
 def scripted_demo() -> bool:
     print("Offline demo: no GEMINI_API_KEY or OPENAI_BASE_URL is set, so ScriptedProvider stands in for the model.")
     print("Scripted transcript: the three customer lines below are part of the script; you type nothing yet.\n")
-    host = Host(build_agent(offline_provider()), "demo")
+    host = Host(build_agent(offline_provider(), fields=CHAT_FIELDS), "demo")
     for text in DEMO_MESSAGES:
         print(f"You (scripted): {text}")
         show(host.chat(text))
@@ -313,14 +378,14 @@ def main(argv: list[str]) -> int:
             return 2
         if provider is not None:
             print(f"Concierge on {provider.name}. Type your message (\"sair\", Ctrl-D or Ctrl-C to leave).\n")
-            talk(Host(build_agent(provider), "live"))
+            talk(Host(build_agent(provider, fields=CHAT_FIELDS), "live"))
             return 0
         if not args.chat and not scripted_demo():
             return 1
         print(f"\n{LIVE_HELP}\n")
-        print("Your turn: chat with the offline stand-in (it knows rooms, cities and prices). "
-              "Type \"sair\", Ctrl-D or Ctrl-C to leave.")
-        talk(Host(build_agent(offline_provider()), "you"))
+        print("Your turn: chat with the offline stand-in (it knows rooms, cities and prices, in English or "
+              "Portuguese, and takes a change of city). Type \"sair\", Ctrl-D or Ctrl-C to leave.")
+        talk(Host(build_agent(offline_provider(), fields=CHAT_FIELDS), "you"))
         return 0
     except KeyboardInterrupt:
         print("\n(interrupted: goodbye)")

@@ -142,8 +142,8 @@ class Browser:
         self.process, self.ws, self.next_id = process, ws, 0
 
     @classmethod
-    def launch(cls, path: str, profile: str, timeout: float = 30) -> Browser:
-        process = subprocess.Popen([path, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
+    def launch(cls, path: str, profile: str, timeout: float = 30, flags: tuple = ()) -> Browser:
+        process = subprocess.Popen([path, *FLAGS, *flags, f"--user-data-dir={profile}", "about:blank"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         port_file = pathlib.Path(profile, "DevToolsActivePort")
         deadline = time.monotonic() + timeout

@@ -158,3 +158,22 @@ def test_the_page_calls_carry_the_token(page):
     page.evaluate("document.getElementById('message').focus()")
     page.type("where is my order?")
     page.wait_for(f"{texts('#transcript .bot')}.includes('Sure: what is the order number?')")
+
+
+def test_a_dns_rebinding_page_reads_nothing(inspector, tmp_path):
+    """A name the attacker controls, resolved to 127.0.0.1 (as a rebinding DNS answer would be): the
+    browser sends that name in Host, and the inspector serves it nothing, not even its page."""
+    port = inspector.rstrip("/").rsplit(":", 1)[1]
+    browser = Browser.launch(CHROMIUM, str(tmp_path / "profile"),
+                             flags=("--host-resolver-rules=MAP rebind.test 127.0.0.1",))
+    try:
+        tab = browser.open(f"http://rebind.test:{port}/")
+        tab.wait_for("document.body && document.body.textContent.includes('not this inspector')")
+        status, text = tab.evaluate("fetch('/api/state').then(async (r) => [r.status, await r.text()])")
+        assert status == 403 and "where is my order" not in text and "Shop" not in text
+        status = tab.evaluate("fetch('/api/message', {method: 'POST', headers: {'Content-Type': 'application/json'},"
+                              " body: JSON.stringify({text: 'where is my order?'})}).then((r) => r.status)")
+        assert status == 403
+    finally:
+        browser.close()
+    assert turns_run(inspector) == 0

@@ -536,7 +536,14 @@ def test_a_template_string_skips_the_enum_check_but_not_the_type_check():
     assert ok(flow({"id": "a", "do": "send_webhook", "with": {"method": "{{context.method}}"}})) == []
     assert do_error("send_webhook", {"method": "GET", "score": "{{data.n}}"}).endswith(
         'parameter "score" of action "send_webhook" must be a number, got string. '
-        "Values are not coerced; write the right type.")
+        'A template renders text: declare the parameter "type": "string" and convert it in your action.')
+
+
+def test_a_typo_of_a_missing_parameter_is_named_as_a_typo():
+    """A key of with that is the closest name of a missing parameter: the fix names the parameter
+    (a falai for Python rule; the original reports only the missing parameter)."""
+    assert do_error("notify", {"recipent": "o", "message": "m"}).endswith(
+        'action "notify" has no parameter "recipent". Did you mean "recipient"?')
 
 
 def test_a_bool_never_matches_an_enum():
