@@ -87,6 +87,7 @@ ADDED_MESSAGES = {
     "bad-format": "the value is not in the field's format",
     "refused": "the field's validator refused the value",
     "corrected": "the customer corrected a known value",
+    "provider-length": "the model's reply was cut at its output cap",
 }
 
 
