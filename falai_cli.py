@@ -1357,7 +1357,10 @@ INSPECT_PAGE = r"""<!doctype html>
   header h1 { font-size: 16px; margin: 0; }
   main { display: grid; grid-template-columns: minmax(280px, 1fr) minmax(0, 2.2fr); gap: 12px; padding: 12px; }
   #diagram { overflow-x: auto; }
+  #flowsvg { max-width: 100%; height: auto; }
+  @media (max-width: 1100px) { main { grid-template-columns: minmax(0, 1fr); } }
   td code { word-break: break-all; }
+  #runs td:first-child, #pending td:first-child { overflow-wrap: anywhere; }
   section { background: #fff; border: 1px solid #d9dce3; border-radius: 6px; padding: 8px 12px; margin-bottom: 12px; }
   h2 { font-size: 13px; text-transform: uppercase; letter-spacing: .04em; color: #5a6275; margin: 4px 0 8px; }
   #transcript { height: 320px; overflow-y: auto; }
@@ -1584,7 +1587,10 @@ function drawDiagram() {
     where[id] = {x: LEFT + col * COL, y: PAD + 22 + i * (H + GAP)};
     height = Math.max(height, where[id].y + H + PAD);
   }));
-  const root = svg("svg", {width: LEFT + PAD + clusters.length * COL, height: height, id: "flowsvg"});
+  // A viewBox lets CSS shrink the drawing to its panel (max-width: 100%): every flow is on screen.
+  const wide = LEFT + PAD + clusters.length * COL;
+  const root = svg("svg", {width: wide, height: height, viewBox: `0 0 ${wide} ${height}`,
+                           id: "flowsvg"});
   const marker = svg("marker", {id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7,
                                 markerHeight: 7, orient: "auto"});
   marker.append(svg("path", {d: "M0,0 L10,5 L0,10 z", fill: "#8b93a5"}));

@@ -613,6 +613,18 @@ class Host:
         retries the job with backoff); any other failure is counted, and a row failing
         ``turn_attempts`` times becomes a dead letter.
         """
+        try:
+            code = self._run(table, session_id, key)
+        except database_errors():
+            self.metrics.database_failures += 1       # /healthz fails past DATABASE_FAILURES
+            raise
+        except BaseException:
+            self.metrics.database_failures = 0
+            raise
+        self.metrics.database_failures = 0
+        return code
+
+    def _run(self, table: str, session_id: str, key: str) -> str:
         if table not in ("inbox", "wakes"):
             raise ValueError(
                 f"run: table {table!r} is neither inbox nor wakes. Hand jobs with Host.hand()."
@@ -1549,6 +1561,7 @@ class Metrics:
         self.counters: dict[tuple[str, tuple], float] = {}
         self.histograms: dict[str, list[float]] = {}
         self.last_beat: float | None = None  # set by a role that loops (dispatcher, sender)
+        self.database_failures = 0               # turn jobs in a row that failed on the database
 
     def count(self, name: str, amount: float = 1, **labels: str) -> None:
         with self.lock:
@@ -1590,6 +1603,7 @@ class Metrics:
 
 
 OPERATIONS = ("/healthz", "/readyz", "/metrics")
+DATABASE_FAILURES = 20        # turn jobs failing on the database in a row: a worker to restart
 
 
 def readiness(host: Host) -> dict[str, str]:
@@ -1642,6 +1656,9 @@ def gauges(host: Host) -> dict[str, float]:
 def operations(host: Host, path: str, stale_after_s: float = 60.0) -> tuple[str, Any, str]:
     """(status, body, content type) of /healthz, /readyz or /metrics."""
     if path == "/healthz":
+        if host.metrics.database_failures >= DATABASE_FAILURES:
+            problem = f"the last {host.metrics.database_failures} turn jobs failed on the database"
+            return "503 Service Unavailable", {"ok": False, "error": problem}, "application/json"
         beat = host.metrics.last_beat
         age = 0.0 if beat is None else time.monotonic() - beat
         if age > stale_after_s:

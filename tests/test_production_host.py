@@ -679,6 +679,26 @@ def _closed_port():
         return s.getsockname()[1]
 
 
+def test_a_job_failing_the_same_way_logs_once_a_minute():
+    import logging
+    keep = H._RepeatFilter()
+    record = lambda text: logging.LogRecord("rq.worker", logging.ERROR, __file__, 1, text, None, None)
+    assert [keep.filter(record(f"job {n % 2}: exception raised")) for n in range(6)] == [
+        True, True, False, False, False, False]
+
+
+def test_a_worker_whose_jobs_all_fail_on_the_database_is_not_healthy():
+    """The review's D1 left workers alive and useless; a liveness probe on /healthz restarts one."""
+    host = H.Host(H.Config(dsn=f"host=127.0.0.1 port={_closed_port()} dbname=x"))
+    for attempt in range(H.DATABASE_FAILURES):
+        assert H.operations(host, "/healthz")[0] == "200 OK"
+        with pytest.raises(psycopg.OperationalError):
+            host.run("inbox", "s1", f"m{attempt}")
+    status, body, _ = H.operations(host, "/healthz")
+    assert status == "503 Service Unavailable"
+    assert body["error"] == "the last 20 turn jobs failed on the database"
+
+
 def test_an_outage_is_said_once_and_its_end_once(caplog):
     outage = H.Outage()
     with caplog.at_level("WARNING", logger="falai.host"):
@@ -753,6 +773,8 @@ def test_the_admin_commands_list_retry_and_drop_dead_letters(make_host):
     assert cli("dead", "drop")[1] == "1 dead letters dropped\n"
     assert cli("dead", "list")[1] == ""
     assert cli("schema")[1] == f"schema of {host.config.prefix}*: version 2 -> 2\n"
+    assert json.loads(cli("prune", "--older-than", "0")[1]) == {"outbox": 0, "inbox": 0, "wakes": 0,
+                                                                "sessions": 0}
     code, _, err = cli("sender", "--lease", "1", "--job-timeout", "5")
     assert code == 2 and "job timeout 5s is not below the lease 1.0s" in err
 
