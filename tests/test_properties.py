@@ -22,8 +22,7 @@ from datetime import datetime
 import pytest
 from hypothesis import example, given, strategies as st
 
-from falai import GenerationChunk, ScriptedProvider, Session, encode_session_row, iso
-from falai import ScriptError
+from falai import GenerationChunk, ScriptedProvider, ScriptError, Session, encode_session_row, iso
 from falai_stores import SQLiteStore
 from fuzz_scenarios import DEEP_INPUT, RE_ASK, SHARED_MEDIA, Scenario, fuzz_settings, provider_for, scenario
 
@@ -88,16 +87,16 @@ def depth(value) -> int:
 
 
 def documented(error: BaseException, provider: ScriptedProvider, turn) -> bool:
-    """What may escape turn(): the test double's ScriptError when a scripted queue runs dry (the script
-    is short, never a quiet deferral: docs/guide/testing.md); a failed understand call (a scripted
-    failure), unchanged (runtime.md §10.1); and, before any model call, a TypeError or ValueError
-    refusing an input nested too deep (deeper input is refused at the door)."""
+    """What may escape turn(): a failed understand call (a scripted failure, or a dry queue), unchanged
+    (runtime.md §10.1); and, before any model call, a TypeError or ValueError refusing an input nested
+    too deep (issue 8: deeper input is refused at the door)."""
     if not provider.calls:
         given = turn.kwargs.get("payload"), (turn.kwargs.get("start") or {}).get("input")
         return isinstance(error, (TypeError, ValueError)) and depth(list(given)) > 100
-    if type(error) is ScriptError and "reply left" in str(error):
-        return True
-    if provider.calls[-1].schema_name != "understand":
+    name = provider.calls[-1].schema_name
+    if isinstance(error, ScriptError) and f'no scripted "{name}" reply left' in str(error):
+        return True         # a dry script queue raises out of the turn, whatever the call (testing.md)
+    if name != "understand":
         return False
     scripted = turn.understand
     return any(type(error) is type(entry) and str(error) == str(entry)
