@@ -6,7 +6,6 @@ import json
 import os
 import socket
 import threading
-import time
 
 import pytest
 
@@ -152,10 +151,8 @@ def test_a_silent_connection_is_closed():
         sock.sendall(f"POST /api/message HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
                      f"Content-Type: application/json\r\nX-Falai-Token: {TOKEN}\r\n"
                      "Content-Length: 100\r\n\r\n{".encode())
-        started = time.monotonic()
         while sock.recv(65536):
-            pass                                  # whatever the server answers, it then closes
-        assert time.monotonic() - started < 9
+            pass          # the server answers or not, then closes: a wait past 10 s raises instead
         sock.close()
         assert server.turns() == 0
     finally:
