@@ -1477,12 +1477,82 @@ def falai() -> RootToolkit:
 
 PROTOCOLS = ("lean", "v4")     # docs/guide/tokens.md
 
+FROZEN_HINT = ("an Agent's configuration cannot change after it is built: build a new Agent with the "
+               "flows, fields and options you want (python-api.md, The toolkit)")
+
+
+def _refuse(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
+    raise TypeError(FROZEN_HINT)
+
+
+class ReadOnlyDict(dict):
+    """A dict an Agent holds as part of its configuration: read like any dict, never changed.
+
+    A copy (``copy.copy``, ``copy.deepcopy``, ``dict(...)``, ``.copy()``) is a plain, writable dict,
+    so the engine's copies of flow values into a session stay writable.
+    """
+    __slots__ = ()
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __copy__(self) -> dict:
+        return dict(self)
+
+    def __deepcopy__(self, memo: dict) -> dict:
+        return thawed(self)
+
+    def __reduce__(self) -> tuple:
+        return dict, (thawed(self),)
+
+
+class ReadOnlyList(list):
+    """A list an Agent holds as part of its configuration: read like any list, never changed.
+
+    A copy (``copy.copy``, ``copy.deepcopy``, ``list(...)``, ``.copy()``, a slice) is a plain list.
+    """
+    __slots__ = ()
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+    append = extend = insert = pop = remove = clear = sort = reverse = _refuse
+
+    def __copy__(self) -> list:
+        return list(self)
+
+    def __deepcopy__(self, memo: dict) -> list:
+        return thawed(self)
+
+    def __reduce__(self) -> tuple:
+        return list, (thawed(self),)
+
+
+def frozen(value: Any) -> Any:
+    """A read-only copy of JSON-shaped configuration: every dict and list in it, at any depth, is a
+    ReadOnlyDict or ReadOnlyList; other values (callables, Tool objects) are kept as they are."""
+    if isinstance(value, dict):
+        return ReadOnlyDict({key: frozen(item) for key, item in value.items()})
+    if isinstance(value, list):
+        return ReadOnlyList(frozen(item) for item in value)
+    return value
+
+
+def thawed(value: Any) -> Any:
+    """A plain, writable deep copy of a value ``frozen()`` made, the other way round."""
+    if isinstance(value, dict):
+        return {key: thawed(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [thawed(item) for item in value]
+    return copy.deepcopy(value)
+
 
 class Agent:
-    """Immutable configuration plus ``turn()``; one instance serves every session.
+    """Configuration frozen when it is built, plus ``turn()``; one instance serves every session.
 
     ``turn()`` returns the messages to send, the wakes to schedule and the
     session to save. The agent never sends, never sleeps and never saves.
+
+    The agent keeps its own read-only copies of the flows, fields, tools and other
+    options it was given: a later change to the caller's lists or dicts changes nothing,
+    and assigning an attribute or editing ``agent.flows`` raises. To change the
+    configuration, build a new Agent (python-api.md, The toolkit).
     """
 
     def __init__(self, *, name: str, provider: Any, fields: dict | None = None,
@@ -1495,26 +1565,28 @@ class Agent:
                  max_tool_loops: int = DEFAULT_MAX_TOOL_LOOPS, compaction: dict | None = None, debug: bool = False,
                  protocol: str = "lean", max_candidates: int | None = None,
                  correctable: bool = False):
+        # The agent's own read-only copies: the caches a turn reads rely on them never changing.
         self.name = name
         self.provider = provider
-        self.fields = fields or {}
+        fields = fields or {}
         if correctable is not False:
-            self.fields = correctable_fields(self.fields, correctable)
+            fields = correctable_fields(fields, correctable)
+        self.fields = frozen(fields)
         # A None anywhere in a flow means "not set" (flows.md, Notation): the engine reads stripped copies.
-        self.flows = [strip_nones(flow) for flow in flows or []]
-        self.actions = dict(actions or {})
-        self.events = dict(events or {})
-        self.conditions = dict(conditions or {})
-        self.tools = list(tools or [])
-        self.instructions = list(instructions or [])
-        self.knowledge_base = knowledge_base
+        self.flows = ReadOnlyList(frozen(strip_nones(flow)) for flow in flows or [])
+        self.actions = ReadOnlyDict(actions or {})
+        self.events = ReadOnlyDict(events or {})
+        self.conditions = ReadOnlyDict(conditions or {})
+        self.tools = ReadOnlyList(tools or [])
+        self.instructions = frozen(list(instructions or []))
+        self.knowledge_base = frozen(knowledge_base)
         self.goal = goal
         self.persona = persona
-        self.idle: dict | str = {"prompt": ""} if idle is None else idle
+        self.idle: dict | str = frozen({"prompt": ""} if idle is None else idle)
         self.clock = clock or system_clock
         self.business_hours = business_hours
         self.max_tool_loops = max_tool_loops
-        self.compaction = compaction
+        self.compaction = frozen(compaction)
         if protocol not in PROTOCOLS:
             raise FlowConfigurationError(f'protocol is {show(protocol)}: it must be "lean" or "v4". Leave it out '
                                          'for "lean", or pass "v4" for the TypeScript original\'s model calls.')
@@ -1537,12 +1609,22 @@ class Agent:
         self._tool_pool_lock = threading.Lock()
         if debug:
             log.setLevel(DEBUG)
-        self.flow_by_id: dict[str, dict] = {}
+        flow_by_id: dict[str, dict] = {}
         for flow in self.flows:
             if isinstance(flow, dict) and isinstance(flow.get("id"), str):
-                self.flow_by_id.setdefault(flow["id"], flow)
+                flow_by_id.setdefault(flow["id"], flow)
+        self.flow_by_id = ReadOnlyDict(flow_by_id)
         for warning in check_agent(self):
             log.warning("[Agent] %s", warning)
+        self._built = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if "_built" in self.__dict__:
+            raise AttributeError(f"cannot set agent.{name}: {FROZEN_HINT}")
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete agent.{name}: {FROZEN_HINT}")
 
     def turn(self, *, session_id: str, session: Session | dict | None = None,
              message: str | None = None, id: str | None = None, at: str | None = None,
@@ -5488,7 +5570,8 @@ def tool_pool(agent: Agent) -> Any:
     with agent._tool_pool_lock:
         if agent._tool_pool is None:
             from concurrent.futures import ThreadPoolExecutor   # lazily: many agents never batch a call
-            agent._tool_pool = ThreadPoolExecutor(max_workers=TOOL_POOL_WORKERS, thread_name_prefix="falai-tool")
+            pool = ThreadPoolExecutor(max_workers=TOOL_POOL_WORKERS, thread_name_prefix="falai-tool")
+            object.__setattr__(agent, "_tool_pool", pool)     # the agent's one cache set after it is built
         return agent._tool_pool
 
 
