@@ -6,10 +6,10 @@ the wakes to schedule and the session to save. falai never sends, never sleeps
 and never saves: the host does.
 
 Sections, in the order data flows through a turn: what a turn is built from
-(1-7), the turn itself (8-11), then what lives beside it (12-14).
+(1-7), the turn itself (8-11), then what lives beside it (12-13).
 
    1. Public types ............ _FieldWise, _Record, the API's dataclasses, the provider seam, OUTCOME_MESSAGES
-   2. Errors .................. FalaiError and its four subclasses, classify_error
+   2. Errors .................. FalaiError and its four subclasses, ScriptError, classify_error
    3. Time .................... durations, ISO text, epoch milliseconds, clocks, fake_clock
    4. Templates and predicates  JavaScript-style values, {{data.x}} rendering, judge()
    5. Fields .................. known values, coercion of model values, nullable schemas
@@ -21,15 +21,25 @@ Sections, in the order data flows through a turn: what a turn is built from
   11. Streaming ............... the envelope stream decoder
   12. Construction checks ..... validate_flow (shape, then names), check_flow, check_agent
   13. JSON and migration ...... from_spec, to_spec, flow_spec_schema, migrate_session, history events
-  14. Testing helpers, stores . ScriptedProvider, MemoryScheduler, Store, MemoryStore, the row rules
+
+The sibling modules, each a top-level falai_*.py file beside this one:
+
+   falai_testing ..... ScriptedProvider, MemoryScheduler (for tests and offline demos)
+   falai_stores ...... Store, MemoryStore, the row rules, SQLiteStore, PostgresStore, RedisStore
+   falai_providers ... the HTTP model providers (requests)
+   falai_cli ......... the command line, ``python -m falai``
+   falai_host ........ the production host (queue workers, webhooks)
+
+``import falai`` is all a user needs: a public name that lives in a sibling
+(PUBLIC_ELSEWHERE, after ``__all__``) loads its module on first use.
 
 A reading path for a first visit: run_turn() (section 8) is the whole turn,
 one line per phase; read on through ingest(), understand_message(), decide(),
 run_phase(), choose_speaker() and settle(), then move_run(), advance() and the
-step kinds (9), then understand() and speak() (10). Sections 11-14 never
+step kinds (9), then understand() and speak() (10). Sections 11-13 never
 decide anything in a turn: skip them until you need them (the construction
 checks of section 12 run once, when an agent is built). The spec's numbers sit in
-one block right after ``__all__``, and SIBLING_IMPORTS names the internal
+one block right after ``__all__``, and FOR_SIBLING_MODULES names the internal
 helpers the sibling modules may import.
 
 A section opens with a banner ``# N. Name ####``; its parts with
@@ -80,17 +90,43 @@ __all__ = [
     "InvalidSessionError",
 ]
 
-# The internal helpers, outside __all__, that falai_providers, falai_stores and falai_cli may import
-# (tests/test_imports.py holds them to this list). Renaming one of these breaks a sibling module.
-SIBLING_IMPORTS = {
-    "falai_providers": ("ENVELOPE_SHAPED", "compact_json", "decode_json_string", "lenient_loads", "parse_iso",
-                        "reused", "to_ms", "unfenced"),
-    "falai_stores": ("ABSENT", "BLOB_NESTING", "check_expected_version", "check_session_id",
-                     "check_table_name", "decode_session_row", "encode_session_row",
-                     "saved_session", "store_now_text"),
-    "falai_cli": ("_Checks", "_flow_frame", "check_flow_shape", "iso", "nests_deeper", "parse_iso",
-                  "strip_nones", "system_clock"),
+# The public names that live in a sibling module, loaded on first use (PEP 562): ``falai.X`` and
+# ``from falai import X`` import the module then, so ``import falai`` stays the engine alone.
+PUBLIC_ELSEWHERE = {
+    "ScriptedProvider": "falai_testing", "MemoryScheduler": "falai_testing",
+    "Store": "falai_stores", "MemoryStore": "falai_stores",
 }
+
+# The names outside __all__ that the sibling modules (falai_*.py) import from falai. A sibling
+# imports from falai, at its top, only names without a leading underscore: the public API and
+# these; falai reaches a sibling only through its module object, imported where it is used.
+# tests/test_imports.py holds every sibling to this tuple. Renaming one of these breaks a sibling.
+FOR_SIBLING_MODULES = (
+    "ABSENT", "BLOB_NESTING", "Checks", "ENVELOPE_SHAPED", "MAX_NESTING", "check_flow_shape",
+    "compact_json", "decode_json_string", "flow_frame", "is_whole", "iso", "json_copy", "json_equal",
+    "json_literal", "lenient_loads", "listed_values", "nests_deeper", "parse_iso", "reused", "show",
+    "strip_nones", "system_clock", "to_ms", "unfenced",
+)
+
+if TYPE_CHECKING:       # what a type checker sees for the names PUBLIC_ELSEWHERE loads on use
+    from falai_stores import MemoryStore, Store
+    from falai_testing import MemoryScheduler, ScriptedProvider
+
+
+def __getattr__(name: str) -> Any:
+    """A public name that lives in a sibling module, imported on first use (PEP 562)."""
+    module = PUBLIC_ELSEWHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'falai' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value         # the next lookup finds it without coming here
+    return value
+
+
+def __dir__() -> list[str]:
+    """``__all__`` and the module's dunders: what ``dir(falai)`` shows is the API."""
+    return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})
 
 
 class _FalaiLog:
@@ -593,6 +629,14 @@ class SessionConflictError(FalaiError):
             text = (f'[SessionConflictError] Session "{session_id}" was modified concurrently: expected '
                     f"version {expected_version}, found {found}. Reload the session and retry the operation.")
         super().__init__(text)
+
+
+class ScriptError(RuntimeError):
+    """A strict ScriptedProvider's script does not fit the calls the engine made: the test is wrong.
+
+    The engine lets it through instead of treating it as a provider failure, so
+    ``turn()`` raises it and the test fails where the script went wrong.
+    """
 
 
 ERROR_KINDS = ("aborted", "timeout", "network", "overload", "rate", "quota", "entitlement",
@@ -6123,7 +6167,7 @@ def _quoted_kinds(kinds: list[str]) -> str:
     return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
 
 
-def _listed_values(values: Any) -> str:
+def listed_values(values: Any) -> str:
     return ", ".join(json_literal(value) for value in values)
 
 
@@ -6192,7 +6236,7 @@ def _off_list(definition: dict, value: Any) -> tuple[str, str] | None:
         candidates = value if is_array and isinstance(value, (list, tuple)) else [value]
         for item in candidates:
             if _type_fits(scalar, item) and not _in_enum(scalar, item):
-                return _listed_values(scalar["enum"]), json_literal(item)
+                return listed_values(scalar["enum"]), json_literal(item)
     return None
 
 
@@ -6313,7 +6357,7 @@ def _step_shape(step: dict, where: str) -> None:
         _target_check(branch.get("then", ABSENT), f"branches[{j}].then", where)
 
 
-class _Checks:
+class Checks:
     """Where the problems of one flow go (issue 9).
 
     Each check runs as a unit: a step, a trigger, one flow-level key. Raising
@@ -6353,7 +6397,7 @@ class _Checks:
         self.problems.append(Problem("warning", list(path), message))
 
 
-def _flow_frame(flow: Any) -> None:
+def flow_frame(flow: Any) -> None:
     """S1-S2: a flow is an object with a steps list; nothing else can be read without them."""
     if not isinstance(flow, dict):
         _flow_error("flow", f"is {show(flow)}, not an object", "Pass the flow itself: { id, name, steps }.")
@@ -6400,14 +6444,14 @@ def step_where(flow_where: str, step: Any, n: int) -> str:
     return f'{flow_where}, step "{step_id}"' if isinstance(step_id, str) else f"{flow_where}, step #{n}"
 
 
-def check_flow_shape(flow: Any, checks: _Checks | None = None) -> None:
+def check_flow_shape(flow: Any, checks: Checks | None = None) -> None:
     """Phase 1 (persistence.md §1.10, S1-S9): every value is the right kind of JSON.
 
     Reads a stripped flow; ``from_spec`` runs this too. Raises on the first
     problem unless ``checks`` collects.
     """
-    checks = checks or _Checks()
-    _flow_frame(flow)
+    checks = checks or Checks()
+    flow_frame(flow)
     where = f'flow "{flow["id"]}"' if isinstance(flow.get("id"), str) else "flow"
     for key in ("description", "anchor", "collect", "clearOnStart", "tools", "onEnd", "while", "instructions"):
         checks.run((key,), _flow_key_shape, flow, key, where)
@@ -6617,13 +6661,13 @@ def _trigger_names(trigger: dict, trigger_where: str, names: _FlowNames) -> None
             _flow_error(trigger_where, f'every {kind} phrase starts with "!", so nothing can ever match it', fix)
 
 
-def check_flow_names(flow: dict, names: _FlowNames, checks: _Checks | None = None) -> list[str]:
+def check_flow_names(flow: dict, names: _FlowNames, checks: Checks | None = None) -> list[str]:
     """Phase 2 (persistence.md §1.10, N1-N8): names and the step graph; returns the warnings.
 
     Raises on the first problem unless ``checks`` collects; the warnings go to
     ``checks`` too, each with its path.
     """
-    checks = checks or _Checks()
+    checks = checks or Checks()
     first = len(checks.problems)
     if not (isinstance(flow.get("id"), str) and flow["id"]):
         checks.run(("id",), _flow_error, "flow", "has no id", "Give the flow a short unique id.")
@@ -6677,7 +6721,7 @@ def _step_names(step: dict, i: int, flow_where: str, position: dict, names: _Flo
             flow_id = target["flow"]
             templated = isinstance(flow_id, str) and "{{" in flow_id
             if names.flow_ids is not None and not templated and flow_id not in names.flow_ids:
-                fix = (f"Use one of {_listed_values(names.flow_ids)}, or add the flow." if names.flow_ids
+                fix = (f"Use one of {listed_values(names.flow_ids)}, or add the flow." if names.flow_ids
                        else "Add the flow to the agent.")
                 _flow_error(where, f'{label} names flow "{flow_id}", which this agent does not have', fix)
             return None
@@ -6818,7 +6862,7 @@ def unknown_key_warnings(mapping: Any, known: tuple, where: str) -> list[tuple[s
     return found
 
 
-def _unknown_flow_keys(flow: dict, checks: _Checks) -> None:
+def _unknown_flow_keys(flow: dict, checks: Checks) -> None:
     """A warning per unknown key of the flow, its triggers, steps, branches, instructions, targets and waits."""
     where = f'flow "{flow["id"]}"' if isinstance(flow.get("id"), str) else "flow"
 
@@ -6882,7 +6926,7 @@ def template_reference_warnings(text: Any, label: str, where: str, fields: dict)
     return found
 
 
-def _template_references(flow: dict, names: _FlowNames, checks: _Checks) -> None:
+def _template_references(flow: dict, names: _FlowNames, checks: Checks) -> None:
     """The texts flows.md §8.3 renders with data in scope."""
     where = f'flow "{flow["id"]}"' if isinstance(flow.get("id"), str) else "flow"
 
@@ -6944,9 +6988,9 @@ def check_flow(spec: Any, registries: dict | None = None) -> list[Problem]:
 
     ``[p.message for p in check_flow(spec, registries) if p.severity == "error"]``
     """
-    checks = _Checks(collect=True)
+    checks = Checks(collect=True)
     flow = strip_nones(spec)
-    if not checks.run((), _flow_frame, flow):
+    if not checks.run((), flow_frame, flow):
         return checks.problems
     names = _FlowNames.of(registries)
     check_flow_shape(flow, checks)
@@ -7806,429 +7850,6 @@ def _event_history_item(event: Any) -> dict:
         _need(status is None or isinstance(status, str), "a status event's status must be text")
         return {"role": "system", "content": status or "Status update"}
     raise _Malformed(f'unknown kind {describe_blob_value(kind)}; expected "message", "tool" or "status"')
-
-
-# 14. Testing helpers and stores ###############################################################
-
-# ScriptedProvider and MemoryScheduler (python-api.md, Providers and Modules) ------------------
-
-class ScriptError(RuntimeError):
-    """A strict ScriptedProvider's script does not fit the calls the engine made: the test is wrong.
-
-    The engine lets it through instead of treating it as a provider failure, so
-    ``turn()`` raises it and the test fails where the script went wrong.
-    """
-
-
-def schema_mismatch(schema: Any, value: Any, path: str = "reply") -> str | None:
-    """Where ``value`` does not fit a request's JSON Schema, as text; None when it fits.
-
-    Reads the keywords the engine's schemas use: ``type`` (one or a list),
-    ``enum``, ``properties``, ``additionalProperties: false``, ``items``,
-    ``anyOf``. A missing property fits: the engine reads it as null.
-    """
-    if not isinstance(schema, dict):
-        return None
-    if "anyOf" in schema:
-        options = [schema_mismatch(option, value, path) for option in schema["anyOf"]]
-        if all(options):
-            return options[0]
-    kinds = schema.get("type")
-    kinds = [kinds] if isinstance(kinds, str) else kinds
-    if isinstance(kinds, list) and not any(_json_type_is(kind, value) for kind in kinds):
-        return f"{path} is {show(value)}, not {' or '.join(kinds)}"
-    if isinstance(schema.get("enum"), list) and not any(json_equal(value, member) for member in schema["enum"]):
-        return f"{path} is {show(value)}, not one of {_listed_values(schema['enum'])}"
-    if isinstance(value, dict):
-        properties: dict = schema["properties"] if isinstance(schema.get("properties"), dict) else {}
-        for key, item in value.items():
-            if key in properties:
-                problem = schema_mismatch(properties[key], item, f"{path}.{key}")
-                if problem:
-                    return problem
-            elif schema.get("additionalProperties") is False:
-                expected = ", ".join(f'"{name}"' for name in properties) or "none"
-                return f'{path} has the key "{key}", which the request does not ask for (its keys: {expected})'
-    if isinstance(value, list) and isinstance(schema.get("items"), dict):
-        for i, item in enumerate(value):
-            problem = schema_mismatch(schema["items"], item, f"{path}[{i}]")
-            if problem:
-                return problem
-    return None
-
-
-def _json_type_is(kind: Any, value: Any) -> bool:
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return {"null": value is None, "boolean": isinstance(value, bool), "string": isinstance(value, str),
-            "integer": number and is_whole(value), "number": number and math.isfinite(value),
-            "object": isinstance(value, dict), "array": isinstance(value, list)}.get(kind, True)
-
-
-class ScriptedProvider:
-    """A provider that replays scripted replies, for tests and offline demos (python-api.md, Providers).
-
-    ``ScriptedProvider(script={"understand": [{...}], "speak": [{"message": "Oi!"}]})``:
-    each call takes the next entry of the queue named by its ``schema_name``.
-    An entry is a dict (the structured reply), a str (raw text), a Generation,
-    an exception (raised), or a callable ``f(request)`` returning one of those.
-
-    With ``strict=True`` a dict reply is checked against the schema of the
-    request it answers (types, enums, keys the request does not ask for; a
-    missing key fits, the engine reads it as null) and its ``toolCalls``
-    against the tools offered; a reply that does not fit, or a call that finds
-    its queue empty, raises ``ScriptError`` naming the call number, its kind
-    and what did not fit, and the turn raises it. A str or a Generation is
-    never checked. ``strict=False``, the default, keeps the documented contract
-    (python-api.md, Providers): every reply reaches the engine exactly as
-    written, so a test can reach the engine's own checks of a malformed reply.
-    In both modes a call that finds its queue empty raises ``ScriptError`` (a
-    RuntimeError) out of the turn, the speak call's too: to script a failed
-    call, script the exception.
-    """
-
-    name = "scripted"
-
-    def __init__(self, script: dict | None = None, usage: bool | TokenUsage = False, strict: bool = False):
-        from collections import deque   # here, not at import: only tests and demos script a provider
-        # A deque per queue: taking the next entry costs the same however long the script is.
-        self.script = {name: deque(entries) for name, entries in (script or {}).items()}
-        self.usage = usage
-        self.strict = strict
-        self.calls: list[GenerateRequest] = []
-        self.capabilities = ProviderCapabilities()
-        self._lock = threading.Lock()
-
-    def remaining(self) -> dict[str, int]:
-        """Entries left per schema name."""
-        return {name: len(entries) for name, entries in self.script.items()}
-
-    def _next_entry(self, request: GenerateRequest) -> Any:
-        with self._lock:
-            self.calls.append(request)
-            number = len(self.calls)
-            queue = self.script.get(request.schema_name or "")
-            if not queue:       # in both modes: never a quiet provider-unavailable deferral
-                name = request.schema_name
-                raise ScriptError(f'ScriptedProvider call #{number} ("{name}"): no scripted '
-                                  f'"{name}" reply left. Add a "{name}" entry to the script, or '
-                                  "script the failure itself (an exception entry).")
-            entry = queue.popleft()
-        if type(entry) is dict and not self.strict:
-            return entry                # the common reply: neither a callable nor an exception, and unchecked
-        if callable(entry) and not isinstance(entry, type):
-            # A script function reads what is asked from the schema in the documented (v4) form, under
-            # either protocol; .calls keeps the request as sent (docs/guide/tokens.md).
-            entry = entry(request if request.v4_schema is None else replace(request, schema=request.v4_schema))
-        if isinstance(entry, BaseException) or (isinstance(entry, type) and issubclass(entry, BaseException)):
-            raise entry
-        if self.strict and isinstance(entry, dict):
-            problem = self._misfit(request, entry)
-            if problem:
-                raise ScriptError(f'ScriptedProvider call #{number} ("{request.schema_name}"): {problem}. '
-                                  "Fix the scripted reply, or script a malformed reply on purpose as a str "
-                                  "or with strict=False.")
-        return entry
-
-    @staticmethod
-    def _misfit(request: GenerateRequest, entry: dict) -> str | None:
-        """What in a dict reply cannot answer this request, or None."""
-        reply = {key: value for key, value in entry.items() if key != "toolCalls"}
-        schema = request.schema
-        if request.v4_schema is not None and not any(isinstance(value, list) for value in reply.values()):
-            schema = request.v4_schema       # a reply in the v4 form, under protocol "lean" (docs/guide/tokens.md)
-        if schema is not None:
-            problem = schema_mismatch(schema, reply)
-            if problem:
-                return problem
-        calls = entry.get("toolCalls") or []
-        if calls:
-            offered = [tool.get("name") for tool in request.tools or [] if isinstance(tool, dict)]
-            if not offered:
-                return "the reply has toolCalls, but the request offers no tools"
-            for i, call in enumerate(calls):
-                name = call.get("toolName") if isinstance(call, dict) else None
-                if name not in offered:
-                    return (f"toolCalls[{i}] names the tool {json_literal(name)}, which the request does not "
-                            f"offer (it offers {_listed_values(offered)})")
-        return None
-
-    def _generation(self, request: GenerateRequest, entry: Any) -> Generation:
-        if isinstance(entry, dict):
-            structured = {k: json_copy(v) for k, v in entry.items() if k != "toolCalls"}
-            message = entry["message"] if isinstance(entry.get("message"), str) else compact_json(structured)
-            listed = entry.get("toolCalls")
-            calls = [ToolCallRequest(id=f"call_{i}", name=item["toolName"], arguments=item.get("arguments") or {})
-                     for i, item in enumerate(listed)] if listed else []
-            return Generation(message=message, structured=structured, tool_calls=calls,
-                              usage=self._usage(request, message) if self.usage is not False else None)
-        if isinstance(entry, Generation):
-            return entry
-        if isinstance(entry, str):
-            return Generation(message=entry, usage=self._usage(request, entry))
-        raise TypeError(f"a scripted entry must be a dict, a str, a Generation, an exception or a callable, "
-                        f"not {type(entry).__name__}")
-
-    def _usage(self, request: GenerateRequest, message: str) -> TokenUsage | None:
-        if isinstance(self.usage, TokenUsage):
-            return self.usage
-        if self.usage is True:
-            return TokenUsage(prompt_tokens=len(request.system or "") + len(request.prompt),
-                              completion_tokens=len(message), cached_input_tokens=0)
-        return None
-
-    def generate(self, request: GenerateRequest) -> Generation:
-        return self._generation(request, self._next_entry(request))
-
-    def generate_stream(self, request: GenerateRequest) -> Iterator[GenerationChunk]:
-        generation = self.generate(request)
-        if generation.message:
-            yield GenerationChunk(delta=generation.message, accumulated=generation.message, done=False)
-        yield GenerationChunk(delta="", accumulated=generation.message, done=True,
-                              structured=generation.structured, tool_calls=generation.tool_calls,
-                              usage=generation.usage, reasoning=generation.reasoning,
-                              reasoning_details=generation.reasoning_details, metadata=generation.metadata)
-
-
-class MemoryScheduler:
-    """An in-memory wake queue for tests and single-process hosts (python-api.md, Modules)."""
-
-    def __init__(self):
-        self._entries: list[ScheduleEntry] = []
-
-    def add(self, entry: ScheduleEntry) -> None:
-        """Queue a wake; the job its ``replaces`` names is dropped."""
-        if entry.replaces is not None:
-            self._entries = [e for e in self._entries if e.key != entry.replaces]
-        self._entries = [e for e in self._entries if e.key != entry.key]
-        self._entries.append(entry)
-
-    def due(self, now: datetime) -> list[ScheduleEntry]:
-        """Pop and return, in time order, every entry whose ``at`` is not after ``now``."""
-        ready = sorted((e for e in self._entries if e.at <= now), key=lambda e: e.at)
-        self._entries = [e for e in self._entries if e.at > now]
-        return ready
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
-# Store, MemoryStore and the row rules every store shares (persistence.md §3.1-§3.3) -----------
-#
-# The shared row rules (persistence.md §3.2) live here so that every store,
-# MemoryStore and those of falai_stores.py alike, writes and reads the same
-# blob the same way.
-
-@runtime_checkable
-class Store(Protocol):
-    """A durable home for sessions: load, and save with compare-and-swap (persistence.md §3.1)."""
-
-    def load(self, session_id: str) -> Session | None: ...
-
-    def save(self, session: Session, expected_version: int) -> Session: ...
-
-
-SQL_TABLE_NAME = r"(?:[A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]*"   # text: compiled by the first store (issue 12)
-
-
-def check_expected_version(expected_version: Any) -> int:
-    """An int >= 0 (not a bool), else ValueError before the backend is touched (persistence.md §3.1 rule 6)."""
-    if isinstance(expected_version, bool) or not isinstance(expected_version, int) or expected_version < 0:
-        raise ValueError(f"expected_version must be a whole number (an int >= 0), not {expected_version!r}. "
-                         "Pass the version you loaded, or 0 for a session that has no row yet.")
-    return expected_version
-
-
-def check_table_name(table: Any) -> str:
-    """A table name is an SQL identifier with at most one `schema.` prefix, else ValueError (§3.2)."""
-    if not isinstance(table, str) or re.fullmatch(SQL_TABLE_NAME, table) is None:
-        raise ValueError(f"table {table!r} is not an SQL identifier: use letters, digits and _, not starting "
-                         'with a digit, with at most one "schema." prefix.')
-    return table
-
-
-def _row_json_default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return iso(value)
-    raise TypeError(f"a session cannot hold {type(value).__name__} values: only JSON values and datetimes "
-                    "can be stored")
-
-
-MAX_SESSION_ID = 255           # characters: PostgresStore's VARCHAR(255), the bound of every store
-
-
-def check_session_id(session_id: Any) -> str:
-    """The session id every store accepts, or the error naming why not (docs/guide/stores.md).
-
-    One contract for every store: a non-empty string of at most ``MAX_SESSION_ID``
-    characters, with no NUL character and no lone surrogate (neither is text a
-    database keeps). A non-string raises TypeError, anything else ValueError.
-    """
-    if not isinstance(session_id, str):
-        raise TypeError(f"a session id is a string, not {type(session_id).__name__}")
-    problem = None
-    if not session_id:
-        problem = "is empty"
-    elif len(session_id) > MAX_SESSION_ID:
-        problem = f"is {len(session_id)} characters long, over the {MAX_SESSION_ID} a store keeps"
-    elif "\x00" in session_id:
-        problem = "contains a NUL character (U+0000), which no database keeps in text"
-    elif _SURROGATE.search(session_id):
-        problem = "contains a lone surrogate, which is not UTF-8 text"
-    if problem:
-        shown = f"{session_id[:40]!r}{'...' if len(session_id) > 40 else ''}"
-        raise ValueError(f"the session id {shown} {problem}: nothing was read or written. Use "
-                         f"an id of 1 to {MAX_SESSION_ID} printable characters, e.g. the channel's "
-                         "user id or a hash of it.")
-    return session_id
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def encode_session_row(session: Session, expected_version: int) -> str:
-    """The blob a save writes, as compact JSON text with `version` = expected_version + 1 (§3.2, Write).
-
-    A datetime anywhere inside becomes §2.4 text; a non-finite float, a blob
-    nested deeper than BLOB_NESTING, a bad id (``check_session_id``) or text no
-    database keeps (a NUL character, a lone surrogate) raises ValueError, and any
-    other value JSON cannot hold raises TypeError.
-    """
-    if not isinstance(session, Session):
-        raise TypeError(f"save() takes a Session, not {type(session).__name__}")
-    check_session_id(session.id)
-    blob = {**session.to_dict(), "version": expected_version + 1}
-    if nests_deeper(blob, BLOB_NESTING):    # it would be saved but never load again (docs/guide/limits.md)
-        raise ValueError(f'session "{session.id}" nests deeper than {BLOB_NESTING} levels (a value may nest '
-                         f"{MAX_NESTING}): nothing was written. Flatten the deep value.")
-    text = json.dumps(blob, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
-                      default=_row_json_default)
-    _check_row_text(session.id, blob, text)
-    return text
-
-
-def _check_row_text(session_id: str, blob: dict, text: str) -> None:
-    """Refuse text no database keeps, naming where it is: Postgres's JSONB refuses a NUL
-    character, and no driver encodes a lone surrogate as UTF-8 (docs/guide/stores.md)."""
-    nul = _has_nul_escape(text)
-    surrogate = not nul and _SURROGATE.search(text) is not None
-    if not (nul or surrogate):
-        return
-    what, found = (("a NUL character (U+0000)", lambda t: "\x00" in t) if nul else
-                   ("a lone surrogate (not UTF-8 text)",
-                    lambda t: _SURROGATE.search(t) is not None))
-    raise ValueError(f'session "{session_id}" holds {what} at {_text_path(blob, found)}, which '
-                     "no store keeps: nothing was written. Clean the value before it enters the "
-                     'session, e.g. value.replace("\\x00", "") (docs/guide/stores.md).')
-
-
-def _has_nul_escape(text: str) -> bool:
-    """Whether JSON text holds the escape \\u0000: "u0000" after an odd run of backslashes.
-    Each run is counted once, from its end, so the check is linear in the text."""
-    at = text.find("u0000")
-    while at >= 0:
-        start = at
-        while start > 0 and text[start - 1] == "\\":
-            start -= 1
-        if (at - start) % 2 == 1:
-            return True
-        at = text.find("u0000", at + 5)
-    return False
-
-
-def _text_path(blob: dict, found: Callable[[str], bool]) -> str:
-    """The path of the first key or string in ``blob`` for which ``found`` holds (iterative)."""
-    stack: list[tuple[str, Any]] = [("", blob)]
-    while stack:
-        path, value = stack.pop()
-        if isinstance(value, str) and found(value):
-            return path or "the blob"
-        if isinstance(value, dict):
-            for key, item in reversed(list(value.items())):
-                if isinstance(key, str) and found(key):
-                    return f"{path}.{key!r}".lstrip(".") + " (a key)"
-                stack.append((f"{path}.{key}".lstrip("."), item))
-        elif isinstance(value, list):
-            stack.extend((f"{path}[{i}]", item) for i, item in reversed(list(enumerate(value))))
-    return "the blob"
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def decode_session_row(raw: Any, session_id: str) -> Session:
-    """A stored blob as a Session (§3.2, Read): text or UTF-8 bytes are parsed; a parsed value is used as is.
-
-    NaN and Infinity are refused like any other text that is not JSON, as
-    JavaScript's JSON.parse refuses them (inferred).
-    """
-    if isinstance(raw, (bytes, bytearray, memoryview)):
-        try:
-            raw = bytes(raw).decode("utf-8")
-        except UnicodeDecodeError:
-            raise InvalidSessionError(session_id, "blob is not valid JSON") from None
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw, parse_constant=_reject_constant)
-        except ValueError:
-            raise InvalidSessionError(session_id, "blob is not valid JSON") from None
-        except RecursionError:
-            raise InvalidSessionError(session_id, f"it nests deeper than {BLOB_NESTING} levels") from None
-    return Session.from_dict(raw, session_id=session_id)
-
-
-def saved_session(session: Session, expected_version: int) -> Session:
-    """What `save` returns: a new Session equal to the argument at version + 1 (§3.1 rule 2)."""
-    return replace(session, version=expected_version + 1)
-
-
-def store_now_text() -> str:
-    """"Now" for created / updated columns: the store's own wall clock, as §2.4 text (§3.2)."""
-    return iso(system_clock())
-
-
-class MemoryStore:
-    """An in-process Store for tests, prototypes and offline demos (persistence.md §3.3).
-
-    Rows are kept as ``id -> (version, JSON text)`` and read back through the
-    shared row rules, so a session round-trips exactly as through a database.
-    One lock covers ``load`` and ``save``, so concurrent threads see the atomic
-    compare-and-swap of §3.1.
-
-    >>> store = MemoryStore()
-    >>> saved = store.save(Session(id="s1", data={"nome": "Ana"}), 0)
-    >>> (saved.version, store.load("s1").data)
-    (1, {'nome': 'Ana'})
-    """
-
-    def __init__(self):
-        self._rows: dict[str, tuple[int, str]] = {}
-        self._lock = threading.Lock()
-
-    def load(self, session_id: str) -> Session | None:
-        """The stored session, or None when there is no row; a bad row raises InvalidSessionError."""
-        check_session_id(session_id)
-        with self._lock:
-            row = self._rows.get(session_id)
-        return None if row is None else decode_session_row(row[1], session_id)
-
-    def save(self, session: Session, expected_version: int) -> Session:
-        """Insert (expected_version 0) or update (n > 0) in one locked step; a stale one raises
-        SessionConflictError and writes nothing."""
-        check_expected_version(expected_version)
-        text = encode_session_row(session, expected_version)
-        with self._lock:
-            row = self._rows.get(session.id)
-            actual = None if row is None else row[0]
-            if actual != (None if expected_version == 0 else expected_version):
-                raise SessionConflictError(session.id, expected_version, actual)
-            self._rows[session.id] = (expected_version + 1, text)
-        return saved_session(session, expected_version)
-
-    def clear(self) -> None:
-        """Drop every session."""
-        with self._lock:
-            self._rows.clear()
 
 
 # `python -m falai`: the command line lives in falai_cli (issue 14); `import falai` never loads it.

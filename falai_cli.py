@@ -248,11 +248,11 @@ def path_text(where: list) -> str:
 def shape_problems(spec: Any) -> list:
     """check_flow without a registry: the shape only, since every name would read as unknown.
 
-    Uses check_flow's own collecting pass (falai._Checks); check_flow itself always checks names.
+    Uses check_flow's own collecting pass (falai.Checks); check_flow itself always checks names.
     """
-    checks = falai._Checks(collect=True)
+    checks = falai.Checks(collect=True)
     flow = falai.strip_nones(spec)
-    if checks.run((), falai._flow_frame, flow):
+    if checks.run((), falai.flow_frame, flow):
         falai.check_flow_shape(flow, checks)
     return checks.problems
 
