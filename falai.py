@@ -1291,7 +1291,8 @@ def split_phrases(phrases: list[str]) -> tuple[list[str], list[str]]:
 # in a message the same way.
 
 class _Absent:
-    """The value of a key that is not there: ``show`` and ``describe_blob_value`` print it as `missing`."""
+    """The value of a key that is not there: ``show`` and ``describe_blob_value`` print it as
+    `missing`."""
 
     def __repr__(self) -> str:
         return "ABSENT"
@@ -1304,7 +1305,7 @@ def flow_error(where: str, what: str, fix: str) -> NoReturn:
     raise FlowConfigurationError(f"{where}: {what}. {fix}")
 
 
-FLOW_NESTING = 96     # a flow's own levels (8 at most above a value, in a branch's equals) plus a value's
+FLOW_NESTING = 96   # a flow's own levels (8 at most above a value, in a branch's equals) + a value's
 
 
 def strip_nones(value: Any) -> Any:
@@ -1376,7 +1377,8 @@ def is_whole(value: Any) -> bool:
     """An int, or a float with no fraction (3.0); never a bool."""
     if isinstance(value, bool):
         return False
-    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value) and value.is_integer())
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)
+                                      and value.is_integer())
 
 
 def article(word: str) -> str:

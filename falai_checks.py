@@ -1,4 +1,6 @@
-"""falai_checks: what falai() and f.agent() check before a flow can run (persistence.md §1.10-§1.11).
+"""falai_checks: what falai() and f.agent() check before a flow can run.
+
+The construction checks of persistence.md §1.10-§1.11:
 
    validate_flow ........ a flow in three phases: strip the Nones, check the JSON's shape, then
                           every name and the step graph; the first problem raises
@@ -22,10 +24,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from falai import (ABSENT, FIELD_FORMATS, MAX_DURATION, MAX_NESTING, PLACEHOLDER, FlowConfigurationError,
-                   FlowValidation, Problem, article, as_definition, extract_mode, flow_error, is_duration,
-                   is_known, is_too_long, is_whole, json_equal, json_literal, listed_values, nests_deeper,
-                   show, split_phrases, strip_nones)
+from falai import (ABSENT, FIELD_FORMATS, MAX_DURATION, MAX_NESTING, PLACEHOLDER,
+                   FlowConfigurationError, FlowValidation, Problem, article, as_definition,
+                   extract_mode, flow_error, is_duration, is_known, is_too_long, is_whole, json_equal,
+                   json_literal, listed_values, nests_deeper, show, split_phrases, strip_nones)
 
 if TYPE_CHECKING:
     from falai import Agent

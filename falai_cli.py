@@ -254,7 +254,8 @@ def path_text(where: list) -> str:
 def shape_problems(spec: Any) -> list:
     """check_flow without a registry: the shape only, since every name would read as unknown.
 
-    Uses check_flow's own collecting pass (falai_checks.Checks); check_flow itself always checks names.
+    Uses check_flow's own collecting pass (falai_checks.Checks); check_flow itself always checks
+    names.
     """
     checks = Checks(collect=True)
     flow = strip_nones(spec)
@@ -903,7 +904,8 @@ class Playground:
         before = self.session.to_dict() if self.session else None
         self.provider.calls = []
         started = time.perf_counter()
-        record: dict = {"number": len(self.turns) + 1, "kind": kind, "input": label, "at": iso(self.clock())}
+        record: dict = {"number": len(self.turns) + 1, "kind": kind, "input": label,
+                        "at": iso(self.clock())}
         try:
             result = self.agent.turn(session_id="playground", session=self.session, **inputs)
         except ProviderError as error:
