@@ -261,7 +261,7 @@ def _step_shape(step: dict, where: str) -> None:
 
 
 class Checks:
-    """Where the problems of one flow go (issue 9).
+    """Where the problems of one flow go.
 
     Each check runs as a unit: a step, a trigger, one flow-level key. Raising
     (the default) lets the first unit's FlowConfigurationError through, so the
@@ -699,7 +699,7 @@ def _step_names(step: dict, i: int, flow_where: str, position: dict, names: _Flo
                         "Add else so the false branch has somewhere to go.")
 
 
-# Unknown keys and template references (issue 9) ------------------------------------------------
+# Unknown keys and template references (a falai for Python addition) ------------
 #
 # Unknown keys stay in the flow (persistence.md §1.7 step 3); what is new is a
 # warning naming the key, where it is and the closest known key. The key lists
@@ -877,7 +877,7 @@ def _template_references(flow: dict, names: _FlowNames, checks: Checks) -> None:
 
 
 def check_flow(spec: Any, registries: dict | None = None) -> list[Problem]:
-    """Every error and warning of a flow or FlowSpec at once, each with its path (issue 9; for editors and CI).
+    """Every error and warning of a flow or FlowSpec at once, each with its path (for editors and CI).
 
     The same checks as ``validate_flow`` (persistence.md §1.10), plus the
     unknown keys and the ``{{data.x}}`` references to fields that do not exist.
@@ -984,7 +984,7 @@ def check_compaction(config: Any) -> None:
 
 FIELD_TYPES = ("string", "number", "integer", "boolean")
 EXTRACT_MODES = ("anywhere", "asked", "never")
-# What people write for a field type, and the type they mean (issue 9; inferred).
+# What people write for a field type, and the type they mean (inferred): named in the message.
 TYPE_ALIASES = {"str": "string", "text": "string", "int": "integer", "float": "number", "bool": "boolean"}
 
 
@@ -1088,7 +1088,7 @@ def _agent_template_warnings(agent: Agent) -> list[str]:
 
 def _tool_schema_check(tool: Any, parameters: dict) -> None:
     """With jsonschema installed (the optional extra), a tool's parameters must be a valid JSON Schema
-    (Draft 2020-12); without it, nothing is checked beyond the object rule (issue 9)."""
+    (Draft 2020-12); without it, nothing is checked beyond the object rule."""
     try:
         import jsonschema  # optional, and only here: `import falai` stays stdlib-only
     except ImportError:
@@ -1105,7 +1105,7 @@ def check_agent(agent: Agent) -> list[str]:
     """The construction checks of persistence.md §1.11 and model-calls.md §9.1; returns warnings.
 
     Raises FlowConfigurationError (ValueError for compaction) on the first
-    problem, in this order: field definitions (issue 9), reserved condition
+    problem, in this order: field definitions, reserved condition
     names, agent instructions, each flow (a repeated id, then validate_flow),
     tool parameters, idle, compaction. The warnings: the flows', then unknown
     keys and template references outside the flows.

@@ -333,7 +333,7 @@ def flow_spec_schema(registries: dict | None = None) -> dict:
 # migrate_session reads a 3.x state once, at the place the host deserializes an
 # old row; stores never call it.
 
-LEGACY_DATE = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"    # text: re compiles it on the first migration (issue 12)
+LEGACY_DATE = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"   # text: re compiles it on the first migration
 
 
 def migrate_session(blob: Any, *, session_id: str, flow_id_of: Callable | None = None,

@@ -78,7 +78,8 @@ class Store(Protocol):
     def save(self, session: Session, expected_version: int) -> Session: ...
 
 
-SQL_TABLE_NAME = r"(?:[A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]*"   # text: compiled by the first store (issue 12)
+# Text: re compiles it on first use, not at import.
+SQL_TABLE_NAME = r"(?:[A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]*"
 
 
 def check_expected_version(expected_version: Any) -> int:
