@@ -110,7 +110,7 @@ PUBLIC_ELSEWHERE = {
 # tests/test_imports.py holds every sibling to this tuple. Renaming one of these breaks a sibling.
 FOR_SIBLING_MODULES = (
     "ABSENT", "BLOB_NESTING", "ENVELOPE_SHAPED", "FIELD_FORMATS", "MAX_DURATION", "MAX_NESTING",
-    "PLACEHOLDER", "article", "as_definition", "claim_prefix", "closed_object", "compact_json",
+    "PLACEHOLDER", "as_definition", "claim_prefix", "closed_object", "compact_json",
     "decode_json_string", "describe_blob_value", "extract_mode", "flow_error", "from_ms",
     "is_duration", "is_known", "is_too_long", "is_whole", "iso", "json_copy", "json_equal",
     "json_literal", "lenient_loads", "listed_values", "nests_deeper", "parse_iso", "reused", "show",
@@ -1379,10 +1379,6 @@ def is_whole(value: Any) -> bool:
         return False
     return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)
                                       and value.is_integer())
-
-
-def article(word: str) -> str:
-    return "an" if word[:1] in ("a", "e", "i", "o", "u") else "a"
 
 
 def listed_values(values: Any) -> str:

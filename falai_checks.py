@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from falai import (ABSENT, FIELD_FORMATS, MAX_DURATION, MAX_NESTING, PLACEHOLDER,
-                   FlowConfigurationError, FlowValidation, Problem, article, as_definition,
+                   FlowConfigurationError, FlowValidation, Problem, as_definition,
                    extract_mode, flow_error, is_duration, is_known, is_too_long, is_whole, json_equal,
                    json_literal, listed_values, nests_deeper, show, split_phrases, strip_nones)
 
@@ -62,6 +62,10 @@ def type_name(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "list"
     return "function" if callable(value) else "object"
+
+
+def article(word: str) -> str:
+    return "an" if word[:1] in ("a", "e", "i", "o", "u") else "a"
 
 
 def expected_text(definition: dict) -> str:
