@@ -1318,7 +1318,7 @@ def strip_nones(value: Any) -> Any:
     """
     if nests_deeper(value, FLOW_NESTING):
         flow_error("flow", f"nests lists and dicts deeper than {FLOW_NESTING} levels",
-                    f"Flatten its values: a value may nest {MAX_NESTING} levels.")
+                   f"Flatten its values: a value may nest {MAX_NESTING} levels.")
     return _strip_nones(value)
 
 

@@ -160,16 +160,17 @@ def _list_check(value: Any, label: str, where: str, objects: bool = False) -> No
     for i, item in enumerate(value):
         if objects and not isinstance(item, dict):
             flow_error(where, f"{label}[{i}] is {show(item)}, not an object",
-                        f"Write each entry of {label} as an object.")
+                       f"Write each entry of {label} as an object.")
         if not objects and not isinstance(item, str):
-            flow_error(where, f"{label}[{i}] is {show(item)}, not text", f"Write each entry of {label} as a string.")
+            flow_error(where, f"{label}[{i}] is {show(item)}, not text",
+                       f"Write each entry of {label} as a string.")
 
 
 def _condition_check(value: Any, label: str, where: str) -> None:
     if value is ABSENT or callable(value) or isinstance(value, dict):
         return
     flow_error(where, f"{label} is {show(value)}, not a condition",
-                'Write it as an object, e.g. { known: ["nome"] }.')
+               'Write it as an object, e.g. { known: ["nome"] }.')
 
 
 def _target_check(value: Any, label: str, where: str) -> None:
@@ -179,10 +180,10 @@ def _target_check(value: Any, label: str, where: str) -> None:
         _list_check(value.get("clear", ABSENT), f"{label}.clear", where)
         if nests_deeper(value.get("input"), MAX_NESTING):   # it becomes a run's input (docs/guide/limits.md)
             flow_error(where, f"{label}.input nests lists and dicts deeper than {MAX_NESTING} levels",
-                        "Flatten it.")
+                       "Flatten it.")
         return
     flow_error(where, f"{label} is {show(value)}, not a step id or a target",
-                'Write a step id, "end", { step: "id" } or { flow: "id" }.')
+               'Write a step id, "end", { step: "id" } or { flow: "id" }.')
 
 
 def _instructions_check(owner: dict, where: str) -> None:
@@ -197,7 +198,7 @@ def _instructions_check(owner: dict, where: str) -> None:
             flow_error(where, what, "Use one of them.")
         if not isinstance(instruction.get("prompt"), str):
             flow_error(where, f"{label}.prompt is {show(instruction.get('prompt', ABSENT))}, not text",
-                        "Write the rule as a sentence.")
+                       "Write the rule as a sentence.")
         when = instruction.get("when", ABSENT)
         if not isinstance(when, str):
             _list_check(when, f"{label}.when", where)
@@ -226,30 +227,34 @@ def _step_shape(step: dict, where: str) -> None:
     kinds = body_kinds(step)
     if not kinds:
         flow_error(where, f"does nothing; {_keys_found(step, BODY_KEYS)}",
-                    "A step talks (`prompt` / `collect`), says (`say`), acts (`do`), waits (`wait`) or forks (`if`).")
+                   "A step talks (`prompt` / `collect`), says (`say`), acts (`do`), waits (`wait`) or forks (`if`).")
     if len(kinds) > 1:
-        flow_error(where, f"mixes {_quoted_kinds(kinds)}", "A step does one thing. Split it into one step per kind.")
+        flow_error(where, f"mixes {_quoted_kinds(kinds)}",
+                   "A step does one thing. Split it into one step per kind.")
     if "kind" in step and step["kind"] != kinds[0]:
         flow_error(where, f'has kind {show(step["kind"])}, but its body is a "{kinds[0]}" step',
-                    f'Set kind to "{kinds[0]}", or change the body to match.')
+                   f'Set kind to "{kinds[0]}", or change the body to match.')
     for key in ("say", "prompt", "question"):
         if key in step and not isinstance(step[key], str):
             flow_error(where, f"{key} is {show(step[key])}, not text", f"Write {key} as a string.")
     _list_check(step.get("collect", ABSENT), "collect", where)
     _list_check(step.get("tools", ABSENT), "tools", where)
     if "ask" in step and not isinstance(step["ask"], dict):
-        flow_error(where, f"ask is {show(step['ask'])}, not an object", 'Write ask as { field: "how to ask" }.')
+        flow_error(where, f"ask is {show(step['ask'])}, not an object",
+                   'Write ask as { field: "how to ask" }.')
     if "with" in step and not isinstance(step["with"], dict):
-        flow_error(where, f"with is {show(step['with'])}, not an object", "Write with as { parameter: value }.")
+        flow_error(where, f"with is {show(step['with'])}, not an object",
+                   "Write with as { parameter: value }.")
     if "maxAsks" in step:
         asks = step["maxAsks"]
         if not is_whole(asks) or asks < 1:
-            flow_error(where, f"maxAsks is {show(asks)}, not a whole number of 1 or more", "Write a number like 3.")
+            flow_error(where, f"maxAsks is {show(asks)}, not a whole number of 1 or more",
+                       "Write a number like 3.")
     wait = step.get("wait", ABSENT)
     if wait is not ABSENT and not isinstance(wait, str) and not (
             isinstance(wait, dict) and isinstance(wait.get("event"), str)):
         flow_error(where, "wait has no event",
-                    'Write wait: { event: "name" } to wait for an event, or a duration like "1h".')
+                   'Write wait: { event: "name" } to wait for an event, or a duration like "1h".')
     _condition_check(step.get("if", ABSENT), "if", where)
     for key in ("then", "else", "onFail"):
         _target_check(step.get(key, ABSENT), key, where)
@@ -259,7 +264,7 @@ def _step_shape(step: dict, where: str) -> None:
     for j, branch in enumerate([] if branches is ABSENT else branches):
         if "when" in branch and not isinstance(branch["when"], str):
             flow_error(where, f"branches[{j}].when is {show(branch['when'])}, not text",
-                        "Write the condition as one sentence.")
+                       "Write the condition as one sentence.")
         _condition_check(branch.get("if", ABSENT), f"branches[{j}].if", where)
         _target_check(branch.get("then", ABSENT), f"branches[{j}].then", where)
 
@@ -307,7 +312,8 @@ class Checks:
 def flow_frame(flow: Any) -> None:
     """S1-S2: a flow is an object with a steps list; nothing else can be read without them."""
     if not isinstance(flow, dict):
-        flow_error("flow", f"is {show(flow)}, not an object", "Pass the flow itself: { id, name, steps }.")
+        flow_error("flow", f"is {show(flow)}, not an object",
+                   "Pass the flow itself: { id, name, steps }.")
     where = f'flow "{flow["id"]}"' if isinstance(flow.get("id"), str) else "flow"
     if not isinstance(flow.get("steps"), (list, tuple)):
         found = f"; {_keys_found(flow, ['steps'])}" if "steps" not in flow else ""
@@ -324,7 +330,7 @@ def _flow_key_shape(flow: dict, key: str, where: str) -> None:
     elif key == "onEnd":
         if "onEnd" in flow and flow["onEnd"] not in ("end", "stay", "reset"):
             flow_error(where, f'onEnd is {show(flow["onEnd"])}, which is not one of "end", "stay", "reset"',
-                        "Use one of them.")
+                       "Use one of them.")
     elif key == "while":
         _condition_check(flow.get("while", ABSENT), "while", where)
     elif key == "instructions":
@@ -338,11 +344,13 @@ def _trigger_shape(trigger: dict, trigger_where: str) -> None:
     repeat = trigger.get("repeat", ABSENT)
     if repeat is not ABSENT and repeat not in ("once", "always") and not (
             isinstance(repeat, dict) and isinstance(repeat.get("cooldown"), str)):
-        flow_error(trigger_where, f"repeat is {show(repeat)}", 'Use "once", "always" or { cooldown: "24h" }.')
+        flow_error(trigger_where, f"repeat is {show(repeat)}",
+                   'Use "once", "always" or { cooldown: "24h" }.')
 
 
 def _not_an_object(where: str, label: str, i: int, item: Any) -> None:
-    flow_error(where, f"{label}[{i}] is {show(item)}, not an object", f"Write each entry of {label} as an object.")
+    flow_error(where, f"{label}[{i}] is {show(item)}, not an object",
+               f"Write each entry of {label} as an object.")
 
 
 def step_where(flow_where: str, step: Any, n: int) -> str:
@@ -412,22 +420,24 @@ class _FlowNames:
 
 def _field_check(slug: Any, names: _FlowNames, where: str, label: str) -> None:
     if not _has_key(names.fields, slug):
-        flow_error(where, f'unknown field "{slug}" in {label}', "Add it to the agent's fields or fix the slug.")
+        flow_error(where, f'unknown field "{slug}" in {label}',
+                   "Add it to the agent's fields or fix the slug.")
 
 
 def _tool_check(tools: Any, names: _FlowNames, where: str) -> None:
     for tool in tools:
         if tool not in names.tool_ids:
-            flow_error(where, f'unknown tool "{tool}"', "Register it in the agent's tools or fix the name.")
+            flow_error(where, f'unknown tool "{tool}"',
+                       "Register it in the agent's tools or fix the name.")
 
 
 def _duration_check(value: Any, label: str, where: str) -> None:
     if value is not ABSENT and not is_duration(value):
         flow_error(where, f'{label} has duration "{value}", which does not parse',
-                    'Write a number and a unit: "30s", "5m", "24h" or "3d".')
+                   'Write a number and a unit: "30s", "5m", "24h" or "3d".')
     if value is not ABSENT and is_too_long(value):
         flow_error(where, f'{label} has duration "{value}", longer than the maximum "{MAX_DURATION}" (ten years)',
-                    "Use a shorter duration (docs/guide/limits.md).")
+                   "Use a shorter duration (docs/guide/limits.md).")
 
 
 def condition_names_check(condition: Any, label: str, where: str, names: _FlowNames) -> None:
@@ -442,13 +452,14 @@ def condition_names_check(condition: Any, label: str, where: str, names: _FlowNa
     for key, arg in condition.items():
         if key == "equals":
             if not isinstance(arg, dict):
-                flow_error(where, f"{label}.equals is not an object", "Write equals as { field: value }.")
+                flow_error(where, f"{label}.equals is not an object",
+                           "Write equals as { field: value }.")
             for slug, value in arg.items():
                 _field_check(slug, names, where, f"{label}.equals")
                 if value is None:   # kept only when every value is None (strip_nones)
                     flow_error(where, f'{label}.equals gives "{slug}" null, which a flow reads as '
-                                '"not set", so the condition would test nothing and always hold',
-                                f'For "not known" write {{ "unknown": ["{slug}"] }}.')
+                               '"not set", so the condition would test nothing and always hold',
+                               f'For "not known" write {{ "unknown": ["{slug}"] }}.')
                 definition = as_definition(names.fields[slug])
                 if matches_definition(definition, value):
                     continue
@@ -456,7 +467,7 @@ def condition_names_check(condition: Any, label: str, where: str, names: _FlowNa
                 if off_list:
                     listed, got = off_list
                     flow_error(where, f'{label}.equals gives "{slug}" {got}, which is not one of {listed}',
-                                "Use one of the listed values.")
+                               "Use one of the listed values.")
                 kind, expected = type_name(value), expected_text(definition)
                 what = f'{label}.equals gives "{slug}" {article(kind)} {kind}, but the field is {expected}'
                 flow_error(where, what, f"Write {expected}; values are not coerced.")
@@ -468,14 +479,14 @@ def condition_names_check(condition: Any, label: str, where: str, names: _FlowNa
         elif key == "not":
             if not isinstance(arg, dict) and not callable(arg):
                 flow_error(where, f"{label}.not is {show(arg)}, not a condition",
-                            'Write it as an object, e.g. { "not": { "known": ["nome"] } }.')
+                           'Write it as an object, e.g. { "not": { "known": ["nome"] } }.')
             condition_names_check(arg, f"{label}.not", where, names)
         elif key == "silenced":
             if not isinstance(arg, bool):
                 flow_error(where, f"{label}.silenced is not a boolean", "Write true or false.")
         elif not _has_key(names.conditions, key):
             flow_error(where, f'unknown condition "{key}" in {label}',
-                        "Register it in conditions or use equals, known, silenced.")
+                       "Register it in conditions or use equals, known, silenced.")
 
 
 def action_parameters(action: Any) -> dict:
@@ -491,12 +502,13 @@ def _with_check(name: str, parameters: dict, given: dict, where: str) -> None:
     for key in given:
         if key not in parameters and missing and closest(key, missing):
             flow_error(where, f'action "{name}" has no parameter "{key}"',
-                        f'Did you mean "{closest(key, missing)}"?')
+                       f'Did you mean "{closest(key, missing)}"?')
     for parameter, raw in parameters.items():
         definition = as_definition(raw)
         if parameter not in given:
             if not definition.get("optional"):
-                flow_error(where, f'action "{name}" needs parameter "{parameter}"', "Add it to `with`.")
+                flow_error(where, f'action "{name}" needs parameter "{parameter}"',
+                           "Add it to `with`.")
             continue
         value = given[parameter]
         if matches_definition(definition, value):
@@ -510,12 +522,13 @@ def _with_check(name: str, parameters: dict, given: dict, where: str) -> None:
             if isinstance(value, str) and "{{" in value:    # a template always renders text
                 fix = ('A template renders text: declare the parameter "type": "string" and '
                        "convert it in your action.")
-        flow_error(where, f'parameter "{parameter}" of action "{name}" must be {expected}, got {got}', fix)
+        flow_error(where,
+                   f'parameter "{parameter}" of action "{name}" must be {expected}, got {got}', fix)
     for key in given:
         if key not in parameters:
             near = closest(key, [str(parameter) for parameter in parameters])
             flow_error(where, f'action "{name}" has no parameter "{key}"',
-                        f'Did you mean "{near}"?' if near else "Remove it or fix the name.")
+                       f'Did you mean "{near}"?' if near else "Remove it or fix the name.")
 
 
 def _step_id_check(step: dict, n: int, where: str, position: dict) -> None:
@@ -523,9 +536,11 @@ def _step_id_check(step: dict, n: int, where: str, position: dict) -> None:
     if not (isinstance(step_id, str) and step_id):
         flow_error(f"{where}, step #{n}", "has no id", "Give every step a unique id.")
     if step_id == "end":
-        flow_error(f'{where}, step "end"', 'uses the reserved id "end"', '"end" ends the run; pick another id.')
+        flow_error(f'{where}, step "end"', 'uses the reserved id "end"',
+                   '"end" ends the run; pick another id.')
     if step_id in position:
-        flow_error(f'{where}, step "{step_id}"', "duplicates an earlier step id", "Give each step its own id.")
+        flow_error(f'{where}, step "{step_id}"', "duplicates an earlier step id",
+                   "Give each step its own id.")
     position[step_id] = n - 1
 
 
@@ -548,10 +563,11 @@ def _trigger_names(trigger: dict, trigger_where: str, names: _FlowNames) -> None
     """N7 for one trigger."""
     if not any(kind in trigger for kind in TRIGGER_KINDS):
         flow_error(trigger_where, f"names no trigger kind; {_keys_found(trigger, TRIGGER_KINDS)}",
-                    "A trigger is one of `message`, `mention`, `silence`, `event`. A flow the host starts itself "
-                    "has no `on` at all.")
+                   "A trigger is one of `message`, `mention`, `silence`, `event`. A flow the host starts itself "
+                   "has no `on` at all.")
     if "event" in trigger and not _has_key(names.events, trigger["event"]):
-        flow_error(trigger_where, f'unknown event "{trigger["event"]}"', "Register it in events or fix the name.")
+        flow_error(trigger_where, f'unknown event "{trigger["event"]}"',
+                   "Register it in events or fix the name.")
     _duration_check(trigger.get("silence", ABSENT), "silence", trigger_where)
     _duration_check(trigger.get("after", ABSENT), "after", trigger_where)
     if isinstance(trigger.get("repeat"), dict):
@@ -562,7 +578,8 @@ def _trigger_names(trigger: dict, trigger_where: str, names: _FlowNames) -> None
         if phrases and not split_phrases(phrases)[0]:
             fix = 'A "!" phrase rules the trigger out. Add at least one plain phrase saying when it should fire'
             fix += ", or use an empty list for a catch-all." if kind == "message" else "."
-            flow_error(trigger_where, f'every {kind} phrase starts with "!", so nothing can ever match it', fix)
+            flow_error(trigger_where,
+                       f'every {kind} phrase starts with "!", so nothing can ever match it', fix)
 
 
 def check_flow_names(flow: dict, names: _FlowNames, checks: Checks | None = None) -> list[str]:
@@ -579,13 +596,14 @@ def check_flow_names(flow: dict, names: _FlowNames, checks: Checks | None = None
     where = f'flow "{flow["id"]}"'
     if flow["id"].startswith("silence:"):    # its run wakes would read as silence wakes (runtime.md §3.2)
         flow_error(where, 'has an id starting with "silence:", the prefix of silence wake keys',
-                    "Rename the flow.")
+                   "Rename the flow.")
     steps = flow["steps"]
     position: dict[str, int] = {}
     for n, step in enumerate(steps, 1):
         checks.run(("steps", n - 1), _step_id_check, step, n, where, position)
     if flow.get("on") and not steps:
-        checks.run(("on",), flow_error, where, "has triggers but no steps", "Add at least one step or remove `on`.")
+        checks.run(("on",), flow_error, where, "has triggers but no steps",
+                   "Add at least one step or remove `on`.")
     for key in ("collect", "clearOnStart"):
         checks.run((key,), _flow_names_check, flow, key, where, names)
 
@@ -627,12 +645,13 @@ def _step_names(step: dict, i: int, flow_where: str, position: dict, names: _Flo
             if names.flow_ids is not None and not templated and flow_id not in names.flow_ids:
                 fix = (f"Use one of {listed_values(names.flow_ids)}, or add the flow." if names.flow_ids
                        else "Add the flow to the agent.")
-                flow_error(where, f'{label} names flow "{flow_id}", which this agent does not have', fix)
+                flow_error(where, f'{label} names flow "{flow_id}", which this agent does not have',
+                           fix)
             return None
         step_id = target["step"] if isinstance(target, dict) else target
         if step_id not in position:
             flow_error(where, f'{label} points at step "{step_id}", which does not exist',
-                        'Use an existing step id or "end".')
+                       'Use an existing step id or "end".')
         if isinstance(target, dict):
             for slug in target.get("clear", ()):
                 _field_check(slug, names, where, f"{label}.clear")
@@ -662,7 +681,7 @@ def _step_names(step: dict, i: int, flow_where: str, position: dict, names: _Flo
                             "Offer the tool that writes it, or drop extract: never.")
         if "question" in step and not collect:
             flow_error(where, "has a question but collects nothing",
-                        "A fixed question asks for fields: add collect, or send the text with a say step.")
+                       "A fixed question asks for fields: add collect, or send the text with a say step.")
         asks = step.get("ask", {})
         if (collect and "prompt" not in step and "question" not in step
                 and not any(is_known(asks.get(slug)) or is_known(as_definition(names.fields[slug]).get("ask"))
@@ -673,10 +692,10 @@ def _step_names(step: dict, i: int, flow_where: str, position: dict, names: _Flo
     for j, branch in enumerate(step.get("branches", ())):
         if "when" not in branch and "if" not in branch:
             flow_error(where, f"branches[{j}] has neither when nor if",
-                        "Give the branch an AI condition (when) or a code one (if).")
+                       "Give the branch an AI condition (when) or a code one (if).")
         if "when" in branch and "wait" in step:
             flow_error(where, f'branches[{j}] is a "when" branch, but a wait step is judged by code only',
-                        'Use "if", or move the branch to a talk step.')
+                       'Use "if", or move the branch to a talk step.')
         condition_names_check(branch.get("if", ABSENT), f"branches[{j}].if", where, names)
         edge(branch.get("then", ABSENT), f"branches[{j}].then")
     for j, instruction in enumerate(step.get("instructions", ())):
@@ -693,14 +712,15 @@ def _step_names(step: dict, i: int, flow_where: str, position: dict, names: _Flo
         _duration_check(wait, "wait", where)
     elif isinstance(wait, dict):
         if not _has_key(names.events, wait["event"]):
-            flow_error(where, f'unknown event "{wait["event"]}" in wait', "Register it in events or fix the name.")
+            flow_error(where, f'unknown event "{wait["event"]}" in wait',
+                       "Register it in events or fix the name.")
         _duration_check(wait.get("upTo", ABSENT), "wait.upTo", where)
     if "if" in step:
         condition_names_check(step["if"], "if", where, names)
         if then_lands is not None and then_lands <= i and "else" not in step:
             back_to = step["then"]["step"] if isinstance(step["then"], dict) else step["then"]
             flow_error(where, f'"if" jumps back to "{back_to}" with no else',
-                        "Add else so the false branch has somewhere to go.")
+                       "Add else so the false branch has somewhere to go.")
 
 
 # Unknown keys and template references (a falai for Python addition) ------------
@@ -776,7 +796,8 @@ def _unknown_flow_keys(flow: dict, checks: Checks) -> None:
 
     def instructions(owner: dict, at: str, path: tuple) -> None:
         for i, instruction in enumerate(_items(owner.get("instructions"))):
-            warn(instruction, INSTRUCTION_KEYS, f"{at}, instructions[{i}]", (*path, "instructions", i))
+            warn(instruction, INSTRUCTION_KEYS, f"{at}, instructions[{i}]",
+                 (*path, "instructions", i))
 
     def target(value: Any, label: str, at: str, path: tuple) -> None:
         if isinstance(value, dict):
@@ -804,7 +825,8 @@ def _unknown_flow_keys(flow: dict, checks: Checks) -> None:
         for j, branch in enumerate(_items(step.get("branches"))):
             warn(branch, BRANCH_KEYS, f"{at}, branches[{j}]", (*path, "branches", j))
             if isinstance(branch, dict):
-                target(branch.get("then"), f"branches[{j}].then", at, (*path, "branches", j, "then"))
+                target(branch.get("then"), f"branches[{j}].then", at,
+                       (*path, "branches", j, "then"))
 
 
 def template_reference_warnings(text: Any, label: str, where: str, fields: dict) -> list[str]:
@@ -851,7 +873,8 @@ def _template_references(flow: dict, names: _FlowNames, checks: Checks) -> None:
     def instructions(owner: dict, at: str, path: tuple) -> None:
         for i, instruction in enumerate(_items(owner.get("instructions"))):
             if isinstance(instruction, dict):
-                check(instruction.get("prompt"), f"instructions[{i}].prompt", at, (*path, "instructions", i))
+                check(instruction.get("prompt"), f"instructions[{i}].prompt", at,
+                      (*path, "instructions", i))
 
     check(flow.get("description"), "description", where, ("description",))
     instructions(flow, where, ())
@@ -939,7 +962,7 @@ def _check_idle(idle: Any, names: _FlowNames) -> None:
         return
     if not isinstance(idle, dict):
         flow_error("idle", f"is {show(idle)}, not an object",
-                    'Write idle as { prompt: "..." }, or "silent" for no idle replies.')
+                   'Write idle as { prompt: "..." }, or "silent" for no idle replies.')
     idle = strip_nones(idle)
     if "instructions" in idle:
         _scope_instructions_check(idle["instructions"], "idle", names)
@@ -1003,12 +1026,13 @@ def check_field_definition(slug: Any, definition: Any) -> list[str]:
     where = f'field "{slug}"'
     if not isinstance(definition, dict):
         example = json_literal(definition) if definition in FIELD_TYPES else '"string"'
-        flow_error(where, f"is {show(definition)}, not an object", f"Write it as {{ \"type\": {example} }}.")
+        flow_error(where, f"is {show(definition)}, not an object",
+                   f"Write it as {{ \"type\": {example} }}.")
     definition = strip_nones(definition)
     kind = definition.get("type", ABSENT)
     if kind is ABSENT:
         flow_error(where, f"has no type; {_keys_found(definition, FIELD_KEYS)}",
-                    'Add "type": "string", "number", "integer" or "boolean".')
+                   'Add "type": "string", "number", "integer" or "boolean".')
     if kind not in FIELD_TYPES:
         if kind == "enum":
             fix = 'Use "type": "string" with "enum": [...].'
@@ -1020,37 +1044,38 @@ def check_field_definition(slug: Any, definition: Any) -> list[str]:
         values = definition["enum"]
         if kind == "boolean":
             flow_error(where, "is a boolean with an enum, and a boolean never matches an enum",
-                        "Remove enum, or make the field a string with the options as text.")
+                       "Remove enum, or make the field a string with the options as text.")
         if not isinstance(values, (list, tuple)) or not values:
             flow_error(where, f"enum is {show(values)}, not a non-empty list",
-                        'Write enum as the list of allowed values, such as ["P", "M", "G"].')
+                       'Write enum as the list of allowed values, such as ["P", "M", "G"].')
         for i, value in enumerate(values):
             if not _type_fits(definition, value):
                 flow_error(where, f"enum[{i}] is {show(value)}, not {article(kind)} {kind}",
-                            f"Write every value of enum as {article(kind)} {kind}, or change the type.")
+                           f"Write every value of enum as {article(kind)} {kind}, or change the type.")
     if "extract" in definition and definition["extract"] not in EXTRACT_MODES:
         flow_error(where, f'extract is {show(definition["extract"])}, which is not one of '
-                    + ", ".join(f'"{mode}"' for mode in EXTRACT_MODES), "Use one of them.")
+                   + ", ".join(f'"{mode}"' for mode in EXTRACT_MODES), "Use one of them.")
     for key in ("label", "description", "ask"):
         if key in definition and not isinstance(definition[key], str):
-            flow_error(where, f"{key} is {show(definition[key])}, not text", f"Write {key} as a string.")
+            flow_error(where, f"{key} is {show(definition[key])}, not text",
+                       f"Write {key} as a string.")
     if "format" in definition:
         if definition["format"] not in FIELD_FORMATS:
             given = definition["format"]
             near = closest(given, FIELD_FORMATS) if isinstance(given, str) else None
             flow_error(where, f'format is {show(definition["format"])}, which is not one of '
-                        + ", ".join(f'"{name}"' for name in FIELD_FORMATS),
-                        f'Did you mean "{near}"?' if near else "Use one of them.")
+                       + ", ".join(f'"{name}"' for name in FIELD_FORMATS),
+                       f'Did you mean "{near}"?' if near else "Use one of them.")
         if kind != "string":
             flow_error(where, f'has format "{definition["format"]}" but type {show(kind)}',
-                        'A format checks text: make the field "type": "string".')
+                       'A format checks text: make the field "type": "string".')
     if "correctable" in definition and not isinstance(definition["correctable"], bool):
         flow_error(where, f'correctable is {show(definition["correctable"])}, not true or false',
-                    "Write true to let the customer correct a known value, or leave it out.")
+                   "Write true to let the customer correct a known value, or leave it out.")
     if "validate" in definition and not callable(definition["validate"]):
         flow_error(where, f'validate is {show(definition["validate"])}, not a function',
-                    "Pass a Python function value -> value to keep (raise to refuse); a JSON "
-                    "registry cannot hold one.")
+                   "Pass a Python function value -> value to keep (raise to refuse); a JSON "
+                   "registry cannot hold one.")
     return [text for _, text in unknown_key_warnings(definition, FIELD_KEYS, where)]
 
 

@@ -104,11 +104,11 @@ def _step_to_spec(step: dict, flow_where: str) -> dict:
     kind = spec_kind(step)
     if kind is None:
         flow_error(where, "has neither prompt nor collect",
-                    "A talk step needs a guideline, fields to collect, or both.")
+                   "A talk step needs a guideline, fields to collect, or both.")
     if kind == "prompt" and step.get("question") is not None:
         flow_error(where, "has a question but collects nothing",
-                    "A fixed question asks for fields: add collect, or send the text with a say "
-                    "step.")
+                   "A fixed question asks for fields: add collect, or send the text with a say "
+                   "step.")
     out = {key: strip_nones(step[key]) for key in SPEC_STEP_BASE_KEYS if step.get(key) is not None}
     out["kind"] = kind
     for key in SPEC_KIND_KEYS[kind]:
