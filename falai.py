@@ -1763,12 +1763,10 @@ class Agent:
         self.protocol = protocol
         self.max_candidates = max_candidates
         self._lean_parts: dict = {}      # the agent-constant parts of lean prompts, built on first use
-        self._flow_facts: dict[int, tuple[dict, FlowFacts]] = {}   # flow_facts(), built on first use
         self._field_envelopes: dict[tuple, Any] = {}    # _fields_envelope(), speak_reply_shape(): on first use
         self._understanding = _Understanding()   # the understand side's reuse, built on first use (issue 12)
-        self._tool_pool: Any = None      # tool_pool(), created on the first batch of safe tool calls
         self._turn_parts: dict = {}      # what the turn path reads and the agent never changes, built on first use
-        self._tool_pool_lock = threading.Lock()
+        self.compiled = Compiled(self)   # what the turn works out once from this configuration
         if debug:
             log.setLevel(DEBUG)
         flow_by_id: dict[str, dict] = {}
@@ -1845,6 +1843,69 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, flows={[f.get('id') for f in self.flows if isinstance(f, dict)]!r})"
+
+
+class Compiled:
+    """What an agent works out once from its frozen configuration and keeps, each on first use:
+    each flow's facts and words, its flows by trigger kind, the fields a list of flows can fill,
+    its silence flows, and the thread pool for safe tool calls.
+
+    One per agent (``agent.compiled``). The engine asks through these methods; nothing reaches
+    into what they keep. Flows are the agent's own read-only copies, kept as long as the agent,
+    so their ids name them. The model calls keep their own parts (falai_calls).
+    """
+
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
+        self._flow_facts: dict[int, tuple[dict, FlowFacts]] = {}
+        self._flow_words: dict[int, frozenset[str]] = {}
+        self._by_trigger: FlowsByTrigger | None = None
+        self._harvest: dict[tuple, tuple[str, ...]] = {}
+        self._silence_flows: list[tuple[dict, dict]] | None = None
+        self._tool_pool: Any = None
+        self._tool_pool_lock = threading.Lock()
+
+    def flow_facts(self, flow: dict) -> FlowFacts:
+        """What routing reads of one of the agent's flows."""
+        kept = self._flow_facts.get(id(flow))
+        if kept is not None and kept[0] is flow:
+            return kept[1]
+        facts = work_out_flow_facts(flow)
+        self._flow_facts[id(flow)] = (flow, facts)     # the flow is kept, so its id is not reused
+        return facts
+
+    def flow_words(self, flow: dict) -> frozenset[str]:
+        """The words of one of the agent's flows, for the lexical prefilter."""
+        words = self._flow_words.get(id(flow))
+        if words is None:
+            words = self._flow_words[id(flow)] = _flow_words(flow)
+        return words
+
+    def flows_by_trigger(self) -> FlowsByTrigger:
+        """The agent's flows listed by trigger kind."""
+        if self._by_trigger is None:
+            self._by_trigger = work_out_flows_by_trigger(self._agent)
+        return self._by_trigger
+
+    def harvest(self, flows: list, work_out: Callable[[], tuple[str, ...]]) -> tuple[str, ...]:
+        """The "anywhere" fields ``flows`` can fill, by ``work_out()`` once per list of flows; at
+        most UNDERSTAND_PLANS_KEPT lists are kept (a bound on memory, not a policy)."""
+        return reused(self._harvest, tuple(map(id, flows)), work_out, UNDERSTAND_PLANS_KEPT)
+
+    def silence_flows(self) -> list[tuple[dict, dict]]:
+        """(flow, its first silence trigger) of each flow whose silence is a duration."""
+        if self._silence_flows is None:
+            self._silence_flows = work_out_silence_flows(self._agent)
+        return self._silence_flows
+
+    def tool_pool(self) -> Any:
+        """The agent's one thread pool for safe tool calls, created on first use and capped."""
+        with self._tool_pool_lock:
+            if self._tool_pool is None:
+                from concurrent.futures import ThreadPoolExecutor   # lazily: many agents never batch
+                self._tool_pool = ThreadPoolExecutor(max_workers=TOOL_POOL_WORKERS,
+                                                     thread_name_prefix="falai-tool")
+            return self._tool_pool
 
 
 def given_keywords(**keywords: Any) -> dict:
@@ -2643,18 +2704,18 @@ class FlowFacts:
 
 
 def flow_facts(agent: Agent, flow: dict) -> FlowFacts:
-    """The FlowFacts of one of the agent's flows, worked out on first use (issue 12)."""
-    cached = agent._flow_facts.get(id(flow))
-    if cached is not None and cached[0] is flow:
-        return cached[1]
+    """The FlowFacts of one of the agent's flows, worked out on first use."""
+    return agent.compiled.flow_facts(flow)
+
+
+def work_out_flow_facts(flow: dict) -> FlowFacts:
+    """What routing reads of a flow: its message triggers, its mention trigger, what it collects."""
     slugs = list(flow.get("collect") or [])
     for step in flow.get("steps") or []:
         if is_talk(step):
             slugs.extend(step.get("collect") or [])
-    facts = FlowFacts(message_trigger(flow, phrased=True), message_trigger(flow, phrased=False),
-                      first_trigger(flow, "mention"), tuple(unique_slugs(slugs)))
-    agent._flow_facts[id(flow)] = (flow, facts)     # the flow is kept, so its id is never reused meanwhile
-    return facts
+    return FlowFacts(message_trigger(flow, phrased=True), message_trigger(flow, phrased=False),
+                     first_trigger(flow, "mention"), tuple(unique_slugs(slugs)))
 
 
 @dataclass(slots=True)
@@ -2684,26 +2745,24 @@ class FlowsByTrigger:
 class _Understanding:
     """What the understand side of a turn reuses across turns: the agent's flows and fields never change,
     so what depends only on them, or on which flows and fields a turn asks about, is built once (issue 12)."""
-    by_trigger: FlowsByTrigger | None = None
-    harvest: dict = field(default_factory=dict)
     envelopes: dict = field(default_factory=dict)
     field_order: dict | None = None
-    words: dict = field(default_factory=dict)
 
 
 def flows_by_trigger(agent: Agent) -> FlowsByTrigger:
     """The agent's FlowsByTrigger, worked out on first use."""
-    listed = agent._understanding.by_trigger
-    if listed is None:
-        facts = [(flow, flow_facts(agent, flow)) for flow in agent.flows]
-        mentions = [(flow, f.mention) for flow, f in facts if f.mention is not None]
-        listed = FlowsByTrigger(TriggerList.of([(flow, f.phrased) for flow, f in facts if f.phrased is not None]),
-                                TriggerList.of([(flow, f.catch_all) for flow, f in facts if f.catch_all is not None]),
-                                TriggerList.of(mentions),
-                                TriggerList.of([(flow, t) for flow, t in mentions if t["mention"]]),
-                                frozenset(map(id, agent.flows)))
-        agent._understanding.by_trigger = listed
-    return listed
+    return agent.compiled.flows_by_trigger()
+
+
+def work_out_flows_by_trigger(agent: Agent) -> FlowsByTrigger:
+    """Each kind of trigger and the agent's flows that have one (runtime.md §3.4)."""
+    facts = [(flow, flow_facts(agent, flow)) for flow in agent.flows]
+    mentions = [(flow, f.mention) for flow, f in facts if f.mention is not None]
+    return FlowsByTrigger(TriggerList.of([(flow, f.phrased) for flow, f in facts if f.phrased is not None]),
+                          TriggerList.of([(flow, f.catch_all) for flow, f in facts if f.catch_all is not None]),
+                          TriggerList.of(mentions),
+                          TriggerList.of([(flow, t) for flow, t in mentions if t["mention"]]),
+                          frozenset(map(id, agent.flows)))
 
 
 def reused(cache: dict, key: Any, build: Callable[[], Any], bound: int | None = None) -> Any:
@@ -2814,10 +2873,7 @@ def _flow_words(flow: dict) -> frozenset[str]:
 
 def flow_words(agent: Agent, flow: dict) -> frozenset[str]:
     """``_flow_words`` of one of the agent's flows, worked out once (its phrases are never rendered)."""
-    words = agent._understanding.words.get(id(flow))
-    if words is None:
-        words = agent._understanding.words[id(flow)] = _flow_words(flow)
-    return words
+    return agent.compiled.flow_words(flow)
 
 
 def unique_slugs(slugs: Iterable[str]) -> list[str]:
@@ -2833,7 +2889,7 @@ def harvestable(turn: Turn, flows: list) -> list[str]:
         return tuple(slug for slug in dict.fromkeys(slugs)
                      if slug in fields and extract_mode(fields[slug]) == "anywhere")
 
-    slugs = reused(turn.agent._understanding.harvest, tuple(map(id, flows)), anywhere, UNDERSTAND_PLANS_KEPT)
+    slugs = turn.agent.compiled.harvest(flows, anywhere)
     known = {slug for slug, value in turn.session.data.items() if is_known(value)}
     if not known:
         return list(slugs)
@@ -3147,10 +3203,13 @@ def defer_talk(turn: Turn, run: Run, failure: Deferred) -> None:
 # Silence wakes and pending_wakes (runtime.md §7.5, §14) ---------------------------------------
 
 def silence_flows(agent: Agent) -> list[tuple[dict, dict]]:
-    """(flow, its first silence trigger) of each flow whose silence is a duration; once per agent (issue 12)."""
-    return reused(agent._turn_parts, "silence flows", lambda: [
-        (flow, trigger) for flow in agent.flows for trigger in [first_trigger(flow, "silence")]
-        if trigger is not None and is_duration(trigger.get("silence"))])
+    """(flow, its first silence trigger) of each flow whose silence is a duration; once per agent."""
+    return agent.compiled.silence_flows()
+
+
+def work_out_silence_flows(agent: Agent) -> list[tuple[dict, dict]]:
+    return [(flow, trigger) for flow in agent.flows for trigger in [first_trigger(flow, "silence")]
+            if trigger is not None and is_duration(trigger.get("silence"))]
 
 
 def arm_silence_wakes(turn: Turn) -> None:
@@ -5793,12 +5852,7 @@ def is_safe_call(tool: Tool | None, arguments: dict) -> bool:
 
 def tool_pool(agent: Agent) -> Any:
     """The agent's one thread pool for safe tool calls, created on first use and capped (issue 12)."""
-    with agent._tool_pool_lock:
-        if agent._tool_pool is None:
-            from concurrent.futures import ThreadPoolExecutor   # lazily: many agents never batch a call
-            pool = ThreadPoolExecutor(max_workers=TOOL_POOL_WORKERS, thread_name_prefix="falai-tool")
-            object.__setattr__(agent, "_tool_pool", pool)     # the agent's one cache set after it is built
-        return agent._tool_pool
+    return agent.compiled.tool_pool()
 
 
 def run_tool_calls(agent: Agent, tools_by_id: dict, calls: list[ToolCall], ctx: ToolCtx) -> list[ToolOutput]:
