@@ -2331,34 +2331,72 @@ def copy_session(session: Session) -> Session:
                    last_assistant_at=session.last_assistant_at, v=session.v, **values)
 
 
+@dataclass(frozen=True, slots=True)
+class TurnGiven:
+    """What a turn is given and never changes: the agent, the checked input, the turn's one instant,
+    and the host's context, anchors, claims and silenced (runtime.md §2, §3.1)."""
+    agent: Agent
+    input: TurnInput
+    now: datetime
+    now_text: str             # the turn's one instant as blob text, stamped on lines, claims, runs
+    session_id: str
+    context: Any
+    anchors: dict
+    held_claims: dict
+    active_claims: frozenset[str]
+    silenced: str | None      # the reason, whichever form the host gave (runtime.md §9)
+    understand_when_silenced: bool
+    skip_mode: bool
+    trigger_key: str
+
+
+def turn_given(agent: Agent, given: TurnInput, now: datetime, session: Session) -> TurnGiven:
+    """What a turn is given, read once at its start; ``session`` is the turn's copy."""
+    now_text = iso(now)
+    silenced = given.silenced
+    return TurnGiven(
+        agent=agent, input=given, now=now, now_text=now_text, session_id=given.session_id,
+        context=given.context, anchors=given.anchors,
+        held_claims=given.claims.get("held") or {},
+        active_claims=frozenset(given.claims.get("active") or []),
+        silenced=silenced if isinstance(silenced, str) else silenced.get("reason") if silenced else None,
+        understand_when_silenced=isinstance(silenced, dict) and bool(silenced.get("understand")),
+        skip_mode=isinstance(silenced, dict) and bool(silenced.get("skip")),
+        trigger_key=trigger_key_of(given, session, now_text))
+
+
+def trigger_key_of(given: TurnInput, session: Session, now_text: str) -> str:
+    """The input's trigger key (runtime.md §2.3)."""
+    if given.kind == "message":
+        return given.id or instant_key(session, given.at or now_text)
+    # read_turn_input sets the field each kind names
+    if given.kind == "wake":
+        assert given.wake is not None
+        return given.wake
+    if given.kind == "event":
+        assert given.key is not None
+        return given.key
+    assert given.start is not None
+    return given.start["key"]
+
+
 class Turn:
-    """The state of one turn in flight: the session copy, what was produced, and the floor.
+    """One turn in flight: what it was given (``given``, read-only) and what it changes: the
+    session copy and the history, what it produces, where it is, the floor and the speaker.
 
     ``phase`` says where the turn is (runtime.md §3); run_turn alone moves it.
     """
 
     def __init__(self, agent: Agent, given: TurnInput):
-        self.agent = agent
-        self.input = given
-        self.now = check_instant(agent.clock(), "the agent's clock reading", "Check the clock.")
-        self.now_text = iso(self.now)      # the turn's one instant as blob text, stamped on lines, claims, runs
-        self.session_id = given.session_id
+        now = check_instant(agent.clock(), "the agent's clock reading", "Check the clock.")
         try:
             self.session = copy_session(given.session) if given.session else Session(id=given.session_id)
         except RecursionError:   # a Session built by hand far past BLOB_NESTING; no store would save it
             assert given.session is not None    # a fresh Session never nests that deep
             raise InvalidSessionError(given.session.id, f"it nests deeper than {BLOB_NESTING} levels "
                                       f"(a value may nest {MAX_NESTING}; docs/guide/limits.md)") from None
-        self.context = given.context
-        self.anchors = given.anchors
-        self.held_claims = given.claims.get("held") or {}
-        self.active_claims = set(given.claims.get("active") or [])
-        silenced = given.silenced
-        self.silenced = silenced if isinstance(silenced, str) else silenced.get("reason") if silenced else None
-        self.understand_when_silenced = isinstance(silenced, dict) and bool(silenced.get("understand"))
-        self.skip_mode = isinstance(silenced, dict) and bool(silenced.get("skip"))
+        self.given = turn_given(agent, given, now, self.session)     # read-only from here on
         self.history = given.history if given.history is not None else list(self.session.history or [])
-        self.trigger_key = self._trigger_key()
         # what the turn produces
         self.messages: list[OutboundMessage] = []
         self.schedule: list[ScheduleEntry] = []
@@ -2384,27 +2422,13 @@ class Turn:
         self.queue: list[Run] = []           # runs to move in phases 5 and 7, in order (runtime.md §3.6)
         self.compacted = False               # compaction runs once, before the first model call (§3)
 
-    def _trigger_key(self) -> str:
-        given = self.input
-        if given.kind == "message":
-            return given.id or instant_key(self.session, given.at or self.now_text)
-        # read_turn_input sets the field each kind names
-        if given.kind == "wake":
-            assert given.wake is not None
-            return given.wake
-        if given.kind == "event":
-            assert given.key is not None
-            return given.key
-        assert given.start is not None
-        return given.start["key"]
-
     @property
     def is_message(self) -> bool:
-        return self.input.kind == "message"
+        return self.given.input.kind == "message"
 
     def unanswered_message(self) -> bool:
         """Ingest is over, the turn is a message, not silenced, not yet spoken or answered (runtime.md §4.7 rule 5)."""
-        return (self.phase not in ("ingest", "settle") and self.is_message and self.silenced is None
+        return (self.phase not in ("ingest", "settle") and self.is_message and self.given.silenced is None
                 and not self.spoke)
 
     def live(self, run: Run) -> bool:
@@ -2420,15 +2444,15 @@ class Turn:
         return None
 
     def scope(self, run: Run | None = None) -> Scope:
-        return Scope(data=self.session.data, context=self.context, input=run.input if run else None)
+        return Scope(data=self.session.data, context=self.given.context, input=run.input if run else None)
 
     def pred_ctx(self, run: Run | None, input: Any = None, silenced: Any = "turn") -> PredCtx:
-        return PredCtx(context=self.context, data=self.session.data,
+        return PredCtx(context=self.given.context, data=self.session.data,
                        input=run.input if run is not None and input is None else input,
-                       run=run, silenced=self.silenced if silenced == "turn" else silenced, now=self.now)
+                       run=run, silenced=self.given.silenced if silenced == "turn" else silenced, now=self.given.now)
 
     def holds(self, predicate: Any, run: Run | None, input: Any = None) -> bool:
-        return judge(predicate, self.pred_ctx(run, input), self.agent.conditions)
+        return judge(predicate, self.pred_ctx(run, input), self.given.agent.conditions)
 
     def count(self, llm_calls: int, usage: TokenUsage | None) -> None:
         self.llm_calls += llm_calls
@@ -2439,7 +2463,7 @@ class Turn:
         if self.compacted:
             return
         self.compacted = True
-        self.history, calls, usage = compact_history(self.agent, self.history)
+        self.history, calls, usage = compact_history(self.given.agent, self.history)
         self.count(calls, usage)
 
     def result(self, changed: bool) -> TurnResult:
@@ -2449,30 +2473,35 @@ class Turn:
 
 
 def run_turn(agent: Agent, kwargs: dict, streaming: bool) -> Generator[str, None, TurnResult]:
-    """The one pipeline behind turn() and turn_stream(): yields deltas, returns the TurnResult."""
+    """The one pipeline behind turn() and turn_stream(): yields deltas, returns the TurnResult.
+
+    ``turn.given`` never changes. What each phase changes of the rest (the session copy, its runs,
+    the history, what the turn produces, the floor) is said on its line; a run's status moves only
+    through move_status(), by RUN_MOVES.
+    """
     given = read_turn_input(kwargs)
-    turn = Turn(agent, given)
-    ignored = ingest(turn)                                   # phases 1-2
+    turn = Turn(agent, given)                  # copies the session: the input session is never changed
+    ignored = ingest(turn)      # 1-2: inputs, last-at times, woken runs and their moves, the floor
     if ignored is not None:
         write_line(turn, None, "wait", "skipped", code=ignored.code, key=ignored.key,
-                   detail=ignored.detail)
+                   detail=ignored.detail)                    # an ignored input changes nothing else
         return turn.result(changed=False)
     if turn.is_message:
         turn.phase = "understand"
-        understood = understand_message(turn)               # phase 3
+        understood = understand_message(turn)   # 3: no session or run; compacts the history once
         turn.phase = "decide"
-        decide(turn, understood)                            # phase 4
+        decide(turn, understood)                # 4: field values, started and resumed runs, the floor
     turn.phase = "run"
-    run_phase(turn)                                          # phase 5
+    run_phase(turn)                             # 5: runs move (steps, data, waits), messages, lines
     turn.phase = "speak"
-    speaker = choose_speaker(turn)
+    speaker = choose_speaker(turn)              # 6: a due fixed question or a skip line; the call
     spoken = None
-    if speaker is not None:                                  # phase 6
+    if speaker is not None:
         ask = speak_ask(turn, speaker)
         turn.compact_once()
-        spoken = yield from speak(agent, ask, streaming)
+        spoken = yield from speak(agent, ask, streaming)   # ... itself changes nothing
     turn.phase = "settle"
-    settle(turn, speaker, spoken)                            # phase 7
+    settle(turn, speaker, spoken)       # 7: the reply, its fields, the speaker's run, resumes, wakes
     # What the turn produced first: comparing the sessions walks the whole blob, a long history included.
     changed = bool(turn.messages or turn.schedule or turn.outcomes or turn.skipped) or (
         given.session is None or turn.session != given.session)
@@ -2491,7 +2520,7 @@ class Ignored:
 
 def ingest(turn: Turn) -> Ignored | None:
     """Apply the input to the session copy; returns what was ignored, if the input is."""
-    given = turn.input
+    given = turn.given.input
     if given.kind == "wake" and given.session is None:
         assert given.wake is not None           # read_turn_input sets the field each kind names
         return Ignored("no-session", given.wake)
@@ -2500,11 +2529,11 @@ def ingest(turn: Turn) -> Ignored | None:
             return Ignored("duplicate-input", given.id)
         if given.id:
             turn.session.inputs = [*turn.session.inputs, given.id][-INPUTS_KEPT:]
-        elif turn.trigger_key != (given.at or turn.now_text):
+        elif turn.given.trigger_key != (given.at or turn.given.now_text):
             # An id-less message sharing its instant took a numbered key: kept, so the next one
             # in that instant takes the next number (instant_key).
-            turn.session.inputs = [*turn.session.inputs, turn.trigger_key][-INPUTS_KEPT:]
-        turn.session.last_user_at = iso(parse_iso(given.at)) if given.at else turn.now_text
+            turn.session.inputs = [*turn.session.inputs, turn.given.trigger_key][-INPUTS_KEPT:]
+        turn.session.last_user_at = iso(parse_iso(given.at)) if given.at else turn.given.now_text
         resolve_reply_waits(turn)
     elif given.kind == "wake":
         assert given.wake is not None
@@ -2512,16 +2541,16 @@ def ingest(turn: Turn) -> Ignored | None:
             return ingest_silence_wake(turn, given.wake)
         return ingest_run_wake(turn, given.wake)
     elif given.kind == "event":
-        if given.event not in turn.agent.events and not any(
+        if given.event not in turn.given.agent.events and not any(
                 (run.waiting or {}).get("event") == given.event for run in turn.session.runs):
             assert given.key is not None    # nothing waits on it and no trigger names it: say so
             return Ignored("unknown-event", given.key, given.event)
         ingest_event(turn, given)
     else:
         assert given.start is not None
-        flow = turn.agent.flow_by_id.get(given.start["flow"])
+        flow = turn.given.agent.flow_by_id.get(given.start["flow"])
         if flow is None:
-            skip(turn, given.start["flow"], turn.session_id, given.start["key"], "flow-gone")
+            skip(turn, given.start["flow"], turn.given.session_id, given.start["key"], "flow-gone")
         else:
             start_run(turn, flow, "start", given.start["key"], payload=given.start.get("input"), hop=given.hop)
     return None
@@ -2600,9 +2629,9 @@ def ingest_silence_wake(turn: Turn, key: str) -> Ignored | None:
     body = key[len("silence:"):]
     ms = body.rsplit(":", 1)[-1]
     flow_id = unescape_key_part(body.split(":", 1)[0])    # the flow id part has no ":" (key_part)
-    flow = turn.agent.flow_by_id.get(flow_id)
+    flow = turn.given.agent.flow_by_id.get(flow_id)
     if flow is None:
-        skip(turn, flow_id, turn.session_id, ms, "flow-gone")
+        skip(turn, flow_id, turn.given.session_id, ms, "flow-gone")
         return None
     last = turn.session.last_assistant_at
     if last is None or str(to_ms(parse_iso(last))) != ms or customer_wrote_since(turn, flow_id, last):
@@ -2618,13 +2647,13 @@ def ingest_silence_wake(turn: Turn, key: str) -> Ignored | None:
 def ingest_event(turn: Turn, given: TurnInput) -> None:
     """An event: stamp its direction, release event waits, start event triggers (runtime.md §3.2)."""
     assert given.key is not None                # read_turn_input sets the field each kind names
-    definition = turn.agent.events.get(given.event)
+    definition = turn.given.agent.events.get(given.event)
     direction = getattr(definition, "direction", None)
     if direction == "inbound":
-        turn.session.last_user_at = turn.now_text
+        turn.session.last_user_at = turn.given.now_text
         resolve_reply_waits(turn)
     elif direction == "outbound":
-        turn.session.last_assistant_at = turn.now_text
+        turn.session.last_assistant_at = turn.given.now_text
     for run in list(turn.session.runs):
         waiting = run.waiting or {}
         if waiting.get("kind") != "event" or waiting.get("event") != given.event:
@@ -2635,7 +2664,7 @@ def ingest_event(turn: Turn, given: TurnInput) -> None:
             continue
         advance(turn, run, go(turn, run, "wait", "ok", step.get("then"), code="event-arrived"))
         take_floor_in_ingest(turn, run)
-    for flow in turn.agent.flows:
+    for flow in turn.given.agent.flows:
         for trigger in flow.get("on") or []:
             if trigger.get("event") == given.event and start_run(
                     turn, flow, "event", given.key, trigger=trigger, payload=given.payload, hop=given.hop):
@@ -2648,9 +2677,9 @@ def customer_wrote_since(turn: Turn, flow_id: str, since: str) -> bool:
     last_user = turn.session.last_user_at
     if last_user is not None and parse_iso(last_user) > moment:
         return True
-    flow = turn.agent.flow_by_id.get(flow_id) or {}
+    flow = turn.given.agent.flow_by_id.get(flow_id) or {}
     name = flow.get("anchor") or "session"
-    inbound = (turn.anchors.get(name) or {}).get("lastInboundAt") if name != "session" else None
+    inbound = (turn.given.anchors.get(name) or {}).get("lastInboundAt") if name != "session" else None
     return inbound is not None and parse_iso(inbound) > moment
 
 
@@ -2669,20 +2698,21 @@ def qualifies(turn: Turn, flow: dict, trigger: dict | None, kind: str) -> bool:
     """A trigger's ``if`` holds for a draft run and its ``repeat`` allows a start (runtime.md §3.4)."""
     if trigger is None:
         return False
-    return (trigger.get("if") is None or turn.holds(trigger["if"], draft_run(turn, flow, kind, turn.trigger_key))) \
-        and repeat_allows(turn, flow, trigger, kind, turn.trigger_key)
+    key = turn.given.trigger_key
+    return (trigger.get("if") is None or turn.holds(trigger["if"], draft_run(turn, flow, kind, key))) \
+        and repeat_allows(turn, flow, trigger, kind, key)
 
 
 def eligibility(turn: Turn, floor: Run | None) -> Eligibility:
-    listed = flows_by_trigger(turn.agent)
-    claim_free = not turn.session.claims and not turn.held_claims     # then no repeat refuses (runtime.md §6.1)
+    listed = flows_by_trigger(turn.given.agent)
+    claim_free = not turn.session.claims and not turn.given.held_claims     # then no repeat refuses (runtime.md §6.1)
     found = Eligibility(eligible=qualifying(turn, listed.phrased, claim_free),
                         catch_alls=qualifying(turn, listed.catch_alls, claim_free))
     # A phrased mention is asked when its repeat allows; its if is judged when it starts (runtime.md §3.5).
     found.mentions = list(listed.asked_mentions.flows) if claim_free else [
         flow for flow, trigger in zip(listed.asked_mentions.flows, listed.asked_mentions.triggers)
-        if repeat_allows(turn, flow, trigger, "mention", turn.trigger_key)]
-    found.unscored = (floor is None and len(found.eligible) == 1 and turn.agent.idle == "silent"
+        if repeat_allows(turn, flow, trigger, "mention", turn.given.trigger_key)]
+    found.unscored = (floor is None and len(found.eligible) == 1 and turn.given.agent.idle == "silent"
                       and not found.catch_alls)
     return found
 
@@ -2795,19 +2825,19 @@ def understand_message(turn: Turn) -> Understood:
     """Phase 3: work out what the model may judge and make at most one call (runtime.md §3.4)."""
     floor = floor_of(turn)
     found = eligibility(turn, floor)
-    if turn.silenced is not None and not turn.understand_when_silenced:
+    if turn.given.silenced is not None and not turn.given.understand_when_silenced:
         return Understood(Judgement(), found)
-    assert turn.input.message is not None      # understand runs for a message only
-    ask = UnderstandAsk(message=turn.input.message, scope=turn.scope(), history=turn.history,
+    assert turn.given.input.message is not None      # understand runs for a message only
+    ask = UnderstandAsk(message=turn.given.input.message, scope=turn.scope(), history=turn.history,
                         mentions=list(found.mentions))
     floor_flow = flow_of(turn, floor) if floor is not None else None
     if floor is not None and floor_flow is not None:
         ask_floor(turn, ask, floor, floor_flow)
     scored = [] if found.unscored else found.eligible          # item 4: the single-flow shortcut scores none
-    bound = turn.agent.max_candidates
+    bound = turn.given.agent.max_candidates
     if bound is not None and len(scored) > bound:
-        scored = lexical_top(turn.input.message, scored, bound,      # docs/guide/tokens.md
-                             lambda flow: flow_words(turn.agent, flow))
+        scored = lexical_top(turn.given.input.message, scored, bound,      # docs/guide/tokens.md
+                             lambda flow: flow_words(turn.given.agent, flow))
     lead = [floor_flow] if floor_flow else []
     ask.candidates = lead + [flow for flow in scored if flow is not floor_flow]     # each flow once
     asked_flows = found.eligible if found.unscored else scored      # a bound asks only its flows' fields
@@ -2818,7 +2848,7 @@ def understand_message(turn: Turn) -> Understood:
         return Understood(Judgement(), found)
     turn.compact_once()
     ask.history = turn.history
-    return Understood(understand(turn.agent, ask), found)
+    return Understood(understand(turn.given.agent, ask), found)
 
 
 def ask_floor(turn: Turn, ask: UnderstandAsk, floor: Run, flow: dict) -> None:
@@ -2829,7 +2859,7 @@ def ask_floor(turn: Turn, ask: UnderstandAsk, floor: Run, flow: dict) -> None:
     if step is None or not is_talk(step):
         return
     ask.floor_step = step
-    ask.floor_pending = model_fields(turn.agent.fields, pending_fields(turn, step, floor))
+    ask.floor_pending = model_fields(turn.given.agent.fields, pending_fields(turn, step, floor))
     if floor.status == "asking" and not turn.floor_from_ingest:
         ask.branches = [AskedBranch(floor.id, step["id"], index, branch["when"])
                         for index, branch in enumerate(step.get("branches") or []) if branch.get("when") is not None]
@@ -2884,16 +2914,16 @@ def harvestable(turn: Turn, flows: list) -> list[str]:
     """The unknown "anywhere" fields of the agent's ``flows``, each once: each flow's collect, then each talk
     step's collect (runtime.md §3.4 item 7). What the flows give is worked out once per list (issue 12)."""
     def anywhere() -> tuple[str, ...]:
-        fields = turn.agent.fields
-        slugs = (slug for flow in flows for slug in flow_facts(turn.agent, flow).slugs)
+        fields = turn.given.agent.fields
+        slugs = (slug for flow in flows for slug in flow_facts(turn.given.agent, flow).slugs)
         return tuple(slug for slug in dict.fromkeys(slugs)
                      if slug in fields and extract_mode(fields[slug]) == "anywhere")
 
-    slugs = turn.agent.compiled.harvest(flows, anywhere)
+    slugs = turn.given.agent.compiled.harvest(flows, anywhere)
     known = {slug for slug, value in turn.session.data.items() if is_known(value)}
     if not known:
         return list(slugs)
-    fields = turn.agent.fields      # a correctable known field stays asked: it may be corrected
+    fields = turn.given.agent.fields      # a correctable known field stays asked: it may be corrected
     return [slug for slug in slugs if slug not in known or fields[slug].get("correctable") is True]
 
 
@@ -2905,15 +2935,15 @@ def decide(turn: Turn, understood: Understood) -> None:
     route, route_trigger = None, None
     if not turn.floor_from_ingest:
         route, route_trigger = choose_route(turn, judgement, found, asker)
-    mentions = flows_by_trigger(turn.agent).mentions
+    mentions = flows_by_trigger(turn.given.agent).mentions
     for flow, trigger in zip(mentions.flows, mentions.triggers):
         if not trigger["mention"]:
-            start_run(turn, flow, "mention", turn.trigger_key, trigger=trigger)
+            start_run(turn, flow, "mention", turn.given.trigger_key, trigger=trigger)
         elif flow in found.mentions and judgement.mentions.get(flow["id"]) is True:   # asked ones only
             values = judgement.extract.get(flow["id"])
             payload = ({k: v for k, v in values.items() if v is not None and v != ""}
                        if trigger.get("extract") and isinstance(values, dict) else None)
-            start_run(turn, flow, "mention", turn.trigger_key, trigger=trigger, payload=payload)
+            start_run(turn, flow, "mention", turn.given.trigger_key, trigger=trigger, payload=payload)
     routed = None
     if route is not None:
         routed = next((run for run in turn.session.runs if run.flow_id == route["id"] and run.status == "suspended"),
@@ -2921,7 +2951,7 @@ def decide(turn: Turn, understood: Understood) -> None:
         if routed is not None:
             move_status(turn, routed, "routed")
         else:
-            routed = start_run(turn, route, "message", turn.trigger_key, trigger=route_trigger)
+            routed = start_run(turn, route, "message", turn.given.trigger_key, trigger=route_trigger)
         if routed is not None:
             turn.floor_run = routed
     if asker is not None and routed is None and not turn.floor_from_ingest:
@@ -2949,18 +2979,18 @@ def choose_route(turn: Turn, judgement: Judgement, found: Eligibility,
 
     if asker is not None:
         top = best([flow for flow in found.eligible if flow["id"] != asker.flow_id])
-        asker_flow = turn.agent.flow_by_id.get(asker.flow_id)
+        asker_flow = turn.given.agent.flow_by_id.get(asker.flow_id)
         asker_score = score(asker_flow) if asker_flow else 0
         if top is not None and score(top) >= ROUTE_MIN_SCORE and score(top) >= asker_score + ROUTE_OVER_ASKER:
-            return top, flow_facts(turn.agent, top).phrased
+            return top, flow_facts(turn.given.agent, top).phrased
         return None, None
     if found.unscored:
-        return found.eligible[0], flow_facts(turn.agent, found.eligible[0]).phrased
+        return found.eligible[0], flow_facts(turn.given.agent, found.eligible[0]).phrased
     top = best(found.eligible)
     if top is not None and score(top) >= ROUTE_MIN_SCORE:
-        return top, flow_facts(turn.agent, top).phrased
+        return top, flow_facts(turn.given.agent, top).phrased
     if found.catch_alls:
-        return found.catch_alls[0], flow_facts(turn.agent, found.catch_alls[0]).catch_all
+        return found.catch_alls[0], flow_facts(turn.given.agent, found.catch_alls[0]).catch_all
     return None, None
 
 
@@ -2968,7 +2998,7 @@ def write_value(turn: Turn, slug: str, raw: Any) -> None:
     """Write one model-given field value through its checks (runtime.md §3.5.1)."""
     if raw is None or raw == "":
         return
-    definition = turn.agent.fields.get(slug)
+    definition = turn.given.agent.fields.get(slug)
     if definition is None:
         write_line(turn, None, "collect", "skipped", code="unknown-field", detail=slug)
         return
@@ -3001,7 +3031,7 @@ def run_phase(turn: Turn) -> None:
         judge_resumed_branches(turn, resumed)
     turn.queue = list(turn.session.runs)
     drain(turn)
-    if turn.is_message and turn.silenced is None:
+    if turn.is_message and turn.given.silenced is None:
         for _ in range(len(turn.session.runs)):
             if turn.talk_request is not None or turn.spoke:
                 break
@@ -3029,7 +3059,7 @@ def judge_resumed_branches(turn: Turn, run: Run) -> None:
 
 def choose_speaker(turn: Turn) -> Run | str | None:
     """The talk step's run, "idle", or None (runtime.md §3.6.6); sends a due fixed question."""
-    if turn.silenced is not None:
+    if turn.given.silenced is not None:
         return None
     run = turn.talk_request
     if run is not None:
@@ -3041,7 +3071,7 @@ def choose_speaker(turn: Turn) -> Run | str | None:
         if send_fixed_question(turn, run, step):
             return None
         return run
-    if (turn.is_message and turn.asker() is None and turn.agent.idle != "silent" and not turn.spoke):
+    if (turn.is_message and turn.asker() is None and turn.given.agent.idle != "silent" and not turn.spoke):
         return "idle"
     if turn.is_message and turn.asker() is None and not turn.spoke:
         explain_silence(turn)
@@ -3056,12 +3086,12 @@ def explain_silence(turn: Turn) -> None:
     if turn.started or any(line.run_id is not None for line in turn.outcomes):
         return
     def allowed(flow: dict, trigger: dict) -> bool:
-        draft = draft_run(turn, flow, "message", turn.trigger_key)
+        draft = draft_run(turn, flow, "message", turn.given.trigger_key)
         return trigger.get("if") is None or turn.holds(trigger["if"], draft)
 
-    spent = [flow["id"] for flow, trigger in message_triggers(turn.agent)
+    spent = [flow["id"] for flow, trigger in message_triggers(turn.given.agent)
              if allowed(flow, trigger)
-             and not repeat_allows(turn, flow, trigger, "message", turn.trigger_key)]
+             and not repeat_allows(turn, flow, trigger, "message", turn.given.trigger_key)]
     if spent:
         write_line(turn, None, "idle", "skipped", code="repeat-spent", detail=", ".join(spent))
     else:
@@ -3079,14 +3109,14 @@ def message_triggers(agent: Agent) -> list[tuple[dict, dict]]:
 
 def speak_ask(turn: Turn, speaker: Run | str) -> SpeakAsk:
     """The speak request for a talk step or the idle speaker (runtime.md §3.7, model-calls.md §5.1)."""
-    agent = turn.agent
-    text = turn.input.message if turn.is_message else None
+    agent = turn.given.agent
+    text = turn.given.input.message if turn.is_message else None
     if speaker == "idle":
         idle = agent.idle
         assert isinstance(idle, dict)       # an idle "silent" never speaks (choose_speaker)
         instructions = kept_instructions(turn, [*agent.instructions, *(idle.get("instructions") or [])], None)
-        return SpeakAsk(input_kind=turn.input.kind, text=text, scope=turn.scope(), history=turn.history,
-                        now=turn.now, instructions=instructions, tools=offered_tools(agent, idle.get("tools")))
+        return SpeakAsk(input_kind=turn.given.input.kind, text=text, scope=turn.scope(), history=turn.history,
+                        now=turn.given.now, instructions=instructions, tools=offered_tools(agent, idle.get("tools")))
     run = speaker
     assert isinstance(run, Run)
     flow = flow_of(turn, run)
@@ -3095,8 +3125,8 @@ def speak_ask(turn: Turn, speaker: Run | str) -> SpeakAsk:
     listed = step.get("tools") if step.get("tools") is not None else flow.get("tools")
     instructions = kept_instructions(
         turn, [*agent.instructions, *(flow.get("instructions") or []), *(step.get("instructions") or [])], run)
-    return SpeakAsk(input_kind=turn.input.kind, text=text, scope=turn.scope(run), history=turn.history,
-                    now=turn.now, run=run, flow=flow, step=step,
+    return SpeakAsk(input_kind=turn.given.input.kind, text=text, scope=turn.scope(run), history=turn.history,
+                    now=turn.given.now, run=run, flow=flow, step=step,
                     pending=model_fields(agent.fields, pending_fields(turn, step, run)),
                     instructions=instructions, tools=offered_tools(agent, listed))
 
@@ -3107,7 +3137,7 @@ def kept_instructions(turn: Turn, instructions: list, run: Run | None) -> list:
         return instructions
     ctx = turn.pred_ctx(run, silenced=None)
     return [item for item in instructions
-            if item.get("if") is None or judge(item["if"], ctx, turn.agent.conditions)]
+            if item.get("if") is None or judge(item["if"], ctx, turn.given.agent.conditions)]
 
 
 def offered_tools(agent: Agent, listed: list | None) -> list:
@@ -3131,7 +3161,7 @@ def settle(turn: Turn, speaker: Run | str | None, spoken: Spoken | Deferred | No
     elif isinstance(spoken, Spoken):
         turn.count(spoken.llm_calls, spoken.usage)
         if speaker == "idle":
-            key = f"idle:{turn.trigger_key}"
+            key = f"idle:{turn.given.trigger_key}"
             emit(turn, spoken.message, "ai", key)
             merge_patch(turn.session.data, spoken.data)
             write_line(turn, None, "idle", "ok", key=key, llm_calls=spoken.llm_calls)
@@ -3140,7 +3170,7 @@ def settle(turn: Turn, speaker: Run | str | None, spoken: Spoken | Deferred | No
             settle_talk(turn, speaker, spoken)
     drain(turn)
     if turn.spoke:
-        turn.session.last_assistant_at = turn.now_text
+        turn.session.last_assistant_at = turn.given.now_text
     resume(turn)
     arm_silence_wakes(turn)
 
@@ -3192,7 +3222,7 @@ def defer_talk(turn: Turn, run: Run, failure: Deferred) -> None:
         write_line(turn, run, kind, "failed", code=failure.code, key=key)
         end_run(turn, run, "failed")
         return
-    at = turn.now + timedelta(milliseconds=duration_ms(RETRY_LADDER[attempt]))
+    at = turn.given.now + timedelta(milliseconds=duration_ms(RETRY_LADDER[attempt]))
     if failure.reset_at_ms is not None and to_ms(at) < failure.reset_at_ms <= to_ms(LATEST):
         at = from_ms(failure.reset_at_ms)     # a reset past the supported range keeps the ladder's time
     park(turn, run, f"{key}:retry:{to_ms(at)}", at)
@@ -3214,8 +3244,8 @@ def work_out_silence_flows(agent: Agent) -> list[tuple[dict, dict]]:
 
 def arm_silence_wakes(turn: Turn) -> None:
     """Schedule each silence flow's wake when the assistant's last word moved (runtime.md §7.5)."""
-    previous = turn.input.session.last_assistant_at if turn.input.session else None
-    if turn.session.last_assistant_at == previous or not silence_flows(turn.agent):
+    previous = turn.given.input.session.last_assistant_at if turn.given.input.session else None
+    if turn.session.last_assistant_at == previous or not silence_flows(turn.given.agent):
         return
     replaces_ms = str(to_ms(parse_iso(previous))) if previous else None
     turn.schedule.extend(silence_wakes(turn, replaces_ms))
@@ -3227,14 +3257,14 @@ def silence_wakes(turn: Turn, replaces_ms: str | None = None) -> list[ScheduleEn
     With ``replaces_ms`` each entry names the wake of that earlier silence as the one it replaces.
     """
     session = turn.session
-    if session.last_assistant_at is None or not silence_flows(turn.agent):
+    if session.last_assistant_at is None or not silence_flows(turn.given.agent):
         return []
     said = parse_iso(session.last_assistant_at)
     if session.last_user_at is not None and parse_iso(session.last_user_at) > said:
         return []
     ms = str(to_ms(said))
     entries = []
-    for flow, trigger in silence_flows(turn.agent):
+    for flow, trigger in silence_flows(turn.given.agent):
         draft = draft_run(turn, flow, "silence", ms)
         if trigger.get("if") is not None and not turn.holds(trigger["if"], draft):
             continue
@@ -3243,7 +3273,7 @@ def silence_wakes(turn: Turn, replaces_ms: str | None = None) -> list[ScheduleEn
         at = later(said, duration_ms(trigger["silence"]))      # said is blob text: it may be any instant
         if trigger.get("businessHours"):
             at = business_time(turn, at)
-        prefix = f"silence:{key_part(flow['id'])}:{turn.session_id}:"
+        prefix = f"silence:{key_part(flow['id'])}:{turn.given.session_id}:"
         entries.append(ScheduleEntry(key=f"{prefix}{ms}", at=at,
                                      replaces=f"{prefix}{replaces_ms}" if replaces_ms else None))
     return entries
@@ -3296,7 +3326,7 @@ def step_kind(step: dict | None) -> str:
 
 
 def flow_of(turn: Turn, run: Run) -> dict | None:
-    return turn.agent.flow_by_id.get(run.flow_id)
+    return turn.given.agent.flow_by_id.get(run.flow_id)
 
 
 def find_step(flow: dict | None, step_id: str | None) -> dict | None:
@@ -3342,7 +3372,7 @@ def message_key(turn: Turn, run: Run, key: str) -> str:
     The trigger key makes it unique and the same on a replay. A deliberate
     difference from the TypeScript original, which reuses the key.
     """
-    return f"{key}:re:{turn.trigger_key}" if visit_spoke(run, key) else key
+    return f"{key}:re:{turn.given.trigger_key}" if visit_spoke(run, key) else key
 
 
 def visit_spoke(run: Run, key: str) -> bool:
@@ -3368,7 +3398,7 @@ def write_line(turn: Turn, run: Run | None, kind: str, status: str, *, code: str
                key: str | None = None, detail: str | None = None, next: str | None = None,
                until: str | None = None, llm_calls: int | None = None) -> StepOutcome:
     """Write one outcome line on the turn and, for a run, on the run's last 50."""
-    line = StepOutcome(kind=kind, status=status, at=turn.now_text, code=code,
+    line = StepOutcome(kind=kind, status=status, at=turn.given.now_text, code=code,
                        message=OUTCOME_MESSAGES[code] if code else None, key=key, detail=detail,
                        next=next, until=until, llm_calls=llm_calls)
     if run is not None:
@@ -3408,8 +3438,8 @@ def anchor_of(turn: Turn, flow: dict) -> str:
     """The session id, or the host anchor key the flow names (runtime.md §6.3)."""
     name = flow.get("anchor") or "session"
     if name == "session":
-        return turn.session_id
-    return (turn.anchors.get(name) or {}).get("key") or turn.session_id
+        return turn.given.session_id
+    return (turn.given.anchors.get(name) or {}).get("key") or turn.given.session_id
 
 
 def repeat_of(trigger: dict | None, kind: str) -> Any:
@@ -3455,18 +3485,18 @@ def dedupe_key(flow: dict, anchor: str, repeat: Any, trigger_key: str) -> str:
 
 def claim_refusal(turn: Turn, key: str, repeat: Any) -> str | None:
     """The skip code a held claim gives (runtime.md §5 rule 3), or None."""
-    held = (turn.session.claims.get(key) or {}).get("at") or turn.held_claims.get(key)
+    held = (turn.session.claims.get(key) or {}).get("at") or turn.given.held_claims.get(key)
     if held is None:
         return None
     if isinstance(repeat, dict):
         cooldown = timedelta(milliseconds=duration_ms(repeat["cooldown"]))
-        return "cooldown" if turn.now - parse_iso(held) < cooldown else None
+        return "cooldown" if turn.given.now - parse_iso(held) < cooldown else None
     return "already-claimed"
 
 
 def repeat_allows(turn: Turn, flow: dict, trigger: dict | None, kind: str, trigger_key: str) -> bool:
     """The claim test of a start, without writing (runtime.md §6.1)."""
-    if not turn.session.claims and not turn.held_claims:
+    if not turn.session.claims and not turn.given.held_claims:
         return True                 # no claim is held, so none refuses (spares the key on every flow, issue 12)
     repeat = repeat_of(trigger, kind)
     return claim_refusal(turn, dedupe_key(flow, anchor_of(turn, flow), repeat, trigger_key), repeat) is None
@@ -3477,7 +3507,7 @@ def draft_run(turn: Turn, flow: dict, kind: str, trigger_key: str) -> Run:
     anchor = anchor_of(turn, flow)
     return Run(id=f"{flow['id']}#{trigger_key}", flow_id=flow["id"], anchor=anchor,
                dedupe_key=claim_prefix(flow["id"], anchor), step_id=None, status="running",
-               trigger={"kind": kind, "key": trigger_key}, hop=0, started_at=turn.now_text)
+               trigger={"kind": kind, "key": trigger_key}, hop=0, started_at=turn.given.now_text)
 
 
 def start_run(turn: Turn, flow: dict, kind: str, trigger_key: str, *, trigger: dict | None = None,
@@ -3488,7 +3518,7 @@ def start_run(turn: Turn, flow: dict, kind: str, trigger_key: str, *, trigger: d
     claim = dedupe_key(flow, anchor, repeat, trigger_key)
     run = Run(id=f"{flow['id']}#{trigger_key}", flow_id=flow["id"], anchor=anchor, dedupe_key=claim,
               step_id=None, status="running", trigger={"kind": kind, "key": trigger_key}, hop=hop,
-              started_at=turn.now_text, input=payload)
+              started_at=turn.given.now_text, input=payload)
     if payload is not None:
         run.trigger["payload"] = payload
     if trigger is not None and trigger.get("if") is not None and not turn.holds(trigger["if"], run, payload):
@@ -3501,12 +3531,12 @@ def start_run(turn: Turn, flow: dict, kind: str, trigger_key: str, *, trigger: d
                      if other.flow_id == flow["id"] and other.anchor == anchor), None)
         if live is not None and live.status == "waiting" and live.step_id is None:
             end_run(turn, live, "replaced")
-        elif live is not None or live_pair(flow["id"], anchor) in turn.active_claims:
+        elif live is not None or live_pair(flow["id"], anchor) in turn.given.active_claims:
             refusal = "already-running"
     if refusal is not None:
         skip(turn, flow["id"], anchor, trigger_key, refusal)
         return None
-    turn.session.claims[claim] = {"at": turn.now_text}
+    turn.session.claims[claim] = {"at": turn.given.now_text}
     if repeat == "always":
         prune_always_claims(turn, claim_prefix(flow["id"], anchor))
     if not keep_data:
@@ -3515,10 +3545,10 @@ def start_run(turn: Turn, flow: dict, kind: str, trigger_key: str, *, trigger: d
     turn.session.runs.append(run)
     turn.started.append(StartedRun(run_id=run.id, flow_id=run.flow_id, anchor=anchor, dedupe_key=claim))
     if kind == "event" and trigger is not None:
-        at = turn.now + timedelta(milliseconds=duration_ms(trigger["after"]) if trigger.get("after") else 0)
+        at = turn.given.now + timedelta(milliseconds=duration_ms(trigger["after"]) if trigger.get("after") else 0)
         if trigger.get("businessHours"):
             at = business_time(turn, at)
-        if trigger.get("after") or at > turn.now:
+        if trigger.get("after") or at > turn.given.now:
             park(turn, run, f"{run.id}:start:{to_ms(at)}", at)
             write_line(turn, run, "wait", "waiting", code="awaiting-trigger", until=iso(at))
     return run
@@ -3540,9 +3570,9 @@ def prune_always_claims(turn: Turn, prefix: str) -> None:
 
 def business_time(turn: Turn, at: datetime) -> datetime:
     """Snap a time forward with the agent's business_hours, when it has one (runtime.md §7.7)."""
-    if turn.agent.business_hours is None:
+    if turn.given.agent.business_hours is None:
         return at
-    snapped = turn.agent.business_hours(at, BusinessHoursCtx(context=turn.context))
+    snapped = turn.given.agent.business_hours(at, BusinessHoursCtx(context=turn.given.context))
     return check_instant(snapped, "the time business_hours returned", "Return a working moment inside it.")
 
 
@@ -3602,7 +3632,7 @@ def move_status(turn: Turn, run: Run, event: str, waiting: dict | None = None) -
     elif run.status == "waiting":
         run.waiting = None
     if to == "suspended":
-        run.suspended_at = turn.now_text
+        run.suspended_at = turn.given.now_text
     elif run.status == "suspended":
         run.suspended_at = None
     run.status = to
@@ -3651,7 +3681,8 @@ def move_run(turn: Turn, run: Run) -> None:
 def premise_failure(turn: Turn, run: Run, flow: dict) -> str | None:
     """The code that ends a run whose premise no longer holds, or None (runtime.md §3.6.2)."""
     kind = run.trigger.get("kind")
-    if kind == "silence" and turn.input.kind == "wake" and customer_wrote_since(turn, run.flow_id, run.started_at):
+    if kind == "silence" and turn.given.input.kind == "wake" \
+            and customer_wrote_since(turn, run.flow_id, run.started_at):
         return "customer-replied"
     if flow.get("while") is not None:
         return None if turn.holds(flow["while"], run) else "premise-changed"
@@ -3683,7 +3714,7 @@ def end_run(turn: Turn, run: Run, reason: str, *, code: str | None = None, kind:
 
 def park(turn: Turn, run: Run, key: str, at: datetime, kind: str = "timer", event: str | None = None) -> None:
     """Park a run until its wake (runtime.md §7.1)."""
-    waiting = {"kind": kind, "key": key, "until": iso(at), "setAt": turn.now_text}
+    waiting = {"kind": kind, "key": key, "until": iso(at), "setAt": turn.given.now_text}
     if event is not None:
         waiting["event"] = event
     move_status(turn, run, "park", waiting)
@@ -3750,9 +3781,9 @@ def chain(turn: Turn, run: Run, target: dict) -> None:
     child_id = render(target["flow"], turn.scope(run))
     key = step_key(run)
     end_run(turn, run, "flow")
-    flow = turn.agent.flow_by_id.get(child_id)
+    flow = turn.given.agent.flow_by_id.get(child_id)
     if flow is None:
-        skip(turn, child_id, turn.session_id, key, "flow-gone")
+        skip(turn, child_id, turn.given.session_id, key, "flow-gone")
         return
     payload = copy.deepcopy(target["input"]) if target.get("input") is not None else run.input   # not the Agent's
     start_child(turn, run, flow, key, payload, keep_data=False)
@@ -3915,7 +3946,7 @@ def run_talk_step(turn: Turn, run: Run, step: dict, resuming: bool) -> Go | None
         if resuming:
             return go(turn, run, kind, "ok", then, key=key)
         return go(turn, run, kind, "skipped", then, code="already-known", key=key)
-    if turn.silenced is not None:
+    if turn.given.silenced is not None:
         if resuming:
             move_status(turn, run, "ask")
             return None
@@ -3933,10 +3964,10 @@ def run_talk_step(turn: Turn, run: Run, step: dict, resuming: bool) -> Go | None
 
 def silenced_step(turn: Turn, run: Run, kind: str, then: Any, key: str) -> Go | None:
     """A silenced talk or say step: skip mode moves on, otherwise the run ends (runtime.md §3.6.3, §9)."""
-    assert turn.silenced is not None
-    if turn.skip_mode:
-        return go(turn, run, kind, "skipped", then, code="silenced", detail=turn.silenced, key=key)
-    end_run(turn, run, "skipped", code="silenced", kind=kind, detail=turn.silenced)
+    assert turn.given.silenced is not None
+    if turn.given.skip_mode:
+        return go(turn, run, kind, "skipped", then, code="silenced", detail=turn.given.silenced, key=key)
+    end_run(turn, run, "skipped", code="silenced", kind=kind, detail=turn.given.silenced)
     return None
 
 
@@ -3962,13 +3993,13 @@ def run_say_step(turn: Turn, run: Run, flow: dict, step: dict) -> Go | None:
     """
     key = step_key(run)
     then = step.get("then")
-    if turn.silenced is not None:
+    if turn.given.silenced is not None:
         return silenced_step(turn, run, "say", then, key)
     if step.get("once"):
-        claim = f"{key_part(flow['id'])}:{key_part(step['id'])}:{turn.session_id}"
-        if claim in turn.session.claims or claim in turn.held_claims:
+        claim = f"{key_part(flow['id'])}:{key_part(step['id'])}:{turn.given.session_id}"
+        if claim in turn.session.claims or claim in turn.given.held_claims:
             return go(turn, run, "say", "skipped", then, code="already-sent", key=key)
-        turn.session.claims[claim] = {"at": turn.now_text}
+        turn.session.claims[claim] = {"at": turn.given.now_text}
     emit(turn, render(step["say"], turn.scope(run)), "verbatim", key, run=run, media=copy.deepcopy(step.get("media")))
     return go(turn, run, "say", "ok", then, key=key)
 
@@ -4003,12 +4034,12 @@ def run_do_step(turn: Turn, run: Run, step: dict) -> Go | None:
     """
     name = step["do"]
     key = step_key(run)
-    action = turn.agent.actions.get(name)
+    action = turn.given.agent.actions.get(name)
     if action is None:
         which, value, detail, spoke = "failed", f'unknown action "{name}"', None, False
     else:
-        ctx = ActionCtx(context=turn.context, data=turn.session.data, input=run.input, run=run, key=key,
-                        dedupe_key=run.dedupe_key, silenced=turn.silenced, now=turn.now)
+        ctx = ActionCtx(context=turn.given.context, data=turn.session.data, input=run.input, run=run, key=key,
+                        dedupe_key=run.dedupe_key, silenced=turn.given.silenced, now=turn.given.now)
         try:
             which, value, detail, spoke = read_action_result(
                 name, action.run(render_deep(step.get("with") or {}, turn.scope(run)), ctx))
@@ -4032,7 +4063,7 @@ def run_do_step(turn: Turn, run: Run, step: dict) -> Go | None:
     if which == "failed":
         target = step.get("onFail") if step.get("onFail") is not None else then
         return go(turn, run, "do", "failed", target, code="action-failed", key=key, detail=text_or_none(value))
-    at = turn.now + timedelta(milliseconds=duration_ms(value))
+    at = turn.given.now + timedelta(milliseconds=duration_ms(value))
     park(turn, run, f"{run.id}:{run.step_id}:{to_ms(at)}", at)
     write_line(turn, run, "do", "deferred", code="action-deferred", key=key, detail=text_or_none(detail),
                until=iso(at))
@@ -4055,7 +4086,7 @@ def run_timer_wait(turn: Turn, run: Run, flow: dict, step: dict) -> Go | None:
     if ms <= SHORT_WAIT_MS and speaks_next(flow, step, then):
         turn.pending_delay_ms += ms
         return go(turn, run, "wait", "ok", then, code="inline-delay", detail=f"{ms}ms", key=key)
-    at = turn.now + timedelta(milliseconds=ms)
+    at = turn.given.now + timedelta(milliseconds=ms)
     if step.get("businessHours"):
         at = business_time(turn, at)
     park(turn, run, f"{run.id}:{run.step_id}:{to_ms(at)}", at)
@@ -4079,7 +4110,7 @@ def speaks_next(flow: dict, step: dict, then: Any) -> bool:
 def run_event_wait(turn: Turn, run: Run, step: dict) -> None:
     """Event ``wait`` step: park until the event or ``upTo`` (default 30d), never snapped (runtime.md §3.6.3)."""
     wait = step["wait"]
-    at = turn.now + timedelta(milliseconds=duration_ms(wait.get("upTo") or DEFAULT_UP_TO))
+    at = turn.given.now + timedelta(milliseconds=duration_ms(wait.get("upTo") or DEFAULT_UP_TO))
     park(turn, run, f"{run.id}:{run.step_id}:{to_ms(at)}", at, kind="event", event=wait["event"])
     write_line(turn, run, "wait", "waiting", code="awaiting-event", detail=wait["event"], key=step_key(run),
                until=iso(at))
