@@ -11,8 +11,8 @@ import re
 
 from hypothesis import given, strategies as st
 
-from falai import (PLACEHOLDER, JS_PREFIXED, Scope, ScriptedProvider, StreamDecoder, _fill_placeholders, _tidy,
-                   compact_history, falai, find_json_object, js_number, lenient_loads, render)
+from falai import PLACEHOLDER, JS_PREFIXED, Scope, ScriptedProvider, _fill_placeholders, _tidy, falai, js_number, render
+from falai_calls import StreamDecoder, compact_history, find_json_object, lenient_loads
 from fuzz_scenarios import fuzz_settings
 
 READER_SETTINGS = fuzz_settings(400)

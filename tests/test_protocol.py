@@ -8,7 +8,9 @@ import pytest
 
 from fake_model_server import check_anthropic, check_chat, check_gemini
 from falai import FlowConfigurationError, Generation, ScriptedProvider, ScriptError, fake_clock, falai
-from falai import lean_field_item, lean_schema, lean_speak_schema, lexical_top
+from falai import lexical_top
+from falai_calls import lean_field_item
+from falai_protocols import lean_schema, lean_speak_schema
 from falai_providers import _anthropic_native_ok, _anthropic_schema, is_strict_schema
 from request_bodies import (GOLDEN, RICH_SCRIPT, VENDORS, capture, rich_conversation, triage_agent,
                             triage_conversation, wire_bodies)
@@ -355,7 +357,7 @@ def test_the_understand_schema_bounds_ids_lists_and_scores():
 def test_with_max_candidates_flow_ids_stay_free_strings():
     """An enum of every flow would put the whole catalog back into each call that max_candidates keeps small."""
     from conftest import build
-    from falai import lean_parts
+    from falai_protocols import lean_parts
 
     flows = [{"id": f"f{i}", "on": [{"message": [f"quero {i}"]}], "steps": [{"id": "s", "prompt": "Oi."}]}
              for i in range(3)]
