@@ -174,7 +174,7 @@ def test_the_stream_decoder_reads_incrementally_what_a_fresh_read_gives(text, st
 
 def reference_compaction_fallback(history, max_tokens, keep):
     """model-calls.md §9.3-§9.4 as written, for a summary call that fails: (history, calls)."""
-    from falai import estimate_tokens
+    from falai_calls import estimate_tokens
     threshold = max_tokens * 0.8
     if estimate_tokens(history) < threshold:
         return history, 0
