@@ -6,32 +6,46 @@ the wakes to schedule and the session to save. falai never sends, never sleeps
 and never saves: the host does.
 
 Sections, in the order data flows through a turn: what a turn is built from
-(1-7), the turn itself (8-11), then what lives beside it (12-14).
+(1-7), then the turn itself (8-10).
 
    1. Public types ............ _FieldWise, _Record, the API's dataclasses, the provider seam, OUTCOME_MESSAGES
-   2. Errors .................. FalaiError and its four subclasses, classify_error
+   2. Errors .................. FalaiError and its four subclasses, ScriptError, classify_error
    3. Time .................... durations, ISO text, epoch milliseconds, clocks, fake_clock
-   4. Templates and predicates  JavaScript-style values, {{data.x}} rendering, judge()
+   4. Templates and predicates  JavaScript-style values, {{data.x}} rendering, judge(), show()
    5. Fields .................. known values, coercion of model values, nullable schemas
    6. The toolkit ............. falai(), Agent: construction and its per-agent parts
    7. The session ............. Session, Run, writing and reading the v4 blob
    8. The turn ................ run_turn(): ingest, understand, decide, run, speak, settle
    9. Runs and steps .......... outcome lines, start_run(), move_run(), advance(), each step kind
-  10. Model calls ............. what the engine asks of falai_calls and gets back (the calls and
-                                their protocols live in falai_calls and falai_protocols)
-  11. Streaming ............... in falai_calls: the envelope stream decoder
-  12. Construction checks ..... validate_flow (shape, then names), check_flow, check_agent
-  13. JSON and migration ...... from_spec, to_spec, flow_spec_schema, migrate_session, history events
-  14. Testing helpers, stores . ScriptedProvider, MemoryScheduler, Store, MemoryStore, the row rules
+  10. Model calls ............. UnderstandAsk, Judgement, SpeakAsk, Spoken, Deferred: what the engine
+                                hands falai_calls and gets back
+
+What stands on its own lives beside this file, in sibling modules (falai_*.py):
+
+   falai_calls ....... the model calls: prompts, the understand and speak calls, tool rounds,
+                       compaction, the stream decoder (StreamDecoder)
+   falai_protocols ... the two protocols the calls follow, Lean and V4, one object each
+   falai_checks ...... validate_flow, check_flow, check_agent: the construction checks
+   falai_spec ........ from_spec, to_spec, flow_spec_schema, migrate_session, load_registry,
+                       history_to_events, events_to_history
+   falai_testing ..... ScriptedProvider, MemoryScheduler
+   falai_stores ...... Store, MemoryStore, the row rules, SQLiteStore, PostgresStore, RedisStore
+   falai_providers ... the HTTP model providers (requests)
+   falai_cli ......... the command line, ``python -m falai``
+   falai_host ........ the production host (queue workers, webhooks)
+
+``import falai`` is all a user needs and loads none of them: a public name that
+lives in a sibling (PUBLIC_ELSEWHERE, after ``__all__``) loads its module on
+first use. A sibling imports from falai only the API and the names
+FOR_SIBLING_MODULES lists; falai calls a sibling through its module object.
 
 A reading path for a first visit: run_turn() (section 8) is the whole turn,
 one line per phase; read on through ingest(), understand_message(), decide(),
 run_phase(), choose_speaker() and settle(), then move_run(), advance() and the
-step kinds (9), then falai_calls.understand() and falai_calls.speak(). Sections 11-14 never
-decide anything in a turn: skip them until you need them (the construction
-checks of section 12 run once, when an agent is built). The spec's numbers sit in
-one block right after ``__all__``, and SIBLING_IMPORTS names the internal
-helpers the sibling modules may import.
+step kinds (9), then falai_calls.understand() and falai_calls.speak(). The other
+sibling modules never decide anything in a turn: skip them until you need them (the
+construction checks run once, when an agent is built). The spec's numbers sit
+in one block right after ``__all__``.
 
 A section opens with a banner ``# N. Name ####``; its parts with
 ``# Part (spec section) ----``. The spec lives in ``docs/spec``; comments
@@ -81,26 +95,59 @@ __all__ = [
     "InvalidSessionError",
 ]
 
-# The internal helpers, outside __all__, that falai_providers, falai_stores and falai_cli may import
-# (tests/test_imports.py holds them to this list). Renaming one of these breaks a sibling module.
-SIBLING_IMPORTS = {
-    "falai_providers": ("compact_json", "parse_iso", "reused", "to_ms"),
-    "falai_calls": ("DEBUG", "FIELD_ENVELOPES_KEPT", "MAX_NESTING", "UNDERSTAND_PLANS_KEPT",
-                    "UNSERIALIZABLE", "Scope", "Deferred", "Judgement", "SpeakAsk", "Spoken",
-                    "UnderstandAsk", "add_usage",
-                    "check_compaction", "closed_object", "coerce_field", "compact_json", "error_text",
-                    "field_description", "first_trigger", "flows_by_trigger", "is_known", "js_number",
-                    "js_number_text", "log", "log_swallowed", "merge_patch", "nests_deeper",
-                    "nullable_envelope", "read_boolean", "render", "reused", "split_phrases", "tool_pool",
-                    "triggers_of", "value_text"),
-    "falai_protocols": ("Scope", "SpeakAsk", "UnderstandAsk", "closed_object", "compact_json",
-                        "extract_mode", "is_known", "message_trigger", "triggers_of"),
-    "falai_stores": ("ABSENT", "BLOB_NESTING", "check_expected_version", "check_session_id",
-                     "check_table_name", "decode_session_row", "encode_session_row",
-                     "saved_session", "store_now_text"),
-    "falai_cli": ("_Checks", "_flow_frame", "check_flow_shape", "iso", "nests_deeper", "parse_iso",
-                  "strip_nones", "system_clock"),
+# The public names that live in a sibling module, loaded on first use (PEP 562): ``falai.X`` and
+# ``from falai import X`` import the module then, so ``import falai`` stays the engine alone.
+PUBLIC_ELSEWHERE = {
+    "validate_flow": "falai_checks", "check_flow": "falai_checks",
+    "from_spec": "falai_spec", "to_spec": "falai_spec", "flow_spec_schema": "falai_spec",
+    "migrate_session": "falai_spec", "history_to_events": "falai_spec",
+    "events_to_history": "falai_spec", "load_registry": "falai_spec",
+    "ScriptedProvider": "falai_testing", "MemoryScheduler": "falai_testing",
+    "Store": "falai_stores", "MemoryStore": "falai_stores",
 }
+
+# The names outside __all__ that the sibling modules (falai_*.py) import from falai. A sibling
+# imports from falai, at its top, only names without a leading underscore: the public API and
+# these. falai reaches a sibling only through its module object, imported in the function that
+# calls it, so ``import falai`` loads no sibling and any module may be imported first.
+# tests/test_imports.py holds every sibling to this tuple. Renaming one of these breaks a sibling.
+FOR_SIBLING_MODULES = (
+    "ABSENT", "BLOB_NESTING", "FIELD_FORMATS", "MAX_DURATION", "MAX_NESTING",
+    "PLACEHOLDER", "article", "as_definition", "claim_prefix", "closed_object", "compact_json",
+    "describe_blob_value", "extract_mode", "flow_error", "from_ms",
+    "is_duration", "is_known", "is_too_long", "is_whole", "iso", "json_copy", "json_equal",
+    "json_literal", "listed_values", "nests_deeper", "parse_iso", "reused", "show",
+    "split_phrases", "strip_nones", "system_clock", "to_ms",
+    # for falai_calls and falai_protocols: the engine's side of the model calls, and what they read
+    "DEBUG", "FIELD_ENVELOPES_KEPT", "UNDERSTAND_PLANS_KEPT", "UNSERIALIZABLE", "Deferred",
+    "Judgement", "Scope", "SpeakAsk", "Spoken", "UnderstandAsk", "add_usage", "coerce_field",
+    "error_text", "field_description", "first_trigger", "flows_by_trigger", "js_number",
+    "js_number_text", "log", "log_swallowed", "merge_patch", "message_trigger", "nullable_envelope",
+    "read_boolean", "render", "tool_pool", "triggers_of", "value_text",
+)
+
+if TYPE_CHECKING:       # what a type checker sees for the names PUBLIC_ELSEWHERE loads on use
+    from falai_checks import check_flow, validate_flow
+    from falai_spec import (events_to_history, flow_spec_schema, from_spec, history_to_events,
+                            load_registry, migrate_session, to_spec)
+    from falai_stores import MemoryStore, Store
+    from falai_testing import MemoryScheduler, ScriptedProvider
+
+
+def __getattr__(name: str) -> Any:
+    """A public name that lives in a sibling module, imported on first use (PEP 562)."""
+    module = PUBLIC_ELSEWHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'falai' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value         # the next lookup finds it without coming here
+    return value
+
+
+def __dir__() -> list[str]:
+    """``__all__`` and the module's dunders: what ``dir(falai)`` shows is the API."""
+    return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})
 
 
 class _FalaiLog:
@@ -603,6 +650,14 @@ class SessionConflictError(FalaiError):
             text = (f'[SessionConflictError] Session "{session_id}" was modified concurrently: expected '
                     f"version {expected_version}, found {found}. Reload the session and retry the operation.")
         super().__init__(text)
+
+
+class ScriptError(RuntimeError):
+    """A strict ScriptedProvider's script does not fit the calls the engine made: the test is wrong.
+
+    The engine lets it through instead of treating it as a provider failure, so
+    ``turn()`` raises it and the test fails where the script went wrong.
+    """
 
 
 ERROR_KINDS = ("aborted", "timeout", "network", "overload", "rate", "quota", "entitlement",
@@ -1239,6 +1294,115 @@ def split_phrases(phrases: list[str]) -> tuple[list[str], list[str]]:
     return plain, excluded
 
 
+# How a message names a value (persistence.md §1.10: show, expected) --------------------------
+#
+# Shared by the construction checks, the blob reader and the model calls: each names a value
+# in a message the same way.
+
+class _Absent:
+    """The value of a key that is not there: ``show`` and ``describe_blob_value`` print it as
+    `missing`."""
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT = _Absent()
+
+
+def flow_error(where: str, what: str, fix: str) -> NoReturn:
+    raise FlowConfigurationError(f"{where}: {what}. {fix}")
+
+
+FLOW_NESTING = 96   # a flow's own levels (8 at most above a value, in a branch's equals) + a value's
+
+
+def strip_nones(value: Any) -> Any:
+    """A copy with every None-valued dict key dropped, at any depth (persistence.md §1.7 step 1).
+
+    Lists keep their length (a None inside one stays, so the shape check can
+    report it); callables and other leaves are kept as they are. A flow nested
+    deeper than FLOW_NESTING raises FlowConfigurationError: the copies a turn
+    makes of its values never recurse without bound (docs/guide/limits.md).
+    """
+    if nests_deeper(value, FLOW_NESTING):
+        flow_error("flow", f"nests lists and dicts deeper than {FLOW_NESTING} levels",
+                    f"Flatten its values: a value may nest {MAX_NESTING} levels.")
+    return _strip_nones(value)
+
+
+def _strip_nones(value: Any, in_equals: bool = False) -> Any:
+    """``in_equals``: the dict is a condition's ``equals``. One whose every value is None tests
+    nothing (a strict FlowSpec writes "no test" as ``"equals": null``), so it keeps them for the
+    check to refuse; otherwise a None there is the strict schema's "not given" and goes."""
+    if isinstance(value, dict):
+        keep = in_equals and bool(value) and all(item is None for item in value.values())
+        return {key: _strip_nones(item, key == "equals") for key, item in value.items()
+                if item is not None or keep}
+    if isinstance(value, list):
+        return [_strip_nones(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_strip_nones(item) for item in value)
+    return value
+
+
+def json_literal(value: Any) -> str:
+    """A value as JavaScript's JSON.stringify writes it: 429.0 -> 429, non-ASCII kept."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return js_number_text(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(json_literal(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{json.dumps(str(k), ensure_ascii=False)}:{json_literal(v)}"
+                              for k, v in value.items()) + "}"
+    return json.dumps(str(value), ensure_ascii=False)
+
+
+def show(value: Any) -> str:
+    """How a message names a value (persistence.md §1.10, *show*).
+
+    A string is its JSON literal, cut to 37 characters plus "..." past 40
+    (characters are code points; JavaScript counts UTF-16 units).
+    """
+    if value is ABSENT:
+        return "missing"
+    if value is None or isinstance(value, (bool, int, float)):
+        return json_literal(value)
+    if isinstance(value, str):
+        text = json_literal(value)
+        return text if len(text) <= 40 else text[:37] + "..."
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return "a function" if callable(value) else "an object"
+
+
+def is_whole(value: Any) -> bool:
+    """An int, or a float with no fraction (3.0); never a bool."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)
+                                      and value.is_integer())
+
+
+def article(word: str) -> str:
+    return "an" if word[:1] in ("a", "e", "i", "o", "u") else "a"
+
+
+def listed_values(values: Any) -> str:
+    return ", ".join(json_literal(value) for value in values)
+
+
+def as_definition(value: Any) -> dict:
+    """A field or parameter definition, {} when the host gave something else."""
+    return value if isinstance(value, dict) else {}
+
+
 # 5. Fields ####################################################################################
 
 def is_known(value: Any) -> bool:
@@ -1257,7 +1421,7 @@ def extract_mode(definition: dict) -> str:
 
 def model_fields(fields: dict, slugs: list[str]) -> list[str]:
     """The slugs a model call may be offered: all but the tool-only fields (extract "never")."""
-    return [slug for slug in slugs if extract_mode(_as_definition(fields.get(slug))) != "never"]
+    return [slug for slug in slugs if extract_mode(as_definition(fields.get(slug))) != "never"]
 
 
 def merge_patch(data: dict, patch: dict) -> None:
@@ -1474,7 +1638,8 @@ class _Kit:
 
     def from_spec(self, spec: dict) -> dict:
         """A stored FlowSpec as a flow dict (persistence.md §1.7)."""
-        return from_spec(spec)
+        import falai_spec       # here, not at import: only a flow read from JSON needs it
+        return falai_spec.from_spec(spec)
 
     def action(self, *, parameters: dict, run: Callable, description: str | None = None) -> Action:
         """A host action a ``do`` step names (flows.md §9)."""
@@ -1585,6 +1750,7 @@ class Agent:
                                          f"{DEFAULT_MAX_TOOL_LOOPS} tool rounds.")
         self.protocol = protocol
         # How its model calls are laid out, and what they work out once (falai_protocols).
+        import falai_calls      # here, not at import: the model calls load with the first agent
         self.model_calls = falai_calls.for_protocol(protocol)
         self.max_candidates = max_candidates
         self._flow_facts: dict[int, tuple[dict, FlowFacts]] = {}   # flow_facts(), built on first use
@@ -1598,7 +1764,8 @@ class Agent:
         for flow in self.flows:
             if isinstance(flow, dict) and isinstance(flow.get("id"), str):
                 self.flow_by_id.setdefault(flow["id"], flow)
-        for warning in check_agent(self):
+        import falai_checks     # here, not at import: the checks run once, when an agent is built
+        for warning in falai_checks.check_agent(self):
             log.warning("[Agent] %s", warning)
 
     def turn(self, *, session_id: str, session: Session | dict | None = None,
@@ -2184,6 +2351,7 @@ class Turn:
         if self.compacted:
             return
         self.compacted = True
+        import falai_calls
         self.history, calls, usage = falai_calls.compact_history(self.agent, self.history)
         self.count(calls, usage)
 
@@ -2215,6 +2383,7 @@ def run_turn(agent: Agent, kwargs: dict, streaming: bool) -> Generator[str, None
     if speaker is not None:                                  # phase 6
         ask = speak_ask(turn, speaker)
         turn.compact_once()
+        import falai_calls
         spoken = yield from falai_calls.speak(agent, ask, streaming)
     turn.phase = "settle"
     settle(turn, speaker, spoken)                            # phase 7
@@ -2576,6 +2745,7 @@ def understand_message(turn: Turn) -> Understood:
     ask.fields = harvestable(turn, lead + asked_flows)
     if floor is None and found.catch_alls:
         ask.fields = unique_slugs([*ask.fields, *catch_all_fields(turn, ask, found.catch_alls[0])])
+    import falai_calls
     if not falai_calls.needs_understand_call(ask):
         return Understood(Judgement(), found)
     turn.compact_once()
@@ -3910,2260 +4080,6 @@ def tool_pool(agent: Agent) -> Any:
         return agent._tool_pool
 
 
-# 12. Construction checks ######################################################################
-
-# What falai() and f.agent() check before a flow can run (persistence.md §1.10-§1.11). Nothing here
-# decides anything in a turn: the toolkit (section 6) calls it, once, at construction.
-
-# validate_flow and the agent's construction checks (persistence.md §1.10-§1.11) ---------------
-#
-# validate_flow reads a flow in three phases (persistence.md §1.10): strip the
-# Nones, check the JSON's shape, then check every name and the step graph.
-# The first problem raises FlowConfigurationError with the message
-# "<where>: <what>. <fix>"; what runs but probably not as meant is a warning.
-
-RESERVED_CONDITIONS = ("equals", "known", "unknown", "not", "silenced")
-TRIGGER_KINDS = ("message", "mention", "silence", "event")
-INSTRUCTION_KINDS = ("must", "never", "should")
-
-
-class _Absent:
-    """The value of a key that is not there: ``show`` and ``describe_blob_value`` print it as `missing`."""
-
-    def __repr__(self) -> str:
-        return "ABSENT"
-
-
-ABSENT = _Absent()
-
-
-def _flow_error(where: str, what: str, fix: str) -> NoReturn:
-    raise FlowConfigurationError(f"{where}: {what}. {fix}")
-
-
-FLOW_NESTING = 96     # a flow's own levels (8 at most above a value, in a branch's equals) plus a value's
-
-
-def strip_nones(value: Any) -> Any:
-    """A copy with every None-valued dict key dropped, at any depth (persistence.md §1.7 step 1).
-
-    Lists keep their length (a None inside one stays, so the shape check can
-    report it); callables and other leaves are kept as they are. A flow nested
-    deeper than FLOW_NESTING raises FlowConfigurationError: the copies a turn
-    makes of its values never recurse without bound (docs/guide/limits.md).
-    """
-    if nests_deeper(value, FLOW_NESTING):
-        _flow_error("flow", f"nests lists and dicts deeper than {FLOW_NESTING} levels",
-                    f"Flatten its values: a value may nest {MAX_NESTING} levels.")
-    return _strip_nones(value)
-
-
-def _strip_nones(value: Any, in_equals: bool = False) -> Any:
-    """``in_equals``: the dict is a condition's ``equals``. One whose every value is None tests
-    nothing (a strict FlowSpec writes "no test" as ``"equals": null``), so it keeps them for the
-    check to refuse; otherwise a None there is the strict schema's "not given" and goes."""
-    if isinstance(value, dict):
-        keep = in_equals and bool(value) and all(item is None for item in value.values())
-        return {key: _strip_nones(item, key == "equals") for key, item in value.items()
-                if item is not None or keep}
-    if isinstance(value, list):
-        return [_strip_nones(item) for item in value]
-    if isinstance(value, tuple):
-        return tuple(_strip_nones(item) for item in value)
-    return value
-
-
-# How a message names a value (persistence.md §1.10: show, type name, expected) ----------------
-
-def json_literal(value: Any) -> str:
-    """A value as JavaScript's JSON.stringify writes it: 429.0 -> 429, non-ASCII kept."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return js_number_text(value)
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(json_literal(item) for item in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{json.dumps(str(k), ensure_ascii=False)}:{json_literal(v)}"
-                              for k, v in value.items()) + "}"
-    return json.dumps(str(value), ensure_ascii=False)
-
-
-def show(value: Any) -> str:
-    """How a message names a value (persistence.md §1.10, *show*).
-
-    A string is its JSON literal, cut to 37 characters plus "..." past 40
-    (characters are code points; JavaScript counts UTF-16 units).
-    """
-    if value is ABSENT:
-        return "missing"
-    if value is None or isinstance(value, (bool, int, float)):
-        return json_literal(value)
-    if isinstance(value, str):
-        text = json_literal(value)
-        return text if len(text) <= 40 else text[:37] + "..."
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    return "a function" if callable(value) else "an object"
-
-
-def type_name(value: Any) -> str:
-    """The JSON type a message names (persistence.md §1.10, *type name*)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, (list, tuple)):
-        return "list"
-    return "function" if callable(value) else "object"
-
-
-def is_whole(value: Any) -> bool:
-    """An int, or a float with no fraction (3.0); never a bool."""
-    if isinstance(value, bool):
-        return False
-    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value) and value.is_integer())
-
-
-def article(word: str) -> str:
-    return "an" if word[:1] in ("a", "e", "i", "o", "u") else "a"
-
-
-def expected_text(definition: dict) -> str:
-    """What a definition asks for: "a string", "an integer", "a list of strings" (*expected*)."""
-    if definition.get("type") == "array":
-        items = _as_definition(definition.get("items"))
-        return f"a list of {items.get('type') or 'value'}s"
-    kind = str(definition.get("type") or "value")
-    return f"{article(kind)} {kind}"
-
-
-def _quoted_kinds(kinds: list[str]) -> str:
-    """"a", "a" and "b", "a", "b" and "c"."""
-    quoted = [f'"{kind}"' for kind in kinds]
-    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
-
-
-def _listed_values(values: Any) -> str:
-    return ", ".join(json_literal(value) for value in values)
-
-
-def _as_definition(value: Any) -> dict:
-    """A field or parameter definition, {} when the host gave something else."""
-    return value if isinstance(value, dict) else {}
-
-
-def _has_key(mapping: Any, key: Any) -> bool:
-    """``key in mapping`` that is False for an unhashable key instead of raising."""
-    try:
-        return key in mapping
-    except TypeError:
-        return False
-
-
-# Matching (persistence.md §1.10, "Matching") --------------------------------------------------
-#
-# Values are never coerced. A definition whose type is none of the five known
-# ones puts no type rule on the value (inferred: parameter definitions are host
-# code and otherwise unchecked).
-
-def _type_fits(definition: dict, value: Any) -> bool:
-    kind = definition.get("type")
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind == "string":
-        return isinstance(value, str)
-    if kind == "boolean":
-        return isinstance(value, bool)
-    if kind == "number":
-        return number and (isinstance(value, int) or math.isfinite(value))
-    if kind == "integer":
-        return number and is_whole(value)
-    return True
-
-
-def _in_enum(definition: dict, value: Any) -> bool:
-    members = definition.get("enum")
-    if members is None:
-        return True
-    if isinstance(value, str) and "{{" in value:
-        return True   # a template's value is only known at run time
-    if isinstance(value, bool):
-        return False
-    return any(json_equal(member, value) for member in members)
-
-
-def _matches_scalar(definition: dict, value: Any) -> bool:
-    return _type_fits(definition, value) and _in_enum(definition, value)
-
-
-def matches_definition(definition: dict, value: Any) -> bool:
-    """Whether a value fits a field or parameter definition as written."""
-    if definition.get("type") == "array":
-        items = _as_definition(definition.get("items"))
-        return isinstance(value, (list, tuple)) and all(_matches_scalar(items, item) for item in value)
-    return _matches_scalar(definition, value)
-
-
-def _off_list(definition: dict, value: Any) -> tuple[str, str] | None:
-    """The mismatch rule: (listed values, the offending item's literal) when an item of the right
-    type is not listed, None when the type itself is wrong."""
-    is_array = definition.get("type") == "array"
-    scalar = _as_definition(definition.get("items")) if is_array else definition
-    if scalar.get("enum") is not None:
-        candidates = value if is_array and isinstance(value, (list, tuple)) else [value]
-        for item in candidates:
-            if _type_fits(scalar, item) and not _in_enum(scalar, item):
-                return _listed_values(scalar["enum"]), json_literal(item)
-    return None
-
-
-# Phase 1: shape -------------------------------------------------------------------------------
-
-def _list_check(value: Any, label: str, where: str, objects: bool = False) -> None:
-    """A list (or tuple) whose entries are all strings, or all dicts; absent passes."""
-    if value is ABSENT:
-        return
-    if not isinstance(value, (list, tuple)):
-        fix = (f"Write {label}: {json_literal([value])}." if isinstance(value, str) and not objects
-               else f"Write {label} as a list.")
-        _flow_error(where, f"{label} is {show(value)}, not a list", fix)
-    for i, item in enumerate(value):
-        if objects and not isinstance(item, dict):
-            _flow_error(where, f"{label}[{i}] is {show(item)}, not an object",
-                        f"Write each entry of {label} as an object.")
-        if not objects and not isinstance(item, str):
-            _flow_error(where, f"{label}[{i}] is {show(item)}, not text", f"Write each entry of {label} as a string.")
-
-
-def _condition_check(value: Any, label: str, where: str) -> None:
-    if value is ABSENT or callable(value) or isinstance(value, dict):
-        return
-    _flow_error(where, f"{label} is {show(value)}, not a condition",
-                'Write it as an object, e.g. { known: ["nome"] }.')
-
-
-def _target_check(value: Any, label: str, where: str) -> None:
-    if value is ABSENT or isinstance(value, str):
-        return
-    if isinstance(value, dict) and (isinstance(value.get("step"), str) or isinstance(value.get("flow"), str)):
-        _list_check(value.get("clear", ABSENT), f"{label}.clear", where)
-        if nests_deeper(value.get("input"), MAX_NESTING):   # it becomes a run's input (docs/guide/limits.md)
-            _flow_error(where, f"{label}.input nests lists and dicts deeper than {MAX_NESTING} levels",
-                        "Flatten it.")
-        return
-    _flow_error(where, f"{label} is {show(value)}, not a step id or a target",
-                'Write a step id, "end", { step: "id" } or { flow: "id" }.')
-
-
-def _instructions_check(owner: dict, where: str) -> None:
-    instructions = owner.get("instructions", ABSENT)
-    _list_check(instructions, "instructions", where, objects=True)
-    if instructions is ABSENT:
-        return
-    for i, instruction in enumerate(instructions):
-        label = f"instructions[{i}]"
-        if "kind" in instruction and instruction["kind"] not in INSTRUCTION_KINDS:
-            what = f'{label}.kind is {show(instruction["kind"])}, which is not one of "must", "never", "should"'
-            _flow_error(where, what, "Use one of them.")
-        if not isinstance(instruction.get("prompt"), str):
-            _flow_error(where, f"{label}.prompt is {show(instruction.get('prompt', ABSENT))}, not text",
-                        "Write the rule as a sentence.")
-        when = instruction.get("when", ABSENT)
-        if not isinstance(when, str):
-            _list_check(when, f"{label}.when", where)
-        _condition_check(instruction.get("if", ABSENT), f"{label}.if", where)
-
-
-def body_kinds(step: dict) -> list[str]:
-    """The kinds a step's body carries, in the order of persistence.md §1.6."""
-    kinds = []
-    if step.get("collect") is not None:
-        kinds.append("collect")
-    elif step.get("prompt") is not None:
-        kinds.append("prompt")
-    for key in ("say", "do"):
-        if step.get(key) is not None:
-            kinds.append(key)
-    if step.get("wait") is not None:
-        kinds.append("wait" if isinstance(step["wait"], str) else "waitEvent")
-    if step.get("if") is not None:
-        kinds.append("if")
-    return kinds
-
-
-def _step_shape(step: dict, where: str) -> None:
-    """T1-T13 of persistence.md §1.10, in order."""
-    kinds = body_kinds(step)
-    if not kinds:
-        _flow_error(where, f"does nothing; {_keys_found(step, BODY_KEYS)}",
-                    "A step talks (`prompt` / `collect`), says (`say`), acts (`do`), waits (`wait`) or forks (`if`).")
-    if len(kinds) > 1:
-        _flow_error(where, f"mixes {_quoted_kinds(kinds)}", "A step does one thing. Split it into one step per kind.")
-    if "kind" in step and step["kind"] != kinds[0]:
-        _flow_error(where, f'has kind {show(step["kind"])}, but its body is a "{kinds[0]}" step',
-                    f'Set kind to "{kinds[0]}", or change the body to match.')
-    for key in ("say", "prompt", "question"):
-        if key in step and not isinstance(step[key], str):
-            _flow_error(where, f"{key} is {show(step[key])}, not text", f"Write {key} as a string.")
-    _list_check(step.get("collect", ABSENT), "collect", where)
-    _list_check(step.get("tools", ABSENT), "tools", where)
-    if "ask" in step and not isinstance(step["ask"], dict):
-        _flow_error(where, f"ask is {show(step['ask'])}, not an object", 'Write ask as { field: "how to ask" }.')
-    if "with" in step and not isinstance(step["with"], dict):
-        _flow_error(where, f"with is {show(step['with'])}, not an object", "Write with as { parameter: value }.")
-    if "maxAsks" in step:
-        asks = step["maxAsks"]
-        if not is_whole(asks) or asks < 1:
-            _flow_error(where, f"maxAsks is {show(asks)}, not a whole number of 1 or more", "Write a number like 3.")
-    wait = step.get("wait", ABSENT)
-    if wait is not ABSENT and not isinstance(wait, str) and not (
-            isinstance(wait, dict) and isinstance(wait.get("event"), str)):
-        _flow_error(where, "wait has no event",
-                    'Write wait: { event: "name" } to wait for an event, or a duration like "1h".')
-    _condition_check(step.get("if", ABSENT), "if", where)
-    for key in ("then", "else", "onFail"):
-        _target_check(step.get(key, ABSENT), key, where)
-    _instructions_check(step, where)
-    branches = step.get("branches", ABSENT)
-    _list_check(branches, "branches", where, objects=True)
-    for j, branch in enumerate([] if branches is ABSENT else branches):
-        if "when" in branch and not isinstance(branch["when"], str):
-            _flow_error(where, f"branches[{j}].when is {show(branch['when'])}, not text",
-                        "Write the condition as one sentence.")
-        _condition_check(branch.get("if", ABSENT), f"branches[{j}].if", where)
-        _target_check(branch.get("then", ABSENT), f"branches[{j}].then", where)
-
-
-class _Checks:
-    """Where the problems of one flow go (issue 9).
-
-    Each check runs as a unit: a step, a trigger, one flow-level key. Raising
-    (the default) lets the first unit's FlowConfigurationError through, so the
-    first error is the one validate_flow has always raised; collecting records
-    it as a Problem and goes on with the next unit. Warnings are recorded either way.
-    """
-
-    def __init__(self, collect: bool = False):
-        self.collect = collect
-        self.problems: list[Problem] = []
-        self.failed: set[tuple] = set()
-
-    def run(self, path: tuple, check: Callable, *args: Any) -> bool:
-        """Run one unit; False when it found an error (collecting only)."""
-        if self.broken(path):
-            return False           # its shape is already reported; its names cannot be read
-        try:
-            check(*args)
-            return True
-        except FlowConfigurationError as error:
-            if not self.collect:
-                raise
-            self.problems.append(Problem("error", list(path), str(error).removeprefix("[FlowConfigurationError] ")))
-        except Exception:
-            if not (self.collect and self.failed):
-                raise
-            # a later unit tripped over a shape problem that is already reported: nothing new to say
-        self.failed.add(path)
-        return False
-
-    def broken(self, path: tuple) -> bool:
-        """A unit at ``path`` or around it already failed."""
-        return any(path[:n] in self.failed for n in range(len(path) + 1))
-
-    def warn(self, path: tuple, message: str) -> None:
-        self.problems.append(Problem("warning", list(path), message))
-
-
-def _flow_frame(flow: Any) -> None:
-    """S1-S2: a flow is an object with a steps list; nothing else can be read without them."""
-    if not isinstance(flow, dict):
-        _flow_error("flow", f"is {show(flow)}, not an object", "Pass the flow itself: { id, name, steps }.")
-    where = f'flow "{flow["id"]}"' if isinstance(flow.get("id"), str) else "flow"
-    if not isinstance(flow.get("steps"), (list, tuple)):
-        found = f"; {_keys_found(flow, ['steps'])}" if "steps" not in flow else ""
-        _flow_error(where, f"has no steps list{found}", "Write steps as a list, even an empty one.")
-
-
-def _flow_key_shape(flow: dict, key: str, where: str) -> None:
-    """S3-S8 for one flow-level key."""
-    if key in ("description", "anchor"):
-        if key in flow and not isinstance(flow[key], str):
-            _flow_error(where, f"{key} is {show(flow[key])}, not text", f"Write {key} as a string.")
-    elif key in ("collect", "clearOnStart", "tools"):
-        _list_check(flow.get(key, ABSENT), key, where)
-    elif key == "onEnd":
-        if "onEnd" in flow and flow["onEnd"] not in ("end", "stay", "reset"):
-            _flow_error(where, f'onEnd is {show(flow["onEnd"])}, which is not one of "end", "stay", "reset"',
-                        "Use one of them.")
-    elif key == "while":
-        _condition_check(flow.get("while", ABSENT), "while", where)
-    elif key == "instructions":
-        _instructions_check(flow, where)
-
-
-def _trigger_shape(trigger: dict, trigger_where: str) -> None:
-    _list_check(trigger.get("message", ABSENT), "message", trigger_where)
-    _list_check(trigger.get("mention", ABSENT), "mention", trigger_where)
-    _condition_check(trigger.get("if", ABSENT), "if", trigger_where)
-    repeat = trigger.get("repeat", ABSENT)
-    if repeat is not ABSENT and repeat not in ("once", "always") and not (
-            isinstance(repeat, dict) and isinstance(repeat.get("cooldown"), str)):
-        _flow_error(trigger_where, f"repeat is {show(repeat)}", 'Use "once", "always" or { cooldown: "24h" }.')
-
-
-def _not_an_object(where: str, label: str, i: int, item: Any) -> None:
-    _flow_error(where, f"{label}[{i}] is {show(item)}, not an object", f"Write each entry of {label} as an object.")
-
-
-def step_where(flow_where: str, step: Any, n: int) -> str:
-    """``flow "f", step "id"``, or ``step #n`` (from 1) when the id is not a string (S9)."""
-    step_id = step.get("id") if isinstance(step, dict) else None
-    return f'{flow_where}, step "{step_id}"' if isinstance(step_id, str) else f"{flow_where}, step #{n}"
-
-
-def check_flow_shape(flow: Any, checks: _Checks | None = None) -> None:
-    """Phase 1 (persistence.md §1.10, S1-S9): every value is the right kind of JSON.
-
-    Reads a stripped flow; ``from_spec`` runs this too. Raises on the first
-    problem unless ``checks`` collects.
-    """
-    checks = checks or _Checks()
-    _flow_frame(flow)
-    where = f'flow "{flow["id"]}"' if isinstance(flow.get("id"), str) else "flow"
-    for key in ("description", "anchor", "collect", "clearOnStart", "tools", "onEnd", "while", "instructions"):
-        checks.run((key,), _flow_key_shape, flow, key, where)
-    on = flow.get("on", ABSENT)
-    if on is not ABSENT and not isinstance(on, (list, tuple)):
-        checks.run(("on",), _list_check, on, "on", where, True)
-    else:
-        triggers = list(enumerate(_items(on)))
-        for i, trigger in triggers:
-            if not isinstance(trigger, dict):
-                checks.run(("on", i), _not_an_object, where, "on", i, trigger)
-        for i, trigger in triggers:
-            if isinstance(trigger, dict):
-                checks.run(("on", i), _trigger_shape, trigger, f"{where}, trigger #{i + 1}")
-    steps = list(enumerate(flow["steps"]))
-    for i, step in steps:
-        if not isinstance(step, dict):
-            checks.run(("steps", i), _not_an_object, where, "steps", i, step)
-    for i, step in steps:
-        if isinstance(step, dict):
-            checks.run(("steps", i), _step_shape, step, step_where(where, step, i + 1))
-
-
-# Phase 2: names and the step graph ------------------------------------------------------------
-
-class _FlowNames(_Record):
-    """What a flow's names are checked against: the registries of persistence.md §1.10."""
-    __slots__ = ("fields", "actions", "events", "conditions", "tool_ids", "flow_ids")
-
-    def __init__(self, fields: dict, actions: dict, events: dict, conditions: dict, tool_ids: list,
-                 flow_ids: list | None) -> None:
-        self.fields = fields
-        self.actions = actions
-        self.events = events
-        self.conditions = conditions
-        self.tool_ids = tool_ids
-        self.flow_ids = flow_ids        # None: targets naming a flow are not checked
-
-    @classmethod
-    def of(cls, registries: dict | None) -> _FlowNames:
-        registries = registries or {}
-        tools = registries.get("tools") or []
-        tool_ids = [tool if isinstance(tool, str) else tool.get("id") if isinstance(tool, dict)
-                    else getattr(tool, "id", None) for tool in tools]
-        flows = registries.get("flows")
-        flow_ids = None
-        if flows is not None:      # each id once, in order (one pass: an agent checks every flow with this)
-            flow_ids = list(dict.fromkeys(flow["id"] for flow in flows
-                                          if isinstance(flow, dict) and isinstance(flow.get("id"), str)))
-        return cls(fields=registries.get("fields") or {}, actions=registries.get("actions") or {},
-                   events=registries.get("events") or {}, conditions=registries.get("conditions") or {},
-                   tool_ids=tool_ids, flow_ids=flow_ids)
-
-
-def _field_check(slug: Any, names: _FlowNames, where: str, label: str) -> None:
-    if not _has_key(names.fields, slug):
-        _flow_error(where, f'unknown field "{slug}" in {label}', "Add it to the agent's fields or fix the slug.")
-
-
-def _tool_check(tools: Any, names: _FlowNames, where: str) -> None:
-    for tool in tools:
-        if tool not in names.tool_ids:
-            _flow_error(where, f'unknown tool "{tool}"', "Register it in the agent's tools or fix the name.")
-
-
-def _duration_check(value: Any, label: str, where: str) -> None:
-    if value is not ABSENT and not is_duration(value):
-        _flow_error(where, f'{label} has duration "{value}", which does not parse',
-                    'Write a number and a unit: "30s", "5m", "24h" or "3d".')
-    if value is not ABSENT and is_too_long(value):
-        _flow_error(where, f'{label} has duration "{value}", longer than the maximum "{MAX_DURATION}" (ten years)',
-                    "Use a shorter duration (docs/guide/limits.md).")
-
-
-def condition_names_check(condition: Any, label: str, where: str, names: _FlowNames) -> None:
-    """The names inside one JSON predicate (persistence.md §1.10; flows.md §14.3).
-
-    Absent and callables pass. Anything else that is not a dict fails as in the
-    shape check (inferred: agent and idle instructions reach this without one).
-    """
-    if condition is ABSENT or callable(condition):
-        return
-    _condition_check(condition, label, where)
-    for key, arg in condition.items():
-        if key == "equals":
-            if not isinstance(arg, dict):
-                _flow_error(where, f"{label}.equals is not an object", "Write equals as { field: value }.")
-            for slug, value in arg.items():
-                _field_check(slug, names, where, f"{label}.equals")
-                if value is None:   # kept only when every value is None (strip_nones)
-                    _flow_error(where, f'{label}.equals gives "{slug}" null, which a flow reads as '
-                                '"not set", so the condition would test nothing and always hold',
-                                f'For "not known" write {{ "unknown": ["{slug}"] }}.')
-                definition = _as_definition(names.fields[slug])
-                if matches_definition(definition, value):
-                    continue
-                off_list = _off_list(definition, value)
-                if off_list:
-                    listed, got = off_list
-                    _flow_error(where, f'{label}.equals gives "{slug}" {got}, which is not one of {listed}',
-                                "Use one of the listed values.")
-                kind, expected = type_name(value), expected_text(definition)
-                what = f'{label}.equals gives "{slug}" {article(kind)} {kind}, but the field is {expected}'
-                _flow_error(where, what, f"Write {expected}; values are not coerced.")
-        elif key in ("known", "unknown"):
-            if not isinstance(arg, (list, tuple)):
-                _flow_error(where, f"{label}.{key} is not a list", f"Write {key} as [field, ...].")
-            for slug in arg:
-                _field_check(str(slug), names, where, f"{label}.{key}")
-        elif key == "not":
-            if not isinstance(arg, dict) and not callable(arg):
-                _flow_error(where, f"{label}.not is {show(arg)}, not a condition",
-                            'Write it as an object, e.g. { "not": { "known": ["nome"] } }.')
-            condition_names_check(arg, f"{label}.not", where, names)
-        elif key == "silenced":
-            if not isinstance(arg, bool):
-                _flow_error(where, f"{label}.silenced is not a boolean", "Write true or false.")
-        elif not _has_key(names.conditions, key):
-            _flow_error(where, f'unknown condition "{key}" in {label}',
-                        "Register it in conditions or use equals, known, silenced.")
-
-
-def action_parameters(action: Any) -> dict:
-    """An action's parameter definitions: its ``parameters`` attribute, or key of a dict."""
-    parameters = action.get("parameters") if isinstance(action, dict) else getattr(action, "parameters", None)
-    return parameters if isinstance(parameters, dict) else {}
-
-
-def _with_check(name: str, parameters: dict, given: dict, where: str) -> None:
-    """The `with` check of persistence.md §1.10 (flows.md §9.2). A key the action does not take
-    that is the closest name of a missing parameter is a typo: it is named first, with the fix."""
-    missing = [str(p) for p in parameters if p not in given]
-    for key in given:
-        if key not in parameters and missing and closest(key, missing):
-            _flow_error(where, f'action "{name}" has no parameter "{key}"',
-                        f'Did you mean "{closest(key, missing)}"?')
-    for parameter, raw in parameters.items():
-        definition = _as_definition(raw)
-        if parameter not in given:
-            if not definition.get("optional"):
-                _flow_error(where, f'action "{name}" needs parameter "{parameter}"', "Add it to `with`.")
-            continue
-        value = given[parameter]
-        if matches_definition(definition, value):
-            continue
-        off_list = _off_list(definition, value)
-        if off_list:
-            expected, got, fix = f"one of {off_list[0]}", off_list[1], "Use one of the listed values."
-        else:
-            expected, got = expected_text(definition), type_name(value)
-            fix = "Values are not coerced; write the right type."
-            if isinstance(value, str) and "{{" in value:    # a template always renders text
-                fix = ('A template renders text: declare the parameter "type": "string" and '
-                       "convert it in your action.")
-        _flow_error(where, f'parameter "{parameter}" of action "{name}" must be {expected}, got {got}', fix)
-    for key in given:
-        if key not in parameters:
-            near = closest(key, [str(parameter) for parameter in parameters])
-            _flow_error(where, f'action "{name}" has no parameter "{key}"',
-                        f'Did you mean "{near}"?' if near else "Remove it or fix the name.")
-
-
-def _step_id_check(step: dict, n: int, where: str, position: dict) -> None:
-    step_id = step.get("id")
-    if not (isinstance(step_id, str) and step_id):
-        _flow_error(f"{where}, step #{n}", "has no id", "Give every step a unique id.")
-    if step_id == "end":
-        _flow_error(f'{where}, step "end"', 'uses the reserved id "end"', '"end" ends the run; pick another id.')
-    if step_id in position:
-        _flow_error(f'{where}, step "{step_id}"', "duplicates an earlier step id", "Give each step its own id.")
-    position[step_id] = n - 1
-
-
-def _flow_names_check(flow: dict, key: str, where: str, names: _FlowNames) -> None:
-    """N-rules for one flow-level key."""
-    if key in ("collect", "clearOnStart"):
-        for slug in flow.get(key, ()):
-            _field_check(slug, names, where, key)
-    elif key == "while":
-        condition_names_check(flow.get("while", ABSENT), "while", where, names)
-    elif key == "tools":
-        _tool_check(flow.get("tools", ()), names, where)
-
-
-def _instruction_names(instruction: dict, i: int, where: str, names: _FlowNames) -> None:
-    condition_names_check(instruction.get("if", ABSENT), f"instructions[{i}].if", where, names)
-
-
-def _trigger_names(trigger: dict, trigger_where: str, names: _FlowNames) -> None:
-    """N7 for one trigger."""
-    if not any(kind in trigger for kind in TRIGGER_KINDS):
-        _flow_error(trigger_where, f"names no trigger kind; {_keys_found(trigger, TRIGGER_KINDS)}",
-                    "A trigger is one of `message`, `mention`, `silence`, `event`. A flow the host starts itself "
-                    "has no `on` at all.")
-    if "event" in trigger and not _has_key(names.events, trigger["event"]):
-        _flow_error(trigger_where, f'unknown event "{trigger["event"]}"', "Register it in events or fix the name.")
-    _duration_check(trigger.get("silence", ABSENT), "silence", trigger_where)
-    _duration_check(trigger.get("after", ABSENT), "after", trigger_where)
-    if isinstance(trigger.get("repeat"), dict):
-        _duration_check(trigger["repeat"]["cooldown"], "repeat.cooldown", trigger_where)
-    condition_names_check(trigger.get("if", ABSENT), "if", trigger_where, names)
-    for kind in ("message", "mention"):
-        phrases = trigger.get(kind) or []
-        if phrases and not split_phrases(phrases)[0]:
-            fix = 'A "!" phrase rules the trigger out. Add at least one plain phrase saying when it should fire'
-            fix += ", or use an empty list for a catch-all." if kind == "message" else "."
-            _flow_error(trigger_where, f'every {kind} phrase starts with "!", so nothing can ever match it', fix)
-
-
-def check_flow_names(flow: dict, names: _FlowNames, checks: _Checks | None = None) -> list[str]:
-    """Phase 2 (persistence.md §1.10, N1-N8): names and the step graph; returns the warnings.
-
-    Raises on the first problem unless ``checks`` collects; the warnings go to
-    ``checks`` too, each with its path.
-    """
-    checks = checks or _Checks()
-    first = len(checks.problems)
-    if not (isinstance(flow.get("id"), str) and flow["id"]):
-        checks.run(("id",), _flow_error, "flow", "has no id", "Give the flow a short unique id.")
-        return []            # collecting: every other message names the flow by its id
-    where = f'flow "{flow["id"]}"'
-    if flow["id"].startswith("silence:"):    # its run wakes would read as silence wakes (runtime.md §3.2)
-        _flow_error(where, 'has an id starting with "silence:", the prefix of silence wake keys',
-                    "Rename the flow.")
-    steps = flow["steps"]
-    position: dict[str, int] = {}
-    for n, step in enumerate(steps, 1):
-        checks.run(("steps", n - 1), _step_id_check, step, n, where, position)
-    if flow.get("on") and not steps:
-        checks.run(("on",), _flow_error, where, "has triggers but no steps", "Add at least one step or remove `on`.")
-    for key in ("collect", "clearOnStart"):
-        checks.run((key,), _flow_names_check, flow, key, where, names)
-
-    step_collects = {slug for step in steps if isinstance(step, dict) and isinstance(step.get("collect"), list)
-                     for slug in step["collect"] if isinstance(slug, str)}
-    for slug in flow.get("collect", ()) if not checks.broken(("collect",)) else ():
-        if extract_mode(_as_definition(names.fields[slug])) == "asked" and slug not in step_collects:
-            checks.warn(("collect",), f'{where}: collect lists "{slug}", which is only taken from the answer to a '
-                        "step that asks it, and no step does. Add it to a step's collect, or set extract: "
-                        "'anywhere' on the field.")
-
-    checks.run(("while",), _flow_names_check, flow, "while", where, names)
-    checks.run(("tools",), _flow_names_check, flow, "tools", where, names)
-    for i, instruction in enumerate(_items(flow.get("instructions"))):
-        checks.run(("instructions", i), _instruction_names, instruction, i, where, names)
-
-    for n, trigger in enumerate(_items(flow.get("on")), 1):
-        checks.run(("on", n - 1), _trigger_names, trigger, f"{where}, trigger #{n}", names)
-
-    for i, step in enumerate(steps):
-        found: list[str] = []
-        checks.run(("steps", i), _step_names, step, i, where, position, names, found)
-        for text in found:
-            checks.warn(("steps", i), text)
-    return [p.message for p in checks.problems[first:] if p.severity == "warning"]
-
-
-def _step_names(step: dict, i: int, flow_where: str, position: dict, names: _FlowNames, warnings: list) -> None:
-    """The step rules of persistence.md §1.10 for the step at index i."""
-    where = f'{flow_where}, step "{step["id"]}"'
-
-    def edge(target: Any, label: str) -> int | None:
-        """Check one Next; the index it lands on, or None (persistence.md §1.10, edge check)."""
-        if target is ABSENT or target == "end":
-            return None
-        if isinstance(target, dict) and "flow" in target:
-            flow_id = target["flow"]
-            templated = isinstance(flow_id, str) and "{{" in flow_id
-            if names.flow_ids is not None and not templated and flow_id not in names.flow_ids:
-                fix = (f"Use one of {_listed_values(names.flow_ids)}, or add the flow." if names.flow_ids
-                       else "Add the flow to the agent.")
-                _flow_error(where, f'{label} names flow "{flow_id}", which this agent does not have', fix)
-            return None
-        step_id = target["step"] if isinstance(target, dict) else target
-        if step_id not in position:
-            _flow_error(where, f'{label} points at step "{step_id}", which does not exist',
-                        'Use an existing step id or "end".')
-        if isinstance(target, dict):
-            for slug in target.get("clear", ()):
-                _field_check(slug, names, where, f"{label}.clear")
-        lands = position[step_id]
-        if lands <= i and not (isinstance(target, dict) and target.get("clear")):
-            warnings.append(f'{where}: {label} jumps back to "{step_id}" without clear; the fields collected '
-                            "since stay known and those steps skip. Add clear: [...] to re-ask them.")
-        return lands
-
-    then_lands = edge(step.get("then", ABSENT), "then")
-    edge(step.get("else", ABSENT), "else")
-    if "collect" in step or "prompt" in step:
-        collect = step.get("collect", [])
-        for slug in collect:
-            _field_check(slug, names, where, "collect")
-        for slug in step.get("ask", {}):
-            _field_check(slug, names, where, "ask")
-        tool_only = [slug for slug in collect
-                     if extract_mode(_as_definition(names.fields[slug])) == "never"]
-        if tool_only and step.get("tools") != [] and names.tool_ids:
-            tool_only = []
-        if tool_only and not names.actions:
-            quoted = ", ".join(f'"{slug}"' for slug in tool_only)
-            warnings.append(f"{where}: collects {quoted}, which only a tool, an action or the "
-                            "host writes (extract: never), and this step offers no tool and the "
-                            "agent has no action, so the step waits until your host writes it. "
-                            "Offer the tool that writes it, or drop extract: never.")
-        if "question" in step and not collect:
-            _flow_error(where, "has a question but collects nothing",
-                        "A fixed question asks for fields: add collect, or send the text with a say step.")
-        asks = step.get("ask", {})
-        if (collect and "prompt" not in step and "question" not in step
-                and not any(is_known(asks.get(slug)) or is_known(_as_definition(names.fields[slug]).get("ask"))
-                            for slug in collect)):
-            quoted = ", ".join(f'"{slug}"' for slug in collect)
-            warnings.append(f"{where}: collects {quoted} with no prompt and no ask; the AI has nothing to go on. "
-                            "Add a prompt or an ask per field.")
-    for j, branch in enumerate(step.get("branches", ())):
-        if "when" not in branch and "if" not in branch:
-            _flow_error(where, f"branches[{j}] has neither when nor if",
-                        "Give the branch an AI condition (when) or a code one (if).")
-        if "when" in branch and "wait" in step:
-            _flow_error(where, f'branches[{j}] is a "when" branch, but a wait step is judged by code only',
-                        'Use "if", or move the branch to a talk step.')
-        condition_names_check(branch.get("if", ABSENT), f"branches[{j}].if", where, names)
-        edge(branch.get("then", ABSENT), f"branches[{j}].then")
-    for j, instruction in enumerate(step.get("instructions", ())):
-        condition_names_check(instruction.get("if", ABSENT), f"instructions[{j}].if", where, names)
-    _tool_check(step.get("tools", ()), names, where)
-    if "do" in step:
-        name = step["do"]
-        if not _has_key(names.actions, name):
-            _flow_error(where, f'unknown action "{name}"', "Register it in actions or fix the name.")
-        _with_check(name, action_parameters(names.actions[name]), step.get("with", {}), where)
-        edge(step.get("onFail", ABSENT), "onFail")
-    wait = step.get("wait", ABSENT)
-    if isinstance(wait, str):
-        _duration_check(wait, "wait", where)
-    elif isinstance(wait, dict):
-        if not _has_key(names.events, wait["event"]):
-            _flow_error(where, f'unknown event "{wait["event"]}" in wait', "Register it in events or fix the name.")
-        _duration_check(wait.get("upTo", ABSENT), "wait.upTo", where)
-    if "if" in step:
-        condition_names_check(step["if"], "if", where, names)
-        if then_lands is not None and then_lands <= i and "else" not in step:
-            back_to = step["then"]["step"] if isinstance(step["then"], dict) else step["then"]
-            _flow_error(where, f'"if" jumps back to "{back_to}" with no else',
-                        "Add else so the false branch has somewhere to go.")
-
-
-# Unknown keys and template references (issue 9) ------------------------------------------------
-#
-# Unknown keys stay in the flow (persistence.md §1.7 step 3); what is new is a
-# warning naming the key, where it is and the closest known key. The key lists
-# are the spec's tables: flows.md §3.1, §4, §5, §6, §12; persistence.md §1.2-§1.4.
-
-FLOW_KEYS = ("id", "name", "description", "on", "anchor", "while", "collect", "clearOnStart", "steps", "onEnd",
-             "instructions", "tools")
-TRIGGER_KEYS = (*TRIGGER_KINDS, "if", "repeat", "extract", "businessHours", "after")
-BODY_KEYS = ("collect", "prompt", "say", "do", "wait", "if")
-STEP_KEYS = ("id", "kind", "label", "then", "ui", *BODY_KEYS, "ask", "question", "maxAsks", "branches", "tools",
-             "instructions", "media", "once", "with", "onFail", "businessHours", "else")
-BRANCH_KEYS = ("when", "if", "then")
-INSTRUCTION_KEYS = ("id", "kind", "when", "if", "prompt")
-TARGET_KEYS = ("step", "clear", "flow", "input")
-WAIT_KEYS = ("event", "upTo")
-FIELD_KEYS = ("type", "enum", "label", "description", "ask", "extract", "format", "validate",
-              "correctable")
-PARAMETER_KEYS = ("type", "items", "enum", "description", "optional")
-IDLE_KEYS = ("prompt", "instructions", "tools")
-COMPACTION_KEYS = ("enabled", "maxTokens", "compactionThreshold", "preserveRecentCount", "maxToolResultChars")
-
-
-def _items(value: Any) -> list:
-    """A list or tuple as a list; anything else (already reported by the shape check) as []."""
-    return list(value) if isinstance(value, (list, tuple)) else []
-
-
-def closest(word: Any, candidates: Iterable[str]) -> str | None:
-    """The candidate a misspelt word most likely meant (difflib's ratio of 0.6 or more), or None."""
-    import difflib  # only when a check needs it: `import falai` stays quick
-    found = difflib.get_close_matches(str(word), list(candidates), n=1, cutoff=0.6)
-    return found[0] if found else None
-
-
-def _keys_found(mapping: dict, wanted: Iterable[str]) -> str:
-    """The keys a rejected object has, and the wanted key one of them probably meant."""
-    keys = [str(key) for key in mapping]
-    wanted = list(wanted)
-    if not keys:
-        return "it has no keys"
-    text = f'its only key is "{keys[0]}"' if len(keys) == 1 else f"its keys are {_quoted_kinds(keys)}"
-    for key in keys:
-        match = None if key in wanted else closest(key, wanted)
-        if match:
-            return f'{text} (did you mean "{match}" for "{key}"?)'
-    return text
-
-
-def unknown_key_warnings(mapping: Any, known: tuple, where: str) -> list[tuple[str, str]]:
-    """(key, warning) for each key of ``mapping`` that is not in ``known``."""
-    if not isinstance(mapping, dict):
-        return []
-    found = []
-    for key in mapping:
-        if key in known:
-            continue
-        match = closest(key, known)
-        fix = f'Did you mean "{match}"?' if match else "Remove it or fix the name."
-        found.append((key, f'{where}: unknown key "{key}" is kept but never read. {fix}'))
-    return found
-
-
-def _unknown_flow_keys(flow: dict, checks: _Checks) -> None:
-    """A warning per unknown key of the flow, its triggers, steps, branches, instructions, targets and waits."""
-    where = f'flow "{flow["id"]}"' if isinstance(flow.get("id"), str) else "flow"
-
-    def warn(mapping: Any, known: tuple, at: str, path: tuple) -> None:
-        for key, text in unknown_key_warnings(mapping, known, at):
-            checks.warn((*path, key), text)
-
-    def instructions(owner: dict, at: str, path: tuple) -> None:
-        for i, instruction in enumerate(_items(owner.get("instructions"))):
-            warn(instruction, INSTRUCTION_KEYS, f"{at}, instructions[{i}]", (*path, "instructions", i))
-
-    def target(value: Any, label: str, at: str, path: tuple) -> None:
-        if isinstance(value, dict):
-            warn(value, TARGET_KEYS, f"{at}, {label}", path)
-
-    warn(flow, FLOW_KEYS, where, ())
-    instructions(flow, where, ())
-    for i, trigger in enumerate(_items(flow.get("on"))):
-        at = f"{where}, trigger #{i + 1}"
-        warn(trigger, TRIGGER_KEYS, at, ("on", i))
-        extract = trigger.get("extract") if isinstance(trigger, dict) else None
-        for name, definition in (extract.items() if isinstance(extract, dict) else ()):
-            warn(definition, PARAMETER_KEYS, f'{at}, extract "{name}"', ("on", i, "extract", name))
-    for i, step in enumerate(flow["steps"]):
-        if not isinstance(step, dict):
-            continue
-        at = step_where(where, step, i + 1)
-        path = ("steps", i)
-        warn(step, STEP_KEYS, at, path)
-        instructions(step, at, path)
-        for key in ("then", "else", "onFail"):
-            target(step.get(key), key, at, (*path, key))
-        if isinstance(step.get("wait"), dict):
-            warn(step["wait"], WAIT_KEYS, f"{at}, wait", (*path, "wait"))
-        for j, branch in enumerate(_items(step.get("branches"))):
-            warn(branch, BRANCH_KEYS, f"{at}, branches[{j}]", (*path, "branches", j))
-            if isinstance(branch, dict):
-                target(branch.get("then"), f"branches[{j}].then", at, (*path, "branches", j, "then"))
-
-
-def template_reference_warnings(text: Any, label: str, where: str, fields: dict) -> list[str]:
-    """A warning per ``{{data.x}}`` whose field x is not declared, or ``{{x}}`` whose root is none of
-    data, context, input (flows.md §8.1: both are sent verbatim)."""
-    if not isinstance(text, str) or "{{" not in text:
-        return []
-    found = []
-    for match in PLACEHOLDER.finditer(text):
-        path = match.group(1)
-        root, _, rest = path.partition(".")
-        slug = rest.split(".")[0]
-        if root == "data" and slug not in fields:
-            near = closest(slug, [str(name) for name in fields])
-            fix = f'Did you mean {{{{data.{near}}}}}?' if near else "Declare the field or fix the name."
-            found.append(f'{where}: {label} refers to {match.group(0)}, but no field "{slug}" is declared, '
-                         f"so it is sent as written. {fix}")
-        elif root not in ("data", "context", "input"):
-            fix = (f"Did you mean {{{{data.{root}}}}}?" if root in fields
-                   else "A placeholder starts with data., context. or input.")
-            found.append(f"{where}: {label} refers to {match.group(0)}, which is none of data, context, input, "
-                         f"so it is sent as written. {fix}")
-    return found
-
-
-def _template_references(flow: dict, names: _FlowNames, checks: _Checks) -> None:
-    """The texts flows.md §8.3 renders with data in scope."""
-    where = f'flow "{flow["id"]}"' if isinstance(flow.get("id"), str) else "flow"
-
-    def check(text: Any, label: str, at: str, path: tuple) -> None:
-        for warning in template_reference_warnings(text, label, at, names.fields):
-            checks.warn(path, warning)
-
-    def deep(value: Any, label: str, at: str, path: tuple) -> None:
-        if isinstance(value, dict):
-            for key, item in value.items():
-                deep(item, f"{label}.{key}", at, (*path, key))
-        elif isinstance(value, (list, tuple)):
-            for i, item in enumerate(value):
-                deep(item, f"{label}[{i}]", at, (*path, i))
-        else:
-            check(value, label, at, path)
-
-    def instructions(owner: dict, at: str, path: tuple) -> None:
-        for i, instruction in enumerate(_items(owner.get("instructions"))):
-            if isinstance(instruction, dict):
-                check(instruction.get("prompt"), f"instructions[{i}].prompt", at, (*path, "instructions", i))
-
-    check(flow.get("description"), "description", where, ("description",))
-    instructions(flow, where, ())
-    for i, trigger in enumerate(_items(flow.get("on"))):
-        for kind in ("message", "mention"):
-            phrases = trigger.get(kind) if isinstance(trigger, dict) else None
-            for j, phrase in enumerate(_items(phrases)):
-                check(phrase, f"{kind}[{j}]", f"{where}, trigger #{i + 1}", ("on", i, kind, j))
-    for i, step in enumerate(flow["steps"]):
-        if not isinstance(step, dict):
-            continue
-        at, path = step_where(where, step, i + 1), ("steps", i)
-        for key in ("say", "prompt", "question"):
-            check(step.get(key), key, at, (*path, key))
-        if isinstance(step.get("ask"), dict):
-            for slug, text in step["ask"].items():
-                check(text, f"ask.{slug}", at, (*path, "ask", slug))
-        if "with" in step:
-            deep(step["with"], "with", at, (*path, "with"))
-        instructions(step, at, path)
-        for j, branch in enumerate(_items(step.get("branches"))):
-            if isinstance(branch, dict):
-                check(branch.get("when"), f"branches[{j}].when", at, (*path, "branches", j, "when"))
-        for key in ("then", "else", "onFail"):
-            if isinstance(step.get(key), dict):
-                check(step[key].get("flow"), f"{key}.flow", at, (*path, key, "flow"))
-
-
-def check_flow(spec: Any, registries: dict | None = None) -> list[Problem]:
-    """Every error and warning of a flow or FlowSpec at once, each with its path (issue 9; for editors and CI).
-
-    The same checks as ``validate_flow`` (persistence.md §1.10), plus the
-    unknown keys and the ``{{data.x}}`` references to fields that do not exist.
-    Errors come in the order validate_flow meets them, so the first is the one
-    it raises. A unit (a step, a trigger, a flow-level key) stops at its first
-    error; a unit whose shape is wrong has its names left unread. Never raises
-    for a bad flow, never mutates ``spec``.
-
-    ``[p.message for p in check_flow(spec, registries) if p.severity == "error"]``
-    """
-    checks = _Checks(collect=True)
-    flow = strip_nones(spec)
-    if not checks.run((), _flow_frame, flow):
-        return checks.problems
-    names = _FlowNames.of(registries)
-    check_flow_shape(flow, checks)
-    check_flow_names(flow, names, checks)
-    _unknown_flow_keys(flow, checks)
-    if registries is not None and "fields" in registries:
-        _template_references(flow, names, checks)
-    return checks.problems
-
-
-def validate_flow(spec: Any, registries: dict | None = None, *, strict: bool = False) -> FlowValidation:
-    """Check a flow or FlowSpec against the agent's registries (persistence.md §1.10).
-
-    Raises FlowConfigurationError on the first problem that would break at run
-    time; otherwise returns the warnings. With ``strict=True`` a warning raises
-    too (the first one). Never mutates ``spec``. ``check_flow`` lists them all.
-
-    ``validate_flow(spec, {"fields": f.fields, "actions": {"notify": notify}}).warnings``
-    """
-    problems = check_flow(spec, registries)
-    for problem in problems:
-        if problem.severity == "error":
-            raise FlowConfigurationError(problem.message)
-    warnings = [problem.message for problem in problems]
-    if strict and warnings:
-        raise FlowConfigurationError(warnings[0])
-    return FlowValidation(warnings=warnings)
-
-
-# Agent construction (persistence.md §1.11, model-calls.md §6.9 and §9.1) ----------------------
-
-def _scope_instructions_check(instructions: Any, where: str, names: _FlowNames) -> None:
-    """Agent or idle instructions: their shape (inferred: nothing else checks it), then their names."""
-    owner = strip_nones({"instructions": instructions})
-    _instructions_check(owner, where)
-    for i, instruction in enumerate(owner["instructions"]):
-        condition_names_check(instruction.get("if", ABSENT), f"instructions[{i}].if", where, names)
-
-
-def _check_idle(idle: Any, names: _FlowNames) -> None:
-    if idle == "silent":
-        return
-    if not isinstance(idle, dict):
-        _flow_error("idle", f"is {show(idle)}, not an object",
-                    'Write idle as { prompt: "..." }, or "silent" for no idle replies.')
-    idle = strip_nones(idle)
-    if "instructions" in idle:
-        _scope_instructions_check(idle["instructions"], "idle", names)
-    tools = idle.get("tools", ABSENT)
-    _list_check(tools, "tools", "idle")
-    if tools is not ABSENT:
-        _tool_check(tools, names, "idle")
-
-
-# model-calls.md §9.1: (key, required, rule, rule text, fix). The rule
-# texts of the two counts say "whole number" because the engine slices by them.
-_COMPACTION_RULES = (
-    ("maxTokens", True, lambda v: v > 0, "more than 0",
-     "Set it to how many tokens the history may take, such as 8000"),
-    ("compactionThreshold", False, lambda v: 0.5 <= v <= 0.95, "between 0.5 and 0.95",
-     "Use 0.8 unless you measured otherwise"),
-    ("preserveRecentCount", False, lambda v: is_whole(v) and v >= 2, "a whole number of 2 or more",
-     "Keep at least the last question and its answer; the default is 4"),
-    ("maxToolResultChars", False, lambda v: is_whole(v) and v >= 1, "a whole number of 1 or more",
-     "Use 5000, the default, or the longest tool result the model should read"),
-)
-
-
-def check_compaction(config: Any) -> None:
-    """The compaction settings (model-calls.md §9.1); a plain ValueError names the first bad one."""
-    if config is None:
-        return
-    if not isinstance(config, dict):
-        raise ValueError(f"[CompactionEngine] compaction is {show(config)}: it must be an object such as "
-                         "{ maxTokens: 8000 }. Pass a dict, or leave compaction out to turn it off.")
-    if config.get("enabled") is False:
-        return
-    for key, required, rule, rule_text, fix in _COMPACTION_RULES:
-        value = config.get(key)
-        if value is None and not required:
-            continue
-        number = isinstance(value, (int, float)) and not isinstance(value, bool) and (
-            isinstance(value, int) or math.isfinite(value))
-        if not number or not rule(value):
-            shown = "missing" if value is None else show(value)
-            if value is None:
-                near = [other for other in config if other not in COMPACTION_KEYS and closest(other, [key])]
-                shown += f' (did you mean "{key}" for "{near[0]}"?)' if near else ""
-            raise ValueError(f"[CompactionEngine] {key} is {shown}: it must be {rule_text}. {fix}.")
-
-
-FIELD_TYPES = ("string", "number", "integer", "boolean")
-EXTRACT_MODES = ("anywhere", "asked", "never")
-# What people write for a field type, and the type they mean (issue 9; inferred).
-TYPE_ALIASES = {"str": "string", "text": "string", "int": "integer", "float": "number", "bool": "boolean"}
-
-
-def check_field_definition(slug: Any, definition: Any) -> list[str]:
-    """One entry of the agent's fields (flows.md §2.1; checked at construction, inferred); returns warnings.
-
-    Raises FlowConfigurationError naming the field and the fix: not an object,
-    no type or one that is not a field type, an enum that is not a non-empty
-    list of values of that type (or any enum on a boolean), an extract other
-    than "anywhere", "asked" or "never", a label, description or ask that is not text.
-    """
-    where = f'field "{slug}"'
-    if not isinstance(definition, dict):
-        example = json_literal(definition) if definition in FIELD_TYPES else '"string"'
-        _flow_error(where, f"is {show(definition)}, not an object", f"Write it as {{ \"type\": {example} }}.")
-    definition = strip_nones(definition)
-    kind = definition.get("type", ABSENT)
-    if kind is ABSENT:
-        _flow_error(where, f"has no type; {_keys_found(definition, FIELD_KEYS)}",
-                    'Add "type": "string", "number", "integer" or "boolean".')
-    if kind not in FIELD_TYPES:
-        if kind == "enum":
-            fix = 'Use "type": "string" with "enum": [...].'
-        else:
-            near = (TYPE_ALIASES.get(kind) or closest(kind, FIELD_TYPES)) if isinstance(kind, str) else None
-            fix = (f'Did you mean "{near}"?' if near else 'Use "string", "number", "integer" or "boolean".')
-        _flow_error(where, f"type {show(kind)} is not a field type", fix)
-    if "enum" in definition:
-        values = definition["enum"]
-        if kind == "boolean":
-            _flow_error(where, "is a boolean with an enum, and a boolean never matches an enum",
-                        "Remove enum, or make the field a string with the options as text.")
-        if not isinstance(values, (list, tuple)) or not values:
-            _flow_error(where, f"enum is {show(values)}, not a non-empty list",
-                        'Write enum as the list of allowed values, such as ["P", "M", "G"].')
-        for i, value in enumerate(values):
-            if not _type_fits(definition, value):
-                _flow_error(where, f"enum[{i}] is {show(value)}, not {article(kind)} {kind}",
-                            f"Write every value of enum as {article(kind)} {kind}, or change the type.")
-    if "extract" in definition and definition["extract"] not in EXTRACT_MODES:
-        _flow_error(where, f'extract is {show(definition["extract"])}, which is not one of '
-                    + ", ".join(f'"{mode}"' for mode in EXTRACT_MODES), "Use one of them.")
-    for key in ("label", "description", "ask"):
-        if key in definition and not isinstance(definition[key], str):
-            _flow_error(where, f"{key} is {show(definition[key])}, not text", f"Write {key} as a string.")
-    if "format" in definition:
-        if definition["format"] not in FIELD_FORMATS:
-            given = definition["format"]
-            near = closest(given, FIELD_FORMATS) if isinstance(given, str) else None
-            _flow_error(where, f'format is {show(definition["format"])}, which is not one of '
-                        + ", ".join(f'"{name}"' for name in FIELD_FORMATS),
-                        f'Did you mean "{near}"?' if near else "Use one of them.")
-        if kind != "string":
-            _flow_error(where, f'has format "{definition["format"]}" but type {show(kind)}',
-                        'A format checks text: make the field "type": "string".')
-    if "correctable" in definition and not isinstance(definition["correctable"], bool):
-        _flow_error(where, f'correctable is {show(definition["correctable"])}, not true or false',
-                    "Write true to let the customer correct a known value, or leave it out.")
-    if "validate" in definition and not callable(definition["validate"]):
-        _flow_error(where, f'validate is {show(definition["validate"])}, not a function',
-                    "Pass a Python function value -> value to keep (raise to refuse); a JSON "
-                    "registry cannot hold one.")
-    return [text for _, text in unknown_key_warnings(definition, FIELD_KEYS, where)]
-
-
-def _agent_key_warnings(agent: Agent) -> list[str]:
-    """Unknown keys outside the flows: action parameters, agent and idle instructions, idle, compaction."""
-    found: list[tuple[str, str]] = []
-    for name, action in agent.actions.items():
-        for parameter, definition in action_parameters(action).items():
-            found += unknown_key_warnings(definition, PARAMETER_KEYS, f'action "{name}", parameter "{parameter}"')
-    scopes: list[tuple[str, Any]] = [("agent", agent.instructions)]
-    if isinstance(agent.idle, dict):
-        found += unknown_key_warnings(agent.idle, IDLE_KEYS, "idle")
-        scopes.append(("idle", agent.idle.get("instructions")))
-    for where, instructions in scopes:
-        for i, instruction in enumerate(_items(instructions)):
-            found += unknown_key_warnings(instruction, INSTRUCTION_KEYS, f"{where}, instructions[{i}]")
-    found += unknown_key_warnings(agent.compaction, COMPACTION_KEYS, "compaction")
-    return [text for _, text in found]
-
-
-def _agent_template_warnings(agent: Agent) -> list[str]:
-    """``{{data.x}}`` references outside the flows: field asks, persona, goal, idle and agent instructions."""
-    fields = agent.fields
-    found = []
-    for slug, definition in fields.items():
-        found += template_reference_warnings(_as_definition(definition).get("ask"), "ask", f'field "{slug}"', fields)
-    found += template_reference_warnings(agent.persona, "persona", "agent", fields)
-    found += template_reference_warnings(agent.goal, "goal", "agent", fields)
-    scopes: list[tuple[str, Any]] = [("agent", agent.instructions)]
-    if isinstance(agent.idle, dict):
-        found += template_reference_warnings(agent.idle.get("prompt"), "prompt", "idle", fields)
-        scopes.append(("idle", agent.idle.get("instructions")))
-    for where, instructions in scopes:
-        for i, instruction in enumerate(_items(instructions)):
-            prompt = instruction.get("prompt") if isinstance(instruction, dict) else None
-            found += template_reference_warnings(prompt, f"instructions[{i}].prompt", where, fields)
-    return found
-
-
-def _tool_schema_check(tool: Any, parameters: dict) -> None:
-    """With jsonschema installed (the optional extra), a tool's parameters must be a valid JSON Schema
-    (Draft 2020-12); without it, nothing is checked beyond the object rule (issue 9)."""
-    try:
-        import jsonschema  # optional, and only here: `import falai` stays stdlib-only
-    except ImportError:
-        return
-    try:
-        jsonschema.Draft202012Validator.check_schema(parameters)
-    except jsonschema.SchemaError as error:
-        at = "/".join(str(part) for part in error.absolute_path) or "the top level"
-        raise FlowConfigurationError(f'tool "{getattr(tool, "id", tool)}": parameters is not a valid JSON Schema '
-                                     f"at {at}: {error.message}. Fix the schema (JSON Schema 2020-12).") from None
-
-
-def check_agent(agent: Agent) -> list[str]:
-    """The construction checks of persistence.md §1.11 and model-calls.md §9.1; returns warnings.
-
-    Raises FlowConfigurationError (ValueError for compaction) on the first
-    problem, in this order: field definitions (issue 9), reserved condition
-    names, agent instructions, each flow (a repeated id, then validate_flow),
-    tool parameters, idle, compaction. The warnings: the flows', then unknown
-    keys and template references outside the flows.
-    """
-    if not isinstance(agent.fields, dict):
-        raise FlowConfigurationError(f"fields is {show(agent.fields)}, not an object. Pass a dict of field "
-                                     'definitions, such as { "nome": { "type": "string" } }.')
-    warnings: list[str] = []
-    for slug, definition in agent.fields.items():
-        warnings.extend(check_field_definition(slug, definition))
-    for name in agent.conditions:
-        if name in RESERVED_CONDITIONS:
-            raise FlowConfigurationError(f'condition "{name}" shadows a built-in: equals, known, '
-                                         "unknown, not, silenced are reserved. Rename it.")
-    registries = {"fields": agent.fields, "actions": agent.actions, "events": agent.events,
-                  "conditions": agent.conditions, "tools": agent.tools, "flows": agent.flows}
-    names = _FlowNames.of(registries)
-    _scope_instructions_check(agent.instructions, "agent", names)
-    flow_warnings: list[str] = []
-    seen: set[str] = set()
-    for flow in agent.flows:
-        flow_id = flow.get("id") if isinstance(flow, dict) else None
-        if isinstance(flow_id, str) and flow_id in seen:
-            raise FlowConfigurationError(f'flow "{flow_id}" is declared twice: flow ids must be unique. '
-                                         "Rename one of them.")
-        if isinstance(flow_id, str):
-            seen.add(flow_id)
-        flow_warnings.extend(validate_flow(flow, registries).warnings)
-    for tool in agent.tools:
-        parameters = getattr(tool, "parameters", None)
-        if parameters is not None and not (isinstance(parameters, dict) and parameters.get("type") == "object"):
-            raise FlowConfigurationError(f'tool "{getattr(tool, "id", tool)}": parameters must be a JSON Schema '
-                                         'object. Write { type: "object", properties: { ... }, required: [...] }.')
-        if parameters is not None:
-            _tool_schema_check(tool, parameters)
-    _check_idle(agent.idle, names)
-    check_compaction(agent.compaction)
-    return flow_warnings + warnings + _agent_key_warnings(agent) + _agent_template_warnings(agent)
-
-
-# 13. JSON and migration #######################################################################
-
-# FlowSpec JSON: from_spec and to_spec (persistence.md §1.7-§1.9) ------------------------------
-#
-# A FlowSpec is a flow as plain JSON: every step carries its `kind`, every
-# predicate is a condition object, and None means "not set" (persistence.md
-# Part 1). The strip, the shape check and the messages live with validate_flow
-# (section 12).
-
-def from_spec(spec: Any) -> dict:
-    """A stored FlowSpec as a flow dict: Nones and kinds stripped, shape checked (persistence.md §1.7).
-
-    Names are not checked here; the agent checks them when it is built.
-
-    ``from_spec({"id": "g", "name": "G", "steps": [{"id": "a", "kind": "say", "say": "Oi!", "then": None}]})``
-    returns ``{"id": "g", "name": "G", "steps": [{"id": "a", "say": "Oi!"}]}``.
-    """
-    flow = strip_nones(spec)
-    check_flow_shape(flow)
-    flow["steps"] = [{key: value for key, value in step.items() if key != "kind"} for step in flow["steps"]]
-    return flow
-
-
-SPEC_FLOW_KEYS = ("id", "name", "description", "on", "anchor", "while", "collect", "clearOnStart", "steps",
-                  "onEnd", "instructions", "tools")
-SPEC_STEP_BASE_KEYS = ("id", "label", "then", "ui")
-SPEC_KIND_KEYS = {
-    "say": ("say", "media", "once"),
-    "do": ("do", "with", "onFail"),
-    "wait": ("wait", "businessHours", "else", "branches"),
-    "waitEvent": ("wait", "else"),
-    "if": ("if", "else"),
-    "collect": ("collect", "prompt", "question", "ask", "maxAsks", "branches", "tools", "instructions"),
-    "prompt": ("prompt", "ask", "maxAsks", "branches", "tools", "instructions"),
-}
-
-
-def _storable(predicate: Any, label: str) -> None:
-    """A predicate in a spec must be JSON (persistence.md §1.8), a ``not`` inside it too."""
-    if callable(predicate):
-        raise FlowConfigurationError(
-            f"{label}: is a function, which cannot be stored as JSON. Write it as a condition ({{ equals }}, "
-            "{ known }, { silenced } or a named condition) to store this flow.")
-    if isinstance(predicate, dict) and predicate.get("not") is not None:
-        _storable(predicate["not"], f"{label}.not")
-
-
-def _instruction_ifs_storable(instructions: Any, label: str) -> None:
-    for i, instruction in enumerate(instructions):
-        if isinstance(instruction, dict):
-            _storable(instruction.get("if"), f"{label}instructions[{i}].if")
-
-
-def spec_kind(step: dict) -> str | None:
-    """The kind to_spec writes for a step (persistence.md §1.8), None when it has no body."""
-    present = [key for key in ("say", "do", "wait", "if", "collect", "prompt") if step.get(key) is not None]
-    if not present:
-        return None
-    if present[0] == "wait":
-        return "wait" if isinstance(step["wait"], str) else "waitEvent"
-    return present[0]
-
-
-def _step_to_spec(step: dict, flow_where: str) -> dict:
-    where = f'{flow_where}, step "{step.get("id")}"'
-    kind = spec_kind(step)
-    if kind is None:
-        _flow_error(where, "has neither prompt nor collect",
-                    "A talk step needs a guideline, fields to collect, or both.")
-    if kind == "prompt" and step.get("question") is not None:
-        _flow_error(where, "has a question but collects nothing",
-                    "A fixed question asks for fields: add collect, or send the text with a say step.")
-    out = {key: strip_nones(step[key]) for key in SPEC_STEP_BASE_KEYS if step.get(key) is not None}
-    out["kind"] = kind
-    for key in SPEC_KIND_KEYS[kind]:
-        value = step.get(key)
-        if value is None:
-            continue
-        if key == "if":
-            _storable(value, f"{where} if")
-        elif key == "branches":
-            for j, branch in enumerate(value):
-                if isinstance(branch, dict):
-                    _storable(branch.get("if"), f"{where} branches[{j}].if")
-        elif key == "instructions":
-            _instruction_ifs_storable(value, f"{where} ")
-        out[key] = strip_nones(value)
-    return out
-
-
-def to_spec(flow: dict) -> dict:
-    """A flow as a FlowSpec: every step with its kind, no None anywhere (persistence.md §1.8).
-
-    Keys outside the FlowSpec are dropped; a callable predicate raises
-    FlowConfigurationError, since it cannot be stored as JSON. Give it a flow
-    that validate_flow accepts.
-
-    ``to_spec({"id": "k", "name": "K", "steps": [{"id": "b", "prompt": "Agradeça."}]})["steps"]``
-    is ``[{"id": "b", "kind": "prompt", "prompt": "Agradeça."}]``.
-    """
-    where = f'flow "{flow.get("id")}"'
-    spec = {}
-    for key in SPEC_FLOW_KEYS:
-        value = flow.get(key)
-        if value is None:
-            continue
-        if key == "on":
-            for n, trigger in enumerate(value, 1):
-                if isinstance(trigger, dict):
-                    _storable(trigger.get("if"), f"{where}, trigger #{n} if")
-        elif key == "while":
-            _storable(value, f"{where}, while")
-        elif key == "instructions":
-            _instruction_ifs_storable(value, f"{where}, ")
-        spec[key] = [_step_to_spec(step, where) for step in value] if key == "steps" else strip_nones(value)
-    return spec
-
-
-# flow_spec_schema (persistence.md §1.12) ------------------------------------------------------
-#
-# The building blocks keep the names the spec gives them inside flow_spec_schema.
-
-def schema_closed(*properties: tuple[str, dict]) -> dict:
-    """closed(p1: s1, ...): every property required, nothing else allowed."""
-    return closed_object(dict(properties))
-
-
-def schema_or_null(schema: dict) -> dict:
-    """or_null(s): a type list (null appended to an enum) when s has one type, else an anyOf branch."""
-    if isinstance(schema.get("type"), str):
-        nullable = {**schema, "type": [schema["type"], "null"]}
-        if "enum" in schema:
-            nullable["enum"] = [*schema["enum"], None]
-        return nullable
-    return {"anyOf": [schema, {"type": "null"}]}
-
-
-def _schema_with(schema: dict, description: str | None) -> dict:
-    return schema if description is None else {**schema, "description": description}
-
-
-def schema_union(*branches: dict, nullable: bool = False, description: str | None = None) -> dict:
-    return _schema_with({"anyOf": [*branches, *([{"type": "null"}] if nullable else [])]}, description)
-
-
-def schema_enum(values: list, description: str | None = None) -> dict:
-    return _schema_with({"type": "string", "enum": list(values)}, description)
-
-
-def schema_list(items: dict, description: str | None = None) -> dict:
-    return _schema_with({"type": "array", "items": items}, description)
-
-
-def _field_property(definition: dict) -> dict:
-    """A field inside `equals`: type, description and enum, nullable; nothing else (persistence.md §1.12)."""
-    prop: dict = {"type": [definition.get("type") or "string", "null"]}
-    if definition.get("description"):
-        prop["description"] = definition["description"]
-    if definition.get("enum") is not None:
-        prop["enum"] = [*definition["enum"], None]
-    return prop
-
-
-def _parameter_property(definition: dict) -> dict:
-    """A parameter inside `with`; an optional one may be null (persistence.md §1.12)."""
-    def scalar(d: dict) -> dict:
-        prop: dict = {"type": d.get("type") or "string"}
-        if d.get("description"):
-            prop["description"] = d["description"]
-        if d.get("enum") is not None:
-            prop["enum"] = list(d["enum"])
-        return prop
-
-    if definition.get("type") == "array":
-        prop = _schema_with({"type": "array", "items": scalar(_as_definition(definition.get("items")))},
-                            definition.get("description") or None)
-    else:
-        prop = scalar(definition)
-    return schema_or_null(prop) if definition.get("optional") else prop
-
-
-def flow_spec_schema(registries: dict | None = None) -> dict:
-    """A JSON Schema of a FlowSpec for this agent's names (persistence.md §1.12).
-
-    Closed and fully required (a model writes null for what it leaves out),
-    unions as anyOf, one `do` variant per action; it reads `fields`, `actions`,
-    `events` and `conditions`. Pass it as a response schema, then run
-    validate_flow and from_spec on the answer.
-    """
-    closed, or_null, union, enum_of, list_of = schema_closed, schema_or_null, schema_union, schema_enum, schema_list
-    STRING, NUMBER, BOOLEAN = {"type": "string"}, {"type": "number"}, {"type": "boolean"}
-    DURATION = {"type": "string", "description": "A number and a unit: 30s, 5m, 24h, 3d"}
-
-    def text(description: str) -> dict:
-        return {"type": "string", "description": description}
-
-    def described(schema: dict, description: str) -> dict:
-        return {**schema, "description": description}
-
-    registries = registries or {}
-    fields = registries.get("fields") or {}
-    actions = registries.get("actions") or {}
-    events = list(registries.get("events") or {})
-    conditions = [name for name in registries.get("conditions") or {} if name not in RESERVED_CONDITIONS]
-    slugs = list_of(enum_of(list(fields))) if fields else None      # None exactly when there are no fields
-
-    condition_props: list = []
-    if slugs is not None:
-        equals = {"type": "object",
-                  "properties": {slug: _field_property(_as_definition(d)) for slug, d in fields.items()},
-                  "required": list(fields), "additionalProperties": False,
-                  "description": "Fields that must hold these values"}
-        condition_props += [("equals", or_null(equals)),
-                            ("known", or_null(described(slugs, "Fields that must be known")))]
-    condition_props.append(("silenced", or_null(described(BOOLEAN, "Whether the host gate is closed"))))
-    for name in conditions:
-        condition_props.append((name, union(STRING, NUMBER, BOOLEAN, list_of(STRING), nullable=True,
-                                            description=f'Argument for condition "{name}"')))
-    condition = closed(*condition_props)
-
-    step_target = [("step", STRING)]
-    if slugs is not None:
-        step_target.append(("clear", or_null(described(slugs, "Fields to forget before jumping"))))
-    next_variants = [text('A step id, or "end"'), closed(*step_target),
-                     closed(("flow", text("Another flow to start; this run ends")))]
-    next_, next_or_null = union(*next_variants), union(*next_variants, nullable=True)
-
-    repeat = union(enum_of(["once", "always"]), closed(("cooldown", DURATION)), nullable=True,
-                   description="How often a run may start: once per session or anchor, always, or after a cooldown")
-    gates = [("if", or_null(condition)), ("repeat", repeat)]
-    triggers = [
-        closed(("message", list_of(STRING, "What the lead asks for, one phrase each; [] = catch-all")), *gates),
-        closed(("mention", list_of(STRING, "What the lead mentions, one phrase each")), *gates),
-        closed(("silence", described(DURATION, "How long the lead has been quiet")),
-               ("businessHours", or_null(BOOLEAN)), *gates)]
-    if events:
-        triggers.append(closed(("event", enum_of(events)), ("after", or_null(DURATION)),
-                               ("businessHours", or_null(BOOLEAN)), *gates))
-
-    branches = or_null(list_of(union(closed(("when", STRING), ("then", next_)),
-                                     closed(("if", condition), ("then", next_))),
-                               "Exits judged while the step asks"))
-    wait_branches = or_null(list_of(closed(("if", condition), ("then", next_)),
-                                    "Exits checked by code when the lead replies before the wait ends"))
-    base = [("id", STRING), ("label", or_null(STRING)), ("then", next_or_null)]
-
-    def step(kind: str, *properties: tuple[str, dict]) -> dict:
-        return closed(*base, ("kind", enum_of([kind])), *properties)
-
-    steps = [step("prompt", ("prompt", text("Guideline for the AI's next message")), ("branches", branches))]
-    if slugs is not None:
-        steps.append(step(
-            "collect", ("collect", described(slugs, "Fields the AI asks for until they are known")),
-            ("prompt", or_null(STRING)),
-            ("question", or_null(text("A fixed first question, sent word for word; later asks are the AI's"))),
-            ("maxAsks", or_null({"type": "integer",
-                                 "description": "Times a field may be asked before it is skipped; default 3"})),
-            ("branches", branches)))
-    steps.append(step("say", ("say", text("Sent verbatim")), ("media", or_null(closed(("slug", STRING)))),
-                      ("once", or_null(BOOLEAN))))
-    for name, action in actions.items():
-        parameters = action_parameters(action)
-        with_ = []
-        if parameters:   # not nullable: required parameters cannot be skipped
-            with_ = [("with", {"type": "object",
-                               "properties": {p: _parameter_property(_as_definition(d))
-                                              for p, d in parameters.items()},
-                               "required": list(parameters), "additionalProperties": False})]
-        steps.append(step("do", ("do", enum_of([name])), *with_, ("onFail", next_or_null)))
-    steps.append(step("wait", ("wait", text("Park this long; then = time passed, else = the lead replied")),
-                      ("businessHours", or_null(BOOLEAN)), ("else", next_or_null), ("branches", wait_branches)))
-    if events:
-        up_to = or_null(described(DURATION, "Give up after this long; default 30d"))
-        steps.append(step("waitEvent", ("wait", closed(("event", enum_of(events)), ("upTo", up_to))),
-                          ("else", next_or_null)))
-    steps.append(step("if", ("if", condition), ("else", next_or_null)))
-
-    instruction = closed(("kind", or_null(enum_of(list(INSTRUCTION_KINDS)))),
-                         ("when", or_null(list_of(STRING, "When the rule applies, judged by the AI"))),
-                         ("if", or_null(condition)), ("prompt", STRING))
-    flow = [("id", text("Short slug, unique in the workspace")),
-            ("name", STRING),
-            ("description", or_null(text("When this flow should be used; the AI reads it when routing"))),
-            ("on", or_null(list_of(union(*triggers), "What starts a run; null = started by hand"))),
-            ("anchor", or_null(text("'session' (default) or a host anchor such as 'lead'"))),
-            ("while", or_null(described(condition, "The run ends when this stops holding")))]
-    if slugs is not None:
-        data = "The data this flow needs; its steps ask for it in order, and any of it the lead gives is noted"
-        flow += [("collect", or_null(described(slugs, data))),
-                 ("clearOnStart", or_null(described(slugs, "Fields to forget when a run starts")))]
-    flow += [("steps", list_of(union(*steps), "In order; a run moves to the next step unless `then` says otherwise")),
-             ("onEnd", or_null(enum_of(["end", "stay", "reset"], "After the last step: end the run, stay on the last "
-                                       "talk step it took answering every message, or reset to the first"))),
-             ("instructions", or_null(list_of(instruction, "Rules that apply only inside this flow")))]
-    return copy.deepcopy(closed(*flow))
-
-
-# migrate_session (persistence.md Part 4) ------------------------------------------------------
-#
-# migrate_session reads a 3.x state once, at the place the host deserializes an
-# old row; stores never call it.
-
-LEGACY_DATE = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"    # text: re compiles it on the first migration (issue 12)
-
-
-def migrate_session(blob: Any, *, session_id: str, flow_id_of: Callable | None = None,
-                    now: Any = None) -> Session:
-    """A 3.x session state as a v4 Session at version 0 (persistence.md Part 4).
-
-    A blob with a `v` key is read as v4 (``Session.from_dict``). Otherwise the
-    completed flows and fired signals become claims, the current flow becomes
-    one run ``<flow>#legacy`` parked at the current step, and everything else
-    of the 3.x state is dropped. ``flow_id_of`` maps a 3.x flow id or signal key
-    to the v4 flow that took it over (default: kept as is); ``now`` stamps what
-    carries no usable date (default: the current UTC time).
-
-    >>> s = migrate_session({"id": "x", "data": {}, "currentFlow": {"id": "f"}, "currentStep": "q"},
-    ...                     session_id="s1", now=datetime(2026, 9, 21, 12, tzinfo=timezone.utc))
-    >>> (s.runs[0].id, s.runs[0].step_id, s.runs[0].status, s.claims)
-    ('f#legacy', 'q', 'asking', {'f:s1:': {'at': '2026-09-21T12:00:00.000Z'}})
-    """
-    if not isinstance(session_id, str):
-        raise TypeError(f"session_id must be a string, not {type(session_id).__name__}")
-    if now is None:
-        now = system_clock()
-    elif not isinstance(now, datetime):
-        raise TypeError(f"now must be a datetime, not {type(now).__name__}")
-    now_text = iso(now)
-
-    def fail(why: str) -> NoReturn:
-        raise InvalidSessionError(session_id, why)
-
-    if not isinstance(blob, dict):
-        fail(f"expected an object, got {describe_blob_value(blob)}")
-    if "v" in blob:
-        return Session.from_dict(blob, session_id=session_id)
-
-    def flow_of(key: str) -> str:
-        if flow_id_of is None:
-            return key
-        flow = flow_id_of(key)
-        if not isinstance(flow, str):
-            raise TypeError(f'flow_id_of("{key}") returned {flow!r}; it must return a v4 flow id (a string)')
-        return flow
-
-    # L1-L6: the shape of a 3.x state, in order.
-    data = blob.get("data", ABSENT)
-    if not isinstance(data, dict):
-        fail(f"data is {describe_blob_value(data)}, expected an object; not a 3.x session either")
-    for key, kind, article in (("metadata", dict, "an object"), ("history", list, "a list"),
-                               ("flowHistory", list, "a list"), ("signals", dict, "an object")):
-        if key in blob and not isinstance(blob[key], kind):
-            fail(f"{key} is {describe_blob_value(blob[key])}, expected {article}")
-    triggers = blob.get("signals", {}).get("triggers")
-    triggers = {} if triggers is None else triggers
-    if not isinstance(triggers, dict):
-        fail(f"signals.triggers is {describe_blob_value(triggers)}, expected an object")
-
-    claims: dict[str, dict] = {}
-    for index, entry in enumerate(blob.get("flowHistory", [])):
-        if not isinstance(entry, dict) or not isinstance(entry.get("flowId"), str):
-            fail(f"flowHistory[{index}] is not a flow entry")
-        if entry.get("completed") is True:
-            at = _usable_date(entry.get("exitedAt")) or _usable_date(entry.get("enteredAt")) or now_text
-            claims[claim_prefix(flow_of(entry["flowId"]), session_id)] = {"at": at}
-    for key, state in triggers.items():
-        if not isinstance(state, dict):
-            fail(f"signals.triggers.{key} is not a trigger state")
-        at = (_usable_date(state.get("lastTriggeredAt")) or _usable_date(state.get("firstTriggeredAt"))
-              or now_text)
-        claims[claim_prefix(flow_of(key), session_id)] = {"at": at}
-
-    flow_ref, step_ref = (_legacy_reference(blob.get(key), key, fail) for key in ("currentFlow", "currentStep"))
-    runs = []
-    if flow_ref is not None:
-        flow = flow_of(flow_ref[0])
-        started = _usable_date(flow_ref[1]) or now_text
-        step = (step_ref[0] if step_ref else None) or None
-        dedupe_key = claim_prefix(flow, session_id)
-        runs.append(Run(id=f"{flow}#legacy", flow_id=flow, anchor=session_id, dedupe_key=dedupe_key,
-                        step_id=step, status="asking" if step else "running",
-                        trigger={"kind": "message", "key": "legacy"}, hop=0, started_at=started,
-                        asked={}, visits={}, outcomes=[]))
-        claims[dedupe_key] = {"at": started}     # a run never exists without its claim
-
-    return Session(id=session_id, version=0, data=data, runs=runs, claims=claims, inputs=[],
-                   metadata=_dates_as_text(blob.get("metadata", {})), history=blob.get("history"))
-
-
-def _legacy_reference(value: Any, key: str, fail: Callable[[str], NoReturn]) -> tuple[str, Any] | None:
-    """A 3.x `currentFlow` / `currentStep` as (id, enteredAt), or None (persistence.md §4.2 step 6)."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, str):
-        return value, None
-    if isinstance(value, dict) and isinstance(value.get("id"), str):
-        return value["id"], value.get("enteredAt")
-    fail(f"{key} is {describe_blob_value(value)}, expected {{ id }} or text")
-
-
-def _usable_date(value: Any) -> str | None:
-    """A 3.x date as §2.4 text, or None when it is not usable (persistence.md §4.2, "Usable date").
-
-    A datetime (naive read as UTC); epoch milliseconds as an int or float; or
-    text starting with YYYY-MM-DD that parses as an ISO date or date-time
-    (without an offset read as UTC).
-    """
-    try:
-        if isinstance(value, datetime):
-            return iso(value)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return iso(from_ms(value)) if math.isfinite(value) else None
-        if isinstance(value, str) and re.match(LEGACY_DATE, value):
-            return iso(parse_iso(value))
-    except (ValueError, OverflowError, OSError):
-        return None
-    return None
-
-
-def _dates_as_text(value: Any) -> Any:
-    """Metadata rebuilt with every datetime, in dicts and lists at any depth, as §2.4 text (§4.2 step 8)."""
-    if isinstance(value, datetime):
-        return iso(value)
-    if isinstance(value, dict):
-        return {key: _dates_as_text(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_dates_as_text(item) for item in value]
-    return value
-
-
-# The CLI's registry file, read by a program (docs/guide/cli.md) ---------------------------------
-
-REGISTRY_SECTIONS = ("fields", "actions", "events", "conditions", "tools", "agent")
-REGISTRY_AGENT_OPTIONS = ("name", "persona", "goal", "idle", "instructions", "protocol")
-
-
-def load_registry(path: str) -> dict:
-    """The registry file ``falai chat --registry`` reads, as Agent keyword arguments.
-
-    Gives ``fields``, ``events`` (an EventDef per name, with its direction)
-    and the ``agent`` section's options (name, persona, goal, idle,
-    instructions, protocol). Its actions, tools and conditions describe your
-    code for the CLI's stand-ins: pass your real ones yourself. The agent
-    checks everything when it is built; a file that is not a registry raises
-    ValueError naming the fix.
-
-    ``Agent(provider=..., flows=..., actions={...}, **load_registry("registry.json"))``
-    """
-    with open(path, encoding="utf-8") as file:
-        raw = json.load(file)
-    if not isinstance(raw, dict):
-        raise ValueError(f"{path}: the registry is {type(raw).__name__}, not an object. Write "
-                         '{"fields": {...}, "events": {...}, "agent": {...}}.')
-    unknown = [key for key in raw if key not in REGISTRY_SECTIONS]
-    if unknown:
-        raise ValueError(f'{path}: unknown key "{unknown[0]}". A registry has '
-                         f'{", ".join(REGISTRY_SECTIONS)}.')
-    for key in ("fields", "agent"):
-        if raw.get(key) is not None and not isinstance(raw[key], dict):
-            raise ValueError(f'{path}: "{key}" must be an object.')
-    events = raw.get("events") or {}
-    if isinstance(events, list) and all(isinstance(name, str) for name in events):
-        events = {name: {} for name in events}
-    if not isinstance(events, dict):
-        raise ValueError(f'{path}: "events" must be an object {{name: {{"direction": ...}}}} or a '
-                         "list of names.")
-    options = {key: value for key, value in (raw.get("agent") or {}).items()
-               if key in REGISTRY_AGENT_OPTIONS and value is not None}
-    return {**options, "fields": raw.get("fields") or {},
-            "events": {name: EventDef(direction=d.get("direction") if isinstance(d, dict) else None)
-                       for name, d in events.items()}}
-
-
-# History items and events (model-calls.md §11.2) ----------------------------------------------
-#
-# The history helpers convert between history items and a host's event log.
-
-class _Malformed(ValueError):
-    """A malformed history item or event; the caller adds where it is."""
-
-
-def _need(ok: bool, reason: str) -> None:
-    if not ok:
-        raise _Malformed(reason)
-
-
-def history_to_events(history: list) -> list:
-    """History items as events, for hosts that store history as events (model-calls.md §11.2).
-
-    Every event of one call carries the same timestamp, the current UTC time
-    (inferred: the items carry no time of their own). `reasoning` and
-    `reasoningDetails` have no place in an event and are left out.
-
-    >>> [e["data"]["message"] for e in history_to_events([{"role": "user", "content": "oi"}])]
-    ['oi']
-    """
-    if not isinstance(history, list):
-        raise ValueError(f"history_to_events takes a list of history items, not {describe_blob_value(history)}")
-    timestamp = iso(system_clock())
-    events = []
-    for index, item in enumerate(history):
-        try:
-            events.append({**_history_item_event(item), "timestamp": timestamp})
-        except _Malformed as error:
-            raise ValueError(f"Error converting history item at index {index}: {error}") from None
-    return events
-
-
-def _history_item_event(item: Any) -> dict:
-    _need(isinstance(item, dict), f"expected an object, got {describe_blob_value(item)}")
-    role = item.get("role")
-    content = item.get("content")
-    if role == "user":
-        _need(isinstance(content, str), "a user item needs text content")
-        name = item.get("name")
-        _need(name is None or isinstance(name, str), "a user item's name must be text")
-        return _message_event("user", name or "User", content)
-    if role == "assistant":
-        _need(content is None or isinstance(content, str), "an assistant item's content must be text or null")
-        event = _message_event("assistant", "Assistant", content or "")
-        calls = item.get("tool_calls")
-        _need(calls is None or isinstance(calls, list), "an assistant item's tool_calls must be a list")
-        for number, call in enumerate(calls or []):
-            _need(isinstance(call, dict) and isinstance(call.get("id"), str) and isinstance(call.get("name"), str)
-                  and isinstance(call.get("arguments"), dict),
-                  f"tool_calls[{number}] needs an id, a name and an arguments object")
-        if calls:
-            event["data"]["toolCalls"] = calls
-        return event
-    if role == "tool":
-        _need(isinstance(item.get("tool_call_id"), str) and isinstance(item.get("name"), str),
-              "a tool item needs a tool_call_id and a name")
-        return {"kind": "tool", "source": "agent",
-                "data": {"tool_calls": [{"tool_id": item["tool_call_id"], "arguments": {},
-                                         "result": {"data": content}}]}}
-    if role == "system":
-        _need(isinstance(content, str), "a system item needs text content")
-        return _message_event("system", "System", content)
-    raise _Malformed(f'unknown role {describe_blob_value(item.get("role", ABSENT))}; '
-                     'expected "user", "assistant", "tool" or "system"')
-
-
-def _message_event(source: str, display_name: str, message: str) -> dict:
-    return {"kind": "message", "source": source,
-            "data": {"participant": {"display_name": display_name}, "message": message}}
-
-
-def events_to_history(events: list) -> list:
-    """Events as history items (model-calls.md §11.2); a malformed event raises ValueError.
-
-    >>> events_to_history([{"kind": "status", "source": "system", "data": {}}])
-    [{'role': 'system', 'content': 'Status update'}]
-    """
-    if not isinstance(events, list):
-        raise ValueError(f"events_to_history takes a list of events, not {describe_blob_value(events)}")
-    history = []
-    for index, event in enumerate(events):
-        try:
-            history.append(_event_history_item(event))
-        except _Malformed as error:
-            raise ValueError(f"Error converting event at index {index}: {error}") from None
-    return history
-
-
-def _event_history_item(event: Any) -> dict:
-    _need(isinstance(event, dict), f"expected an object, got {describe_blob_value(event)}")
-    _need(all(key in event for key in ("kind", "source", "data")), "an event needs kind, source and data")
-    kind, source, data = event["kind"], event["source"], event["data"]
-    _need(isinstance(data, dict), f"data is {describe_blob_value(data)}, expected an object")
-    if kind == "message":
-        message = data.get("message")
-        _need(isinstance(message, str), "a message event needs a message (text)")
-        if source == "user":
-            item = {"role": "user", "content": message}
-            participant = data.get("participant")
-            name = participant.get("display_name") if isinstance(participant, dict) else None
-            if isinstance(name, str) and name and name != "User":
-                item["name"] = name
-            return item
-        if source == "assistant":
-            item = {"role": "assistant", "content": message or None}
-            calls = data.get("toolCalls")
-            _need(calls is None or isinstance(calls, list), "toolCalls must be a list")
-            if calls:
-                item["tool_calls"] = calls
-            return item
-        if source == "system":
-            return {"role": "system", "content": message}
-        raise _Malformed(f"a message from {describe_blob_value(source)} has no history role; "
-                         'expected source "user", "assistant" or "system"')
-    if kind == "tool":
-        calls = data.get("tool_calls")
-        _need(isinstance(calls, list) and len(calls) > 0, "a tool event needs a non-empty tool_calls list")
-        first = calls[0]
-        _need(isinstance(first, dict) and isinstance(first.get("tool_id"), str), "tool_calls[0] needs a tool_id")
-        result = first.get("result")
-        _need(result is None or isinstance(result, dict), "tool_calls[0].result must be an object")
-        return {"role": "tool", "tool_call_id": first["tool_id"], "name": first["tool_id"],
-                "content": (result or {}).get("data")}
-    if kind == "status":
-        status = data.get("status")
-        _need(status is None or isinstance(status, str), "a status event's status must be text")
-        return {"role": "system", "content": status or "Status update"}
-    raise _Malformed(f'unknown kind {describe_blob_value(kind)}; expected "message", "tool" or "status"')
-
-
-# 14. Testing helpers and stores ###############################################################
-
-# ScriptedProvider and MemoryScheduler (python-api.md, Providers and Modules) ------------------
-
-class ScriptError(RuntimeError):
-    """A strict ScriptedProvider's script does not fit the calls the engine made: the test is wrong.
-
-    The engine lets it through instead of treating it as a provider failure, so
-    ``turn()`` raises it and the test fails where the script went wrong.
-    """
-
-
-def schema_mismatch(schema: Any, value: Any, path: str = "reply") -> str | None:
-    """Where ``value`` does not fit a request's JSON Schema, as text; None when it fits.
-
-    Reads the keywords the engine's schemas use: ``type`` (one or a list),
-    ``enum``, ``properties``, ``additionalProperties: false``, ``items``,
-    ``anyOf``. A missing property fits: the engine reads it as null.
-    """
-    if not isinstance(schema, dict):
-        return None
-    if "anyOf" in schema:
-        options = [schema_mismatch(option, value, path) for option in schema["anyOf"]]
-        if all(options):
-            return options[0]
-    kinds = schema.get("type")
-    kinds = [kinds] if isinstance(kinds, str) else kinds
-    if isinstance(kinds, list) and not any(_json_type_is(kind, value) for kind in kinds):
-        return f"{path} is {show(value)}, not {' or '.join(kinds)}"
-    if isinstance(schema.get("enum"), list) and not any(json_equal(value, member) for member in schema["enum"]):
-        return f"{path} is {show(value)}, not one of {_listed_values(schema['enum'])}"
-    if isinstance(value, dict):
-        properties: dict = schema["properties"] if isinstance(schema.get("properties"), dict) else {}
-        for key, item in value.items():
-            if key in properties:
-                problem = schema_mismatch(properties[key], item, f"{path}.{key}")
-                if problem:
-                    return problem
-            elif schema.get("additionalProperties") is False:
-                expected = ", ".join(f'"{name}"' for name in properties) or "none"
-                return f'{path} has the key "{key}", which the request does not ask for (its keys: {expected})'
-    if isinstance(value, list) and isinstance(schema.get("items"), dict):
-        for i, item in enumerate(value):
-            problem = schema_mismatch(schema["items"], item, f"{path}[{i}]")
-            if problem:
-                return problem
-    return None
-
-
-def _json_type_is(kind: Any, value: Any) -> bool:
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return {"null": value is None, "boolean": isinstance(value, bool), "string": isinstance(value, str),
-            "integer": number and is_whole(value), "number": number and math.isfinite(value),
-            "object": isinstance(value, dict), "array": isinstance(value, list)}.get(kind, True)
-
-
-class ScriptedProvider:
-    """A provider that replays scripted replies, for tests and offline demos (python-api.md, Providers).
-
-    ``ScriptedProvider(script={"understand": [{...}], "speak": [{"message": "Oi!"}]})``:
-    each call takes the next entry of the queue named by its ``schema_name``.
-    An entry is a dict (the structured reply), a str (raw text), a Generation,
-    an exception (raised), or a callable ``f(request)`` returning one of those.
-
-    With ``strict=True`` a dict reply is checked against the schema of the
-    request it answers (types, enums, keys the request does not ask for; a
-    missing key fits, the engine reads it as null) and its ``toolCalls``
-    against the tools offered; a reply that does not fit, or a call that finds
-    its queue empty, raises ``ScriptError`` naming the call number, its kind
-    and what did not fit, and the turn raises it. A str or a Generation is
-    never checked. ``strict=False``, the default, keeps the documented contract
-    (python-api.md, Providers): every reply reaches the engine exactly as
-    written, so a test can reach the engine's own checks of a malformed reply.
-    In both modes a call that finds its queue empty raises ``ScriptError`` (a
-    RuntimeError) out of the turn, the speak call's too: to script a failed
-    call, script the exception.
-    """
-
-    name = "scripted"
-
-    def __init__(self, script: dict | None = None, usage: bool | TokenUsage = False, strict: bool = False):
-        from collections import deque   # here, not at import: only tests and demos script a provider
-        # A deque per queue: taking the next entry costs the same however long the script is.
-        self.script = {name: deque(entries) for name, entries in (script or {}).items()}
-        self.usage = usage
-        self.strict = strict
-        self.calls: list[GenerateRequest] = []
-        self.capabilities = ProviderCapabilities()
-        self._lock = threading.Lock()
-
-    def remaining(self) -> dict[str, int]:
-        """Entries left per schema name."""
-        return {name: len(entries) for name, entries in self.script.items()}
-
-    def _next_entry(self, request: GenerateRequest) -> Any:
-        with self._lock:
-            self.calls.append(request)
-            number = len(self.calls)
-            queue = self.script.get(request.schema_name or "")
-            if not queue:       # in both modes: never a quiet provider-unavailable deferral
-                name = request.schema_name
-                raise ScriptError(f'ScriptedProvider call #{number} ("{name}"): no scripted '
-                                  f'"{name}" reply left. Add a "{name}" entry to the script, or '
-                                  "script the failure itself (an exception entry).")
-            entry = queue.popleft()
-        if type(entry) is dict and not self.strict:
-            return entry                # the common reply: neither a callable nor an exception, and unchecked
-        if callable(entry) and not isinstance(entry, type):
-            # A script function reads what is asked from the schema in the documented (v4) form, under
-            # either protocol; .calls keeps the request as sent (docs/guide/tokens.md).
-            entry = entry(request if request.v4_schema is None else replace(request, schema=request.v4_schema))
-        if isinstance(entry, BaseException) or (isinstance(entry, type) and issubclass(entry, BaseException)):
-            raise entry
-        if self.strict and isinstance(entry, dict):
-            problem = self._misfit(request, entry)
-            if problem:
-                raise ScriptError(f'ScriptedProvider call #{number} ("{request.schema_name}"): {problem}. '
-                                  "Fix the scripted reply, or script a malformed reply on purpose as a str "
-                                  "or with strict=False.")
-        return entry
-
-    @staticmethod
-    def _misfit(request: GenerateRequest, entry: dict) -> str | None:
-        """What in a dict reply cannot answer this request, or None."""
-        reply = {key: value for key, value in entry.items() if key != "toolCalls"}
-        schema = request.schema
-        if request.v4_schema is not None and not any(isinstance(value, list) for value in reply.values()):
-            schema = request.v4_schema       # a reply in the v4 form, under protocol "lean" (docs/guide/tokens.md)
-        if schema is not None:
-            problem = schema_mismatch(schema, reply)
-            if problem:
-                return problem
-        calls = entry.get("toolCalls") or []
-        if calls:
-            offered = [tool.get("name") for tool in request.tools or [] if isinstance(tool, dict)]
-            if not offered:
-                return "the reply has toolCalls, but the request offers no tools"
-            for i, call in enumerate(calls):
-                name = call.get("toolName") if isinstance(call, dict) else None
-                if name not in offered:
-                    return (f"toolCalls[{i}] names the tool {json_literal(name)}, which the request does not "
-                            f"offer (it offers {_listed_values(offered)})")
-        return None
-
-    def _generation(self, request: GenerateRequest, entry: Any) -> Generation:
-        if isinstance(entry, dict):
-            structured = {k: json_copy(v) for k, v in entry.items() if k != "toolCalls"}
-            message = entry["message"] if isinstance(entry.get("message"), str) else compact_json(structured)
-            listed = entry.get("toolCalls")
-            calls = [ToolCallRequest(id=f"call_{i}", name=item["toolName"], arguments=item.get("arguments") or {})
-                     for i, item in enumerate(listed)] if listed else []
-            return Generation(message=message, structured=structured, tool_calls=calls,
-                              usage=self._usage(request, message) if self.usage is not False else None)
-        if isinstance(entry, Generation):
-            return entry
-        if isinstance(entry, str):
-            return Generation(message=entry, usage=self._usage(request, entry))
-        raise TypeError(f"a scripted entry must be a dict, a str, a Generation, an exception or a callable, "
-                        f"not {type(entry).__name__}")
-
-    def _usage(self, request: GenerateRequest, message: str) -> TokenUsage | None:
-        if isinstance(self.usage, TokenUsage):
-            return self.usage
-        if self.usage is True:
-            return TokenUsage(prompt_tokens=len(request.system or "") + len(request.prompt),
-                              completion_tokens=len(message), cached_input_tokens=0)
-        return None
-
-    def generate(self, request: GenerateRequest) -> Generation:
-        return self._generation(request, self._next_entry(request))
-
-    def generate_stream(self, request: GenerateRequest) -> Iterator[GenerationChunk]:
-        generation = self.generate(request)
-        if generation.message:
-            yield GenerationChunk(delta=generation.message, accumulated=generation.message, done=False)
-        yield GenerationChunk(delta="", accumulated=generation.message, done=True,
-                              structured=generation.structured, tool_calls=generation.tool_calls,
-                              usage=generation.usage, reasoning=generation.reasoning,
-                              reasoning_details=generation.reasoning_details, metadata=generation.metadata)
-
-
-class MemoryScheduler:
-    """An in-memory wake queue for tests and single-process hosts (python-api.md, Modules)."""
-
-    def __init__(self):
-        self._entries: list[ScheduleEntry] = []
-
-    def add(self, entry: ScheduleEntry) -> None:
-        """Queue a wake; the job its ``replaces`` names is dropped."""
-        if entry.replaces is not None:
-            self._entries = [e for e in self._entries if e.key != entry.replaces]
-        self._entries = [e for e in self._entries if e.key != entry.key]
-        self._entries.append(entry)
-
-    def due(self, now: datetime) -> list[ScheduleEntry]:
-        """Pop and return, in time order, every entry whose ``at`` is not after ``now``."""
-        ready = sorted((e for e in self._entries if e.at <= now), key=lambda e: e.at)
-        self._entries = [e for e in self._entries if e.at > now]
-        return ready
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
-# Store, MemoryStore and the row rules every store shares (persistence.md §3.1-§3.3) -----------
-#
-# The shared row rules (persistence.md §3.2) live here so that every store,
-# MemoryStore and those of falai_stores.py alike, writes and reads the same
-# blob the same way.
-
-@runtime_checkable
-class Store(Protocol):
-    """A durable home for sessions: load, and save with compare-and-swap (persistence.md §3.1)."""
-
-    def load(self, session_id: str) -> Session | None: ...
-
-    def save(self, session: Session, expected_version: int) -> Session: ...
-
-
-SQL_TABLE_NAME = r"(?:[A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]*"   # text: compiled by the first store (issue 12)
-
-
-def check_expected_version(expected_version: Any) -> int:
-    """An int >= 0 (not a bool), else ValueError before the backend is touched (persistence.md §3.1 rule 6)."""
-    if isinstance(expected_version, bool) or not isinstance(expected_version, int) or expected_version < 0:
-        raise ValueError(f"expected_version must be a whole number (an int >= 0), not {expected_version!r}. "
-                         "Pass the version you loaded, or 0 for a session that has no row yet.")
-    return expected_version
-
-
-def check_table_name(table: Any) -> str:
-    """A table name is an SQL identifier with at most one `schema.` prefix, else ValueError (§3.2)."""
-    if not isinstance(table, str) or re.fullmatch(SQL_TABLE_NAME, table) is None:
-        raise ValueError(f"table {table!r} is not an SQL identifier: use letters, digits and _, not starting "
-                         'with a digit, with at most one "schema." prefix.')
-    return table
-
-
-def _row_json_default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return iso(value)
-    raise TypeError(f"a session cannot hold {type(value).__name__} values: only JSON values and datetimes "
-                    "can be stored")
-
-
-MAX_SESSION_ID = 255           # characters: PostgresStore's VARCHAR(255), the bound of every store
-
-
-def check_session_id(session_id: Any) -> str:
-    """The session id every store accepts, or the error naming why not (docs/guide/stores.md).
-
-    One contract for every store: a non-empty string of at most ``MAX_SESSION_ID``
-    characters, with no NUL character and no lone surrogate (neither is text a
-    database keeps). A non-string raises TypeError, anything else ValueError.
-    """
-    if not isinstance(session_id, str):
-        raise TypeError(f"a session id is a string, not {type(session_id).__name__}")
-    problem = None
-    if not session_id:
-        problem = "is empty"
-    elif len(session_id) > MAX_SESSION_ID:
-        problem = f"is {len(session_id)} characters long, over the {MAX_SESSION_ID} a store keeps"
-    elif "\x00" in session_id:
-        problem = "contains a NUL character (U+0000), which no database keeps in text"
-    elif _SURROGATE.search(session_id):
-        problem = "contains a lone surrogate, which is not UTF-8 text"
-    if problem:
-        shown = f"{session_id[:40]!r}{'...' if len(session_id) > 40 else ''}"
-        raise ValueError(f"the session id {shown} {problem}: nothing was read or written. Use "
-                         f"an id of 1 to {MAX_SESSION_ID} printable characters, e.g. the channel's "
-                         "user id or a hash of it.")
-    return session_id
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def encode_session_row(session: Session, expected_version: int) -> str:
-    """The blob a save writes, as compact JSON text with `version` = expected_version + 1 (§3.2, Write).
-
-    A datetime anywhere inside becomes §2.4 text; a non-finite float, a blob
-    nested deeper than BLOB_NESTING, a bad id (``check_session_id``) or text no
-    database keeps (a NUL character, a lone surrogate) raises ValueError, and any
-    other value JSON cannot hold raises TypeError.
-    """
-    if not isinstance(session, Session):
-        raise TypeError(f"save() takes a Session, not {type(session).__name__}")
-    check_session_id(session.id)
-    blob = {**session.to_dict(), "version": expected_version + 1}
-    if nests_deeper(blob, BLOB_NESTING):    # it would be saved but never load again (docs/guide/limits.md)
-        raise ValueError(f'session "{session.id}" nests deeper than {BLOB_NESTING} levels (a value may nest '
-                         f"{MAX_NESTING}): nothing was written. Flatten the deep value.")
-    text = json.dumps(blob, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
-                      default=_row_json_default)
-    _check_row_text(session.id, blob, text)
-    return text
-
-
-def _check_row_text(session_id: str, blob: dict, text: str) -> None:
-    """Refuse text no database keeps, naming where it is: Postgres's JSONB refuses a NUL
-    character, and no driver encodes a lone surrogate as UTF-8 (docs/guide/stores.md)."""
-    nul = _has_nul_escape(text)
-    surrogate = not nul and _SURROGATE.search(text) is not None
-    if not (nul or surrogate):
-        return
-    what, found = (("a NUL character (U+0000)", lambda t: "\x00" in t) if nul else
-                   ("a lone surrogate (not UTF-8 text)",
-                    lambda t: _SURROGATE.search(t) is not None))
-    raise ValueError(f'session "{session_id}" holds {what} at {_text_path(blob, found)}, which '
-                     "no store keeps: nothing was written. Clean the value before it enters the "
-                     'session, e.g. value.replace("\\x00", "") (docs/guide/stores.md).')
-
-
-def _has_nul_escape(text: str) -> bool:
-    """Whether JSON text holds the escape \\u0000: "u0000" after an odd run of backslashes.
-    Each run is counted once, from its end, so the check is linear in the text."""
-    at = text.find("u0000")
-    while at >= 0:
-        start = at
-        while start > 0 and text[start - 1] == "\\":
-            start -= 1
-        if (at - start) % 2 == 1:
-            return True
-        at = text.find("u0000", at + 5)
-    return False
-
-
-def _text_path(blob: dict, found: Callable[[str], bool]) -> str:
-    """The path of the first key or string in ``blob`` for which ``found`` holds (iterative)."""
-    stack: list[tuple[str, Any]] = [("", blob)]
-    while stack:
-        path, value = stack.pop()
-        if isinstance(value, str) and found(value):
-            return path or "the blob"
-        if isinstance(value, dict):
-            for key, item in reversed(list(value.items())):
-                if isinstance(key, str) and found(key):
-                    return f"{path}.{key!r}".lstrip(".") + " (a key)"
-                stack.append((f"{path}.{key}".lstrip("."), item))
-        elif isinstance(value, list):
-            stack.extend((f"{path}[{i}]", item) for i, item in reversed(list(enumerate(value))))
-    return "the blob"
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def decode_session_row(raw: Any, session_id: str) -> Session:
-    """A stored blob as a Session (§3.2, Read): text or UTF-8 bytes are parsed; a parsed value is used as is.
-
-    NaN and Infinity are refused like any other text that is not JSON, as
-    JavaScript's JSON.parse refuses them (inferred).
-    """
-    if isinstance(raw, (bytes, bytearray, memoryview)):
-        try:
-            raw = bytes(raw).decode("utf-8")
-        except UnicodeDecodeError:
-            raise InvalidSessionError(session_id, "blob is not valid JSON") from None
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw, parse_constant=_reject_constant)
-        except ValueError:
-            raise InvalidSessionError(session_id, "blob is not valid JSON") from None
-        except RecursionError:
-            raise InvalidSessionError(session_id, f"it nests deeper than {BLOB_NESTING} levels") from None
-    return Session.from_dict(raw, session_id=session_id)
-
-
-def saved_session(session: Session, expected_version: int) -> Session:
-    """What `save` returns: a new Session equal to the argument at version + 1 (§3.1 rule 2)."""
-    return replace(session, version=expected_version + 1)
-
-
-def store_now_text() -> str:
-    """"Now" for created / updated columns: the store's own wall clock, as §2.4 text (§3.2)."""
-    return iso(system_clock())
-
-
-class MemoryStore:
-    """An in-process Store for tests, prototypes and offline demos (persistence.md §3.3).
-
-    Rows are kept as ``id -> (version, JSON text)`` and read back through the
-    shared row rules, so a session round-trips exactly as through a database.
-    One lock covers ``load`` and ``save``, so concurrent threads see the atomic
-    compare-and-swap of §3.1.
-
-    >>> store = MemoryStore()
-    >>> saved = store.save(Session(id="s1", data={"nome": "Ana"}), 0)
-    >>> (saved.version, store.load("s1").data)
-    (1, {'nome': 'Ana'})
-    """
-
-    def __init__(self):
-        self._rows: dict[str, tuple[int, str]] = {}
-        self._lock = threading.Lock()
-
-    def load(self, session_id: str) -> Session | None:
-        """The stored session, or None when there is no row; a bad row raises InvalidSessionError."""
-        check_session_id(session_id)
-        with self._lock:
-            row = self._rows.get(session_id)
-        return None if row is None else decode_session_row(row[1], session_id)
-
-    def save(self, session: Session, expected_version: int) -> Session:
-        """Insert (expected_version 0) or update (n > 0) in one locked step; a stale one raises
-        SessionConflictError and writes nothing."""
-        check_expected_version(expected_version)
-        text = encode_session_row(session, expected_version)
-        with self._lock:
-            row = self._rows.get(session.id)
-            actual = None if row is None else row[0]
-            if actual != (None if expected_version == 0 else expected_version):
-                raise SessionConflictError(session.id, expected_version, actual)
-            self._rows[session.id] = (expected_version + 1, text)
-        return saved_session(session, expected_version)
-
-    def clear(self) -> None:
-        """Drop every session."""
-        with self._lock:
-            self._rows.clear()
-
-
-
-# The sibling modules falai.py calls at run time, imported after every definition so that either
-# module may be imported first.
-import falai_calls  # noqa: E402
 
 
 # `python -m falai`: the command line lives in falai_cli (issue 14); `import falai` never loads it.

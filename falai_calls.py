@@ -32,11 +32,12 @@ from typing import Any, NamedTuple
 from falai import (
     DEBUG, FIELD_ENVELOPES_KEPT, MAX_NESTING, UNDERSTAND_PLANS_KEPT, UNSERIALIZABLE, Agent,
     Deferred, GenerateRequest, Generation, Judgement, ProviderError, Scope, ScriptError, SpeakAsk, Spoken,
-    TokenUsage, Tool, ToolCtx, ToolResult, UnderstandAsk, add_usage, check_compaction, closed_object, coerce_field,
+    TokenUsage, Tool, ToolCtx, ToolResult, UnderstandAsk, add_usage, closed_object, coerce_field,
     compact_json, error_text, field_description, first_trigger, flows_by_trigger, is_known, js_number,
     js_number_text, log, log_swallowed, merge_patch, nests_deeper, nullable_envelope, read_boolean, render,
     reused, split_phrases, tool_pool, triggers_of, value_text,
 )
+from falai_checks import check_compaction
 
 
 # The protocol seam ----------------------------------------------------------------------------

@@ -49,7 +49,13 @@ from falai import (
     Session,
     TokenUsage,
     Tool,
+    iso,
+    nests_deeper,
+    parse_iso,
+    strip_nones,
+    system_clock,
 )
+from falai_checks import Checks, check_flow_shape, flow_frame
 
 # Exit statuses of validate (and of every command that reads files): issue 14.
 OK, PROBLEMS, UNUSABLE = 0, 1, 2
@@ -86,7 +92,7 @@ def read_json(path: str, what: str) -> Any:
         value = None
         nested = True
     else:
-        nested = falai.nests_deeper(value, MAX_INPUT_NESTING)
+        nested = nests_deeper(value, MAX_INPUT_NESTING)
     if nested:
         raise UsageError(f"{path}: the {what} nests lists and objects deeper than "
                          f"{MAX_INPUT_NESTING} levels, past any flow, registry or session. "
@@ -248,12 +254,13 @@ def path_text(where: list) -> str:
 def shape_problems(spec: Any) -> list:
     """check_flow without a registry: the shape only, since every name would read as unknown.
 
-    Uses check_flow's own collecting pass (falai._Checks); check_flow itself always checks names.
+    Uses check_flow's own collecting pass (falai_checks.Checks); check_flow itself always checks
+    names.
     """
-    checks = falai._Checks(collect=True)
-    flow = falai.strip_nones(spec)
-    if checks.run((), falai._flow_frame, flow):
-        falai.check_flow_shape(flow, checks)
+    checks = Checks(collect=True)
+    flow = strip_nones(spec)
+    if checks.run((), flow_frame, flow):
+        check_flow_shape(flow, checks)
     return checks.problems
 
 
@@ -306,7 +313,7 @@ def agent_problem(paths: list[str], registry: Registry) -> str | None:
     """Why the agent of these flows and this registry cannot be built (the field definitions, the
     agent's options, flows across files), or None: validate refuses what chat and a program do."""
     try:
-        build_agent(paths, registry, ScriptedProvider(), falai.system_clock)
+        build_agent(paths, registry, ScriptedProvider(), system_clock)
     except (FalaiError, ValueError, TypeError) as error:
         return str(error).removeprefix("[FlowConfigurationError] ")
     return None
@@ -885,7 +892,7 @@ class Playground:
         if entry is None:
             return None
         if entry.at > self.clock():
-            self.clock.set(falai.iso(entry.at))
+            self.clock.set(iso(entry.at))
         return self._turn("wake", entry.key, wake=entry.key, history=list(self.history))
 
     def event(self, name: str, payload: Any = None) -> dict:
@@ -897,7 +904,8 @@ class Playground:
         before = self.session.to_dict() if self.session else None
         self.provider.calls = []
         started = time.perf_counter()
-        record: dict = {"number": len(self.turns) + 1, "kind": kind, "input": label, "at": falai.iso(self.clock())}
+        record: dict = {"number": len(self.turns) + 1, "kind": kind, "input": label,
+                        "at": iso(self.clock())}
         try:
             result = self.agent.turn(session_id="playground", session=self.session, **inputs)
         except ProviderError as error:
@@ -913,7 +921,7 @@ class Playground:
             messages=[{"text": m.text, "kind": m.kind, "afterMs": m.after_ms, "run": m.run_id, "step": m.step_id}
                       for m in result.messages],
             outcomes=[outcome_row(line) for line in result.outcomes],
-            schedule=[{"key": e.key, "at": falai.iso(e.at), "replaces": e.replaces} for e in result.schedule],
+            schedule=[{"key": e.key, "at": iso(e.at), "replaces": e.replaces} for e in result.schedule],
             started=[vars(s) for s in result.started], ended=[{"run": e.id, "flow": e.flow_id, "reason": e.reason}
                                                                for e in result.ended],
             skipped=[vars(s) for s in result.skipped], llmCalls=result.llm_calls, usage=usage_dict(result.usage),
@@ -926,9 +934,9 @@ class Playground:
         after = self.session.to_dict() if self.session else None
         return {"before": before, "after": after, "diff": diff(before or {}, after or {}),
                 "runs": run_rows(self.session) if self.session else [],
-                "pending": [{"key": e.key, "at": falai.iso(e.at)} for e in self.pending()],
+                "pending": [{"key": e.key, "at": iso(e.at)} for e in self.pending()],
                 "modelCalls": list(self.provider.calls), "ms": round(seconds * 1000, 1),
-                "now": falai.iso(self.clock())}
+                "now": iso(self.clock())}
 
 
 # 5. chat ######################################################################################
@@ -1026,7 +1034,7 @@ def make_playground(args: argparse.Namespace, environ: dict) -> Playground:
 
 
 def now_text() -> str:
-    return falai.iso(datetime.now(timezone.utc).replace(microsecond=0))
+    return iso(datetime.now(timezone.utc).replace(microsecond=0))
 
 
 # 6. replay and migrate ########################################################################
@@ -1043,7 +1051,7 @@ def load_session(path: str) -> Session:
 def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     session = load_session(args.session)
     registry = load_registry(args.registry)
-    agent = build_agent(args.flows or [], registry, ScriptedProvider(), falai.system_clock)
+    agent = build_agent(args.flows or [], registry, ScriptedProvider(), system_clock)
     out.write(f"session {session.id} (version {session.version})\n")
     out.write(f"  data: {json.dumps(session.data, ensure_ascii=False)}\n")
     out.write(f"  runs ({len(session.runs)}):\n")
@@ -1062,7 +1070,7 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     out.write(f"  pending wakes ({len(wakes)}):" + ("" if args.flows else
                                                    " (silence wakes need the flows: pass --flows)") + "\n")
     for entry in wakes:
-        out.write(f"    {entry.key} at {falai.iso(entry.at)}\n")
+        out.write(f"    {entry.key} at {iso(entry.at)}\n")
     return OK
 
 
@@ -1080,7 +1088,7 @@ def cmd_migrate(args: argparse.Namespace, out: TextIO) -> int:
         renames[old] = new
     try:
         session = falai.migrate_session(blob, session_id=session_id, flow_id_of=lambda key: renames.get(key, key),
-                                        now=falai.parse_iso(args.now) if args.now else None)
+                                        now=parse_iso(args.now) if args.now else None)
     except FalaiError as error:
         raise UsageError(f"{args.old}: {error}") from None
     text = json.dumps(session.to_dict(), indent=2, ensure_ascii=False) + "\n"
@@ -1220,10 +1228,10 @@ def inspect_handler(playground: Playground, page: bytes, token: str | None = Non
 
 def state_of(playground: Playground) -> dict:
     session = playground.session
-    return {"agent": playground.agent.name, "now": falai.iso(playground.clock()),
+    return {"agent": playground.agent.name, "now": iso(playground.clock()),
             "graph": playground.graph.to_dict(), "mermaid": to_mermaid(playground.graph),
             "session": session.to_dict() if session else None, "runs": run_rows(session) if session else [],
-            "pending": [{"key": e.key, "at": falai.iso(e.at)} for e in playground.pending()],
+            "pending": [{"key": e.key, "at": iso(e.at)} for e in playground.pending()],
             "events": sorted(playground.agent.events), "turns": playground.turns}
 
 

@@ -2396,6 +2396,12 @@ _REFUSED_PARAMETERS = {"response_format": re.compile(r"response_format|json_sche
                        "stream_options": re.compile(r"stream_options|include_usage", re.I)}
 
 
+def _empty_tool_stream(error: ProviderError, request: GenerateRequest) -> bool:
+    """Whether a call with tools came back as a stream with nothing in it (see _after_error)."""
+    return bool(request.tools) and error.kind == "overload" and error.status is None \
+        and str(error).endswith(": completed with no content")
+
+
 def _refused_parameter(status: int | None, text: str) -> str | None:
     """The request parameter a failed response says the server does not take, or None."""
     if status is None or status < 400 or not _REFUSED_WORDS.search(text):
@@ -2477,7 +2483,8 @@ class OpenAICompatibleProvider(_HttpProvider):
         profile = SERVER_PROFILES[server] if server is not None else ServerProfile("json_schema")
         # Learning is for a server nobody named: a chosen server or form is kept as given.
         self._learns = {"response_format": server is None and structured_output is None,
-                        "tool_choice": server is None, "stream_options": server is None}
+                        "tool_choice": server is None, "stream_options": server is None,
+                        "streamed_tools": server is None}
         if structured_output is None:
             structured_output = profile.structured_output
         if structured_output not in STRUCTURED_FORMS:
@@ -2545,6 +2552,10 @@ class OpenAICompatibleProvider(_HttpProvider):
         """A refused parameter is learned once and the call tried again without it; else §3.8."""
         error = failure.error
         parameter = error.code if error.kind == "invalid" and not failure.streamed else None
+        if _empty_tool_stream(error, request):
+            # llama-cpp-python raises "Automatic streaming tool choice is not supported" inside a 200
+            # event stream, which then carries nothing: the round goes whole from now on.
+            parameter = "streamed_tools"
         if parameter is not None and self._learns.get(parameter) and self._learn(parameter, error):
             return "retry"
         return super()._after_error(failure, request, model, attempt, backup)
@@ -2563,8 +2574,10 @@ class OpenAICompatibleProvider(_HttpProvider):
             if self._learned.get(parameter) is False:
                 return False
             self._learned[parameter] = False
-            setting = 'server="..."' if parameter == "tool_choice" else "include_usage=False"
-            what = f"{parameter}; it is no longer sent"
+            setting = {"tool_choice": 'server="..."', "stream_options": "include_usage=False",
+                       "streamed_tools": 'server="llama-cpp-python"'}[parameter]
+            what = "a streamed tool round (an empty stream); tool rounds now go whole" \
+                if parameter == "streamed_tools" else f"{parameter}; it is no longer sent"
         log.warning("[%s] the server at %s refused %s (%s). To make this permanent and skip the "
                     "failed request, pass %s (or the server=... of your server: "
                     'docs/guide/providers.md, "Local models").', self.name, self.base_url, what,
@@ -2578,7 +2591,8 @@ class OpenAICompatibleProvider(_HttpProvider):
         headers = self._openai_headers()
         messages = self._wire_messages(plan)
         # A server that cannot stream tool calls gets a tool round whole, read the same way.
-        stream = not (plan.tools and not self.profile.streams_tool_calls)
+        stream = not (plan.tools and (not self.profile.streams_tool_calls
+                                      or self._learned.get("streamed_tools") is False))
         body: dict = {"model": model, "messages": messages, "stream": stream}
         if stream and self.include_usage and self.profile.stream_usage \
                 and self._learned.get("stream_options") is not False:

@@ -1,19 +1,22 @@
-"""falai_stores: durable homes for falai sessions (persistence.md Part 3).
+"""falai_stores: homes for falai sessions (persistence.md Part 3).
 
-Three stores with one contract, ``load(session_id)`` and
+Four stores with one contract, the ``Store`` protocol: ``load(session_id)`` and
 ``save(session, expected_version)`` with compare-and-swap (persistence.md §3.1):
 
+   MemoryStore ...... in process, for tests, prototypes and offline demos (§3.3)
    SQLiteStore ...... the embedded default, over the standard library's sqlite3
    PostgresStore .... over the host's DB-API connection (psycopg 3, psycopg2); JSONB blob
    RedisStore ....... over the host's redis-py client; one hash per session, one Lua script per save
 
-The two SQL stores share one ``load`` and ``save`` (``_SqlStore``); each brings
-its own statements and transaction rules.
+``import falai`` is all a user needs: ``falai.Store`` and ``falai.MemoryStore``
+load this module on first use. The two SQL stores share one ``load`` and
+``save`` (``_SqlStore``); each brings its own statements and transaction rules.
 
 This module imports ``sqlite3`` and ``falai`` only. It never imports a Postgres
 or Redis driver: the host passes the client it already has. Every store writes
-and reads the blob through falai's shared row rules (persistence.md §3.2), so a
-row written by one implementation loads in the other.
+and reads the blob through the shared row rules (persistence.md §3.2,
+``encode_session_row`` and ``decode_session_row`` here), so a row written by one
+implementation loads in the other.
 
 SPDX-License-Identifier: MIT. Copyright (c) 2026 The falai for Python authors; full text in LICENSE.
 """
@@ -21,17 +24,20 @@ SPDX-License-Identifier: MIT. Copyright (c) 2026 The falai for Python authors; f
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import sqlite3
 import threading
 from collections.abc import Callable
-from typing import Any
+from dataclasses import replace
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
 
-from falai import (ABSENT, BLOB_NESTING, InvalidSessionError, Session, SessionConflictError, check_expected_version,
-                   check_session_id, check_table_name, decode_session_row, encode_session_row,
-                   saved_session, store_now_text)
+from falai import (ABSENT, BLOB_NESTING, MAX_NESTING, InvalidSessionError, Session, SessionConflictError,
+                   iso, nests_deeper, system_clock)
 
-__all__ = ["SQLiteStore", "PostgresStore", "RedisStore"]
+__all__ = ["Store", "MemoryStore", "SQLiteStore", "PostgresStore", "RedisStore"]
 
 DEFAULT_TABLE = "falai_sessions"
 
@@ -55,6 +61,225 @@ def _stored_version(value: Any) -> int | None:
         except ValueError:
             return None
     return None
+
+
+# The Store protocol, the row rules every store shares, MemoryStore ############
+#
+# The shared row rules (persistence.md §3.2) live here so that every store,
+# MemoryStore and the database stores alike, writes and reads the same blob the
+# same way (persistence.md §3.1-§3.3).
+
+@runtime_checkable
+class Store(Protocol):
+    """A durable home for sessions: load, and save with compare-and-swap (persistence.md §3.1)."""
+
+    def load(self, session_id: str) -> Session | None: ...
+
+    def save(self, session: Session, expected_version: int) -> Session: ...
+
+
+SQL_TABLE_NAME = r"(?:[A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]*"   # text: compiled by the first store (issue 12)
+
+
+def check_expected_version(expected_version: Any) -> int:
+    """An int >= 0 (not a bool), else ValueError before the backend is touched (persistence.md §3.1 rule 6)."""
+    if isinstance(expected_version, bool) or not isinstance(expected_version, int) or expected_version < 0:
+        raise ValueError(f"expected_version must be a whole number (an int >= 0), not {expected_version!r}. "
+                         "Pass the version you loaded, or 0 for a session that has no row yet.")
+    return expected_version
+
+
+def check_table_name(table: Any) -> str:
+    """A table name is an SQL identifier with at most one `schema.` prefix, else ValueError (§3.2)."""
+    if not isinstance(table, str) or re.fullmatch(SQL_TABLE_NAME, table) is None:
+        raise ValueError(f"table {table!r} is not an SQL identifier: use letters, digits and _, not starting "
+                         'with a digit, with at most one "schema." prefix.')
+    return table
+
+
+def _row_json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return iso(value)
+    raise TypeError(f"a session cannot hold {type(value).__name__} values: only JSON values and datetimes "
+                    "can be stored")
+
+
+MAX_SESSION_ID = 255           # characters: PostgresStore's VARCHAR(255), the bound of every store
+
+
+def check_session_id(session_id: Any) -> str:
+    """The session id every store accepts, or the error naming why not (docs/guide/stores.md).
+
+    One contract for every store: a non-empty string of at most ``MAX_SESSION_ID``
+    characters, with no NUL character and no lone surrogate (neither is text a
+    database keeps). A non-string raises TypeError, anything else ValueError.
+    """
+    if not isinstance(session_id, str):
+        raise TypeError(f"a session id is a string, not {type(session_id).__name__}")
+    problem = None
+    if not session_id:
+        problem = "is empty"
+    elif len(session_id) > MAX_SESSION_ID:
+        problem = f"is {len(session_id)} characters long, over the {MAX_SESSION_ID} a store keeps"
+    elif "\x00" in session_id:
+        problem = "contains a NUL character (U+0000), which no database keeps in text"
+    elif _SURROGATE.search(session_id):
+        problem = "contains a lone surrogate, which is not UTF-8 text"
+    if problem:
+        shown = f"{session_id[:40]!r}{'...' if len(session_id) > 40 else ''}"
+        raise ValueError(f"the session id {shown} {problem}: nothing was read or written. Use "
+                         f"an id of 1 to {MAX_SESSION_ID} printable characters, e.g. the channel's "
+                         "user id or a hash of it.")
+    return session_id
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def encode_session_row(session: Session, expected_version: int) -> str:
+    """The blob a save writes, as compact JSON text with `version` = expected_version + 1 (§3.2, Write).
+
+    A datetime anywhere inside becomes §2.4 text; a non-finite float, a blob
+    nested deeper than BLOB_NESTING, a bad id (``check_session_id``) or text no
+    database keeps (a NUL character, a lone surrogate) raises ValueError, and any
+    other value JSON cannot hold raises TypeError.
+    """
+    if not isinstance(session, Session):
+        raise TypeError(f"save() takes a Session, not {type(session).__name__}")
+    check_session_id(session.id)
+    blob = {**session.to_dict(), "version": expected_version + 1}
+    if nests_deeper(blob, BLOB_NESTING):    # it would be saved but never load again (docs/guide/limits.md)
+        raise ValueError(f'session "{session.id}" nests deeper than {BLOB_NESTING} levels (a value may nest '
+                         f"{MAX_NESTING}): nothing was written. Flatten the deep value.")
+    text = json.dumps(blob, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+                      default=_row_json_default)
+    _check_row_text(session.id, blob, text)
+    return text
+
+
+def _check_row_text(session_id: str, blob: dict, text: str) -> None:
+    """Refuse text no database keeps, naming where it is: Postgres's JSONB refuses a NUL
+    character, and no driver encodes a lone surrogate as UTF-8 (docs/guide/stores.md)."""
+    nul = _has_nul_escape(text)
+    surrogate = not nul and _SURROGATE.search(text) is not None
+    if not (nul or surrogate):
+        return
+    what, found = (("a NUL character (U+0000)", lambda t: "\x00" in t) if nul else
+                   ("a lone surrogate (not UTF-8 text)",
+                    lambda t: _SURROGATE.search(t) is not None))
+    raise ValueError(f'session "{session_id}" holds {what} at {_text_path(blob, found)}, which '
+                     "no store keeps: nothing was written. Clean the value before it enters the "
+                     'session, e.g. value.replace("\\x00", "") (docs/guide/stores.md).')
+
+
+def _has_nul_escape(text: str) -> bool:
+    """Whether JSON text holds the escape \\u0000: "u0000" after an odd run of backslashes.
+    Each run is counted once, from its end, so the check is linear in the text."""
+    at = text.find("u0000")
+    while at >= 0:
+        start = at
+        while start > 0 and text[start - 1] == "\\":
+            start -= 1
+        if (at - start) % 2 == 1:
+            return True
+        at = text.find("u0000", at + 5)
+    return False
+
+
+def _text_path(blob: dict, found: Callable[[str], bool]) -> str:
+    """The path of the first key or string in ``blob`` for which ``found`` holds (iterative)."""
+    stack: list[tuple[str, Any]] = [("", blob)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str) and found(value):
+            return path or "the blob"
+        if isinstance(value, dict):
+            for key, item in reversed(list(value.items())):
+                if isinstance(key, str) and found(key):
+                    return f"{path}.{key!r}".lstrip(".") + " (a key)"
+                stack.append((f"{path}.{key}".lstrip("."), item))
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", item) for i, item in reversed(list(enumerate(value))))
+    return "the blob"
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def decode_session_row(raw: Any, session_id: str) -> Session:
+    """A stored blob as a Session (§3.2, Read): text or UTF-8 bytes are parsed; a parsed value is used as is.
+
+    NaN and Infinity are refused like any other text that is not JSON, as
+    JavaScript's JSON.parse refuses them (inferred).
+    """
+    if isinstance(raw, (bytes, bytearray, memoryview)):
+        try:
+            raw = bytes(raw).decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidSessionError(session_id, "blob is not valid JSON") from None
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw, parse_constant=_reject_constant)
+        except ValueError:
+            raise InvalidSessionError(session_id, "blob is not valid JSON") from None
+        except RecursionError:
+            raise InvalidSessionError(session_id, f"it nests deeper than {BLOB_NESTING} levels") from None
+    return Session.from_dict(raw, session_id=session_id)
+
+
+def saved_session(session: Session, expected_version: int) -> Session:
+    """What `save` returns: a new Session equal to the argument at version + 1 (§3.1 rule 2)."""
+    return replace(session, version=expected_version + 1)
+
+
+def store_now_text() -> str:
+    """"Now" for created / updated columns: the store's own wall clock, as §2.4 text (§3.2)."""
+    return iso(system_clock())
+
+
+class MemoryStore:
+    """An in-process Store for tests, prototypes and offline demos (persistence.md §3.3).
+
+    Rows are kept as ``id -> (version, JSON text)`` and read back through the
+    shared row rules, so a session round-trips exactly as through a database.
+    One lock covers ``load`` and ``save``, so concurrent threads see the atomic
+    compare-and-swap of §3.1.
+
+    >>> store = MemoryStore()
+    >>> saved = store.save(Session(id="s1", data={"nome": "Ana"}), 0)
+    >>> (saved.version, store.load("s1").data)
+    (1, {'nome': 'Ana'})
+    """
+
+    def __init__(self):
+        self._rows: dict[str, tuple[int, str]] = {}
+        self._lock = threading.Lock()
+
+    def load(self, session_id: str) -> Session | None:
+        """The stored session, or None when there is no row; a bad row raises InvalidSessionError."""
+        check_session_id(session_id)
+        with self._lock:
+            row = self._rows.get(session_id)
+        return None if row is None else decode_session_row(row[1], session_id)
+
+    def save(self, session: Session, expected_version: int) -> Session:
+        """Insert (expected_version 0) or update (n > 0) in one locked step; a stale one raises
+        SessionConflictError and writes nothing."""
+        check_expected_version(expected_version)
+        text = encode_session_row(session, expected_version)
+        with self._lock:
+            row = self._rows.get(session.id)
+            actual = None if row is None else row[0]
+            if actual != (None if expected_version == 0 else expected_version):
+                raise SessionConflictError(session.id, expected_version, actual)
+            self._rows[session.id] = (expected_version + 1, text)
+        return saved_session(session, expected_version)
+
+    def clear(self) -> None:
+        """Drop every session."""
+        with self._lock:
+            self._rows.clear()
 
 
 # SQL stores ##################################################################

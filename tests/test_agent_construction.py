@@ -8,7 +8,9 @@ import logging
 import pytest
 
 import falai as F
-from falai import Agent, FalaiError, FlowConfigurationError, ScriptedProvider, Tool, check_agent, falai
+import falai_checks
+from falai import Agent, FalaiError, FlowConfigurationError, ScriptedProvider, Tool, falai
+from falai_checks import check_agent
 
 f = falai().fields({
     "nome": {"type": "string", "ask": "Pergunte o nome."},
@@ -346,9 +348,9 @@ def test_compaction_that_is_not_a_dict_raises():
 
 
 def test_check_agent_is_the_module_function_the_agent_calls(monkeypatch):
-    """falai.py section 6: Agent.__init__ calls check_agent(self)."""
+    """falai.py section 6: Agent.__init__ calls falai_checks.check_agent(self)."""
     seen = []
-    monkeypatch.setattr(F, "check_agent", lambda agent: seen.append(agent) or [])
+    monkeypatch.setattr(falai_checks, "check_agent", lambda agent: seen.append(agent) or [])
     agent = build(flows=[{"id": 1}])
     assert seen == [agent]
 

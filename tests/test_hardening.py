@@ -13,6 +13,7 @@ import requests
 
 import falai as F
 import falai_providers
+import falai_stores
 from falai import fake_clock
 from falai_stores import PostgresStore, RedisStore, SQLiteStore
 from test_stores import postgres_connection, redis_client, unique_name
@@ -344,7 +345,7 @@ def test_a_stored_row_deeper_than_the_limit_is_an_invalid_session_in_sqlite(tmp_
     with pytest.raises(F.InvalidSessionError):
         store.load("s1")
     with pytest.raises(F.InvalidSessionError):
-        F.decode_session_row(text, "s1")
+        falai_stores.decode_session_row(text, "s1")
 
 
 @pytest.mark.parametrize("levels", [200, 2000])

@@ -1,4 +1,5 @@
-"""python-api.md, Modules: `import falai` pulls in no third-party module."""
+"""python-api.md, Modules: `import falai` pulls in no third-party module; the modules and their imports."""
+import glob
 import subprocess
 import sys
 
@@ -19,11 +20,9 @@ def test_import_falai_imports_no_third_party_module():
 
 
 def test_import_falai_loads_only_the_standard_library():
-    """Besides the standard library, only the engine's own model-call modules, which it calls."""
     code = ("import sys; before = set(sys.modules); import falai; "
             "new = {m.split('.')[0] for m in set(sys.modules) - before}; "
-            "print(','.join(sorted(m for m in new if m not in sys.stdlib_module_names\n"
-            "                       and m not in ('falai', 'falai_calls', 'falai_protocols'))))")
+            "print(','.join(sorted(m for m in new if m not in sys.stdlib_module_names and m != 'falai')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=falai.__file__.rsplit("/", 1)[0])
     assert out.stdout.strip() == ""
@@ -41,7 +40,7 @@ def test_import_runs_none_of_falais_own_functions():
             "ran = []\n"
             "def seen(frame, event, arg):\n"
             "    code = frame.f_code\n"
-            "    if (event == 'call' and code.co_filename.endswith(('falai.py', 'falai_calls.py', 'falai_protocols.py')) and code.co_flags & inspect.CO_OPTIMIZED\n"
+            "    if (event == 'call' and code.co_filename.endswith('falai.py') and code.co_flags & inspect.CO_OPTIMIZED\n"
             "            and not code.co_name.startswith('<')):\n"
             "        ran.append(code.co_name)\n"
             "sys.setprofile(seen)\n"
@@ -69,16 +68,116 @@ def _falai_names_used(path):
     return names
 
 
-def test_sibling_modules_import_only_the_api_and_their_named_helpers():
-    """issue 12: falai_providers, falai_stores and falai_cli take from falai only ``__all__``, ``__version__``
-    and the helpers falai.SIBLING_IMPORTS names for them; each named helper exists and is used."""
-    root = falai.__file__.rsplit("/", 1)[0]
-    for module, helpers in falai.SIBLING_IMPORTS.items():
-        used = _falai_names_used(f"{root}/{module}.py")
-        extra = sorted(used - set(falai.__all__) - {"__version__"} - set(helpers))
-        assert extra == [], f"{module} imports {extra} from falai: add them to SIBLING_IMPORTS or use the API"
-        assert all(hasattr(falai, name) for name in helpers)
-        assert sorted(set(helpers) - used) == [], f"{module} no longer uses {sorted(set(helpers) - used)}"
+ROOT = falai.__file__.rsplit("/", 1)[0]
+SIBLINGS = sorted(path.rsplit("/", 1)[1][:-3] for path in glob.glob(f"{ROOT}/falai_*.py"))
+
+
+def test_siblings_import_from_falai_only_the_api_and_the_names_for_sibling_modules():
+    """A sibling takes from falai only ``__all__``, ``__version__`` and the names falai.FOR_SIBLING_MODULES
+    lists; each listed name exists, has no leading underscore and is used by some sibling."""
+    allowed = set(falai.__all__) | {"__version__"} | set(falai.FOR_SIBLING_MODULES)
+    used_anywhere = set()
+    for module in SIBLINGS:
+        used = _falai_names_used(f"{ROOT}/{module}.py")
+        used_anywhere |= used
+        extra = sorted(used - allowed)
+        assert extra == [], f"{module} imports {extra} from falai: add them to FOR_SIBLING_MODULES or use the API"
+    for name in falai.FOR_SIBLING_MODULES:
+        assert not name.startswith("_") and name in vars(falai), name
+    assert sorted(set(falai.FOR_SIBLING_MODULES) - used_anywhere) == [], "no sibling uses these any more"
+
+
+def _private_names_taken(path):
+    """``from falai... import _x`` and ``module._x`` for an imported falai module: (module, name) pairs."""
+    import ast
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    ours = {name for name in ["falai", *SIBLINGS]}
+    aliases, taken = {}, set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            aliases.update({alias.asname or alias.name: alias.name for alias in node.names if alias.name in ours})
+        elif isinstance(node, ast.ImportFrom) and node.module in ours:
+            taken.update((node.module, alias.name) for alias in node.names if alias.name.startswith("_"))
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                and node.attr.startswith("_") and not node.attr.startswith("__")):
+            taken.add((aliases[node.value.id], node.attr))
+    return sorted(taken)
+
+
+@pytest.mark.parametrize("module", ["falai", *SIBLINGS])
+def test_no_module_takes_another_modules_private_names(module):
+    assert _private_names_taken(f"{ROOT}/{module}.py") == []
+
+
+def test_dir_of_falai_and_all_agree():
+    """An IDE's ``falai.`` completion shows the API: dir() is __all__ plus the module's dunders."""
+    shown = {name for name in dir(falai) if not name.startswith("__")}
+    assert shown == set(falai.__all__)
+    assert len(falai.__all__) == len(set(falai.__all__))
+
+
+def test_a_public_name_that_lives_elsewhere_is_loaded_on_use_and_is_the_siblings_own():
+    import importlib
+    for name, module in falai.PUBLIC_ELSEWHERE.items():
+        assert name in falai.__all__, name
+        assert getattr(falai, name) is getattr(importlib.import_module(module), name)
+    with pytest.raises(AttributeError, match="no attribute 'NotAName'"):
+        falai.NotAName  # noqa: B018
+
+
+def test_type_checkers_see_every_name_that_lives_elsewhere():
+    """The ``if TYPE_CHECKING:`` imports name the same names, from the same modules, as PUBLIC_ELSEWHERE."""
+    import ast
+    tree = ast.parse(open(falai.__file__, encoding="utf-8").read())
+    seen = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for item in node.body:
+                if isinstance(item, ast.ImportFrom) and item.module != "falai" and item.module.startswith("falai"):
+                    seen.update({alias.name: item.module for alias in item.names})
+    assert seen == falai.PUBLIC_ELSEWHERE
+
+
+def test_import_falai_leaves_the_sibling_modules_unloaded():
+    """``import falai`` is the engine alone: a sibling loads when a name of it is first used."""
+    code = ("import sys; import falai; "
+            f"print(','.join(m for m in {SIBLINGS!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == ""
+
+
+TURN = """
+import falai
+agent = falai.falai().agent(
+    name="Bot", provider=falai.ScriptedProvider(script={"understand": [{"flows": {"hello": 90}}]}),
+    flows=[{"id": "hello", "on": [{"message": ["hello"]}], "steps": [{"id": "hi", "say": "Hello!"}]}])
+store = falai.MemoryStore()
+result = agent.turn(session_id="s1", message="hello", id="m1")
+store.save(result.session, 0)
+print(falai.__file__, [m.text for m in result.messages], store.load("s1").version)
+"""
+
+
+@pytest.mark.parametrize("first", ["falai", *SIBLINGS])
+def test_any_module_may_be_imported_first_in_a_fresh_interpreter(first):
+    others = [module for module in ["falai", *SIBLINGS] if module != first]
+    code = f"import {first}\n" + "".join(f"import {module}\n" for module in others) + TURN
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "['Hello!'] 1" in out.stdout
+
+
+def test_copying_the_falai_files_into_an_empty_folder_is_enough_to_run_a_turn(tmp_path):
+    """Vendoring is "copy the falai*.py files" (docs/guide/deploying.md): no package, no install."""
+    import shutil
+    for path in glob.glob(f"{ROOT}/falai*.py"):
+        shutil.copy(path, tmp_path)
+    # -S -I: no site-packages (so not this checkout's editable install), no PYTHON* variables.
+    out = subprocess.run([sys.executable, "-S", "-I", "-c", f"import sys; sys.path.insert(0, '.')\n{TURN}"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(tmp_path / "falai.py"), "['Hello!']", "1"]
 
 
 def test_import_falai_neither_imports_logging_nor_creates_the_falai_logger():

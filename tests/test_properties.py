@@ -22,8 +22,8 @@ from datetime import datetime
 import pytest
 from hypothesis import example, given, strategies as st
 
-from falai import GenerationChunk, ScriptedProvider, ScriptError, Session, encode_session_row, iso
-from falai_stores import SQLiteStore
+from falai import GenerationChunk, ScriptedProvider, ScriptError, Session, iso
+from falai_stores import SQLiteStore, encode_session_row
 from fuzz_scenarios import DEEP_INPUT, RE_ASK, SHARED_MEDIA, Scenario, fuzz_settings, provider_for, scenario
 
 

@@ -163,14 +163,36 @@ def test_llama_cpp_python_profile_runs_a_tool_round_whole(fake):
     assert fake.requests[1].json["stream"] is True and "stream_options" not in fake.requests[1].json
 
 
-def test_an_unknown_server_streaming_an_auto_tool_choice_gets_an_empty_stream(fake):
-    """What llama-cpp-python does without its profile: nothing to learn from, so the docs name the profile."""
-    provider = local(fake, "llama-cpp-python", structured_output="json_object_schema",
-                     retry_config={"timeout": 3000, "retries": 0})
+def tool_call_reply(fake):
+    fake.json({"id": "x", "object": "chat.completion", "choices": [{"index": 0, "finish_reason": "tool_calls",
+               "message": {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
+                           "function": {"name": "preco", "arguments": "{\"cidade\": \"Curitiba\"}"}}]}}]})
+
+
+def test_an_unknown_server_that_cannot_stream_a_tool_round_gets_it_whole(fake, caplog):
+    """llama-cpp-python without its profile answers a streamed "auto" tool round with an empty stream:
+    the provider tries the round once more whole, and keeps sending tool rounds whole."""
+    provider = local(fake, "llama-cpp-python", structured_output="json_object_schema")
+    tool_call_reply(fake)
+    out = provider.generate(req(tools=[PRECO]))
+    assert out.tool_calls[0].arguments == {"cidade": "Curitiba"}
+    assert fake.take_rejections() == ["Automatic streaming tool choice is not supported"]
+    assert [r.json["stream"] for r in fake.requests] == [True, False]
+    told = warnings_about(caplog, "streamed tool round")
+    assert len(told) == 1 and 'server="llama-cpp-python"' in told[0]
+    tool_call_reply(fake)
+    provider.generate(req(tools=[PRECO]))
+    answer(fake, "olá")
+    provider.generate(req())
+    assert [r.json["stream"] for r in fake.requests] == [True, False, False, True]
+
+
+def test_an_empty_stream_without_tools_is_still_overload(fake):
+    provider = local(fake, "generic", retry_config={"timeout": 3000, "retries": 0})
+    fake.sse("[DONE]")
     with pytest.raises(ProviderError) as error:
-        provider.generate(req(tools=[PRECO]))
-    assert error.value.kind == "overload" and fake.take_rejections() == [
-        "Automatic streaming tool choice is not supported"]
+        provider.generate(req())
+    assert error.value.kind == "overload" and len(fake.requests) == 1
 
 
 def test_a_refused_tool_choice_is_dropped_once_and_remembered(fake, caplog):
