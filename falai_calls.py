@@ -618,6 +618,7 @@ class LeanReading:
     mentions: dict = field(default_factory=dict)        # real mention flow id -> its extracts
     fields: list = field(default_factory=list)          # the slugs asked for this call
     field_names: list = field(default_factory=list)     # those slugs and their aliases, longest first
+    routing: bool = True        # whether the call asked for flow scores: a listed flow is read only then
 
 
 def templated(*texts: Any) -> bool:
@@ -662,7 +663,7 @@ def read_lean_sections(reply: dict, aliases: AliasTable, asked: LeanReading, jud
     def real(name: str, known: Iterable) -> str:
         return name if name in known else aliases.real(name)
 
-    for name, item in ids("flows"):
+    for name, item in ids("flows") if asked.routing else ():
         score = read_score(item.get("score")) if isinstance(item, dict) else None
         if score is not None:
             judgement.flows[real(name, asked.flows)] = score

@@ -265,13 +265,13 @@ def _still_to_collect_section(agent: Agent, ask: SpeakAsk) -> str | None:
 LEAN_TASK = ("## Task\nJudge the customer's latest message in context, by their own words only. List only what "
              'holds; judge every item below unless "This turn" names which:')
 LEAN_KEY_RULES = {     # the schema gives each item's keys: the rules say what belongs in each list
-    "flows": "- flows: each flow the message fits, the current one too, scored 1-100: 90+ explicit keywords and "
-             "intent, 70+ strong context, 50+ moderate, 30+ weak.",
+    "flows": "- flows: each flow it fits, the current one too, scored: 90+ explicit keywords and intent, "
+             "70+ strong context, 50+ moderate, 30+ weak.",
     "mentions": "- mentions: the ids the customer clearly brought up; phrases are alternatives, an exclusion "
                 "overrides.",
     "extract": "- extract: each value a listed mention gives (a list: one per element).",
     "branches": "- branches: the ids of the questions answered yes.",
-    "fields": '- fields: "<id>: <value>" per detail this message gives, not already known; never guess.',
+    "fields": '- fields: "<id>: <value>" per detail it gives, not already known; never guess.',
 }
 
 
@@ -287,8 +287,10 @@ class LeanParts:
 
 
 def _lean_title(flow: dict, scope: Scope) -> str:
-    """``- <id>[ — <name>][: <description>]``: the name only when it is not the id (no text twice)."""
-    named = flow.get("name") and flow["name"] != flow.get("id")
+    """``- <id>[ — <name>][: <description>]``: the name only when it says more than the id (no text
+    twice: "Triagem" for the id "triagem" says nothing more)."""
+    name = flow.get("name")
+    named = name and str(name).casefold() != str(flow.get("id")).casefold()
     text = render_text(flow.get("description"), scope)
     return f"- {flow.get('id')}" + (f" — {flow['name']}" if named else "") + (f": {text}" if text else "")
 
@@ -361,13 +363,18 @@ def _collect_list(part: dict) -> list:
     return collect if isinstance(collect, list) else []
 
 
-def lean_parts(agent: Agent, routing: bool) -> LeanParts:
-    """The agent-constant part of lean understand calls, with or without routing (``Lean`` keeps it)."""
+def lean_parts(agent: Agent) -> LeanParts:
+    """The agent-constant part of its lean understand calls (``Lean`` keeps it).
+
+    One system text and one schema for every call of the agent, whether it routes or asks only
+    for fields: a call that does not route says so after the history ("Flows to score: none"),
+    so a conversation's requests share their whole prefix up to the history's end.
+    """
     empty = Scope(data={}, context=None)
     flows = [f for f in agent.flows if isinstance(f, dict) and isinstance(f.get("id"), str)]
     # With max_candidates the turn's few candidates travel after the history instead of a full catalog.
     catalog = [f for f in flows if message_trigger(f, True) and not templated(*flow_texts(f, "message"))] \
-        if routing and agent.max_candidates is None else []
+        if agent.max_candidates is None else []
     mentions = [f for f in flows if mention_trigger(f).get("mention") and not templated(*flow_texts(f, "mention"))]
     # Only fields some flow collects can ever be asked (harvestable, the asker's pending): the rest is dead text.
     collected = {slug for f in flows for part in [f, *(st for st in f.get("steps") or [] if isinstance(st, dict))]
@@ -375,7 +382,8 @@ def lean_parts(agent: Agent, routing: bool) -> LeanParts:
     slugs = [slug for slug, d in agent.fields.items()
              if slug in collected and extract_mode(d if isinstance(d, dict) else {}) == "anywhere"]
     keys = [key for key, present in (
-        ("flows", routing and bool(flows)),
+        # Only a message trigger makes a flow a candidate beside the floor's own: else no call routes.
+        ("flows", any(triggers_of(f, "message") for f in flows)),
         ("mentions", any(mention_trigger(f).get("mention") for f in flows)),
         ("extract", any(mention_extract(f) for f in flows)),
         ("branches", any(isinstance(b, dict) and b.get("when") is not None
@@ -401,9 +409,9 @@ def lean_parts(agent: Agent, routing: bool) -> LeanParts:
 def _lean_reading(envelope: Envelope, ask: UnderstandAsk, routing: bool) -> LeanReading:
     """What reading the lean reply of this envelope's call needs: the asked ids and the field names."""
     names = list(ask.fields) + envelope.aliases.aliases_of(ask.fields)
-    return LeanReading(flows={f["id"] for _, f in envelope.cand} if routing else set(),
-                        mentions={f.get("id"): mention_extract(f) for f in ask.mentions},
-                        fields=list(ask.fields), field_names=sorted(names, key=len, reverse=True))
+    return LeanReading(flows={f["id"] for _, f in envelope.cand} if routing else set(), routing=routing,
+                       mentions={f.get("id"): mention_extract(f) for f in ask.mentions},
+                       fields=list(ask.fields), field_names=sorted(names, key=len, reverse=True))
 
 
 def _lean_known_section(agent: Agent, data: dict, order: dict) -> str | None:
@@ -434,6 +442,8 @@ def _lean_turn_section(agent: Agent, ask: UnderstandAsk, scope: Scope, envelope:
             "Flows to score", [f["id"] for _, f in envelope.cand], parts.flows) + [
             line for _, f in envelope.cand if f["id"] not in parts.flows for line in _lean_flow_entry(f, scope)],
             envelope.cand_templated)
+    elif "flows" in keys:                 # the same schema on every call: this one scores no flow
+        lines.append("Flows to score: none")
     if "mentions" in keys:
         lines += envelope_part(envelope, "lean mentions", lambda: _lean_asked(
             "Mentions to check", [f.get("id") for f in ask.mentions], parts.mentions) + [
@@ -582,7 +592,7 @@ class Lean(ModelCalls):
 
     def __init__(self) -> None:
         super().__init__()
-        self._parts: dict = {}                  # routing or not -> LeanParts
+        self._parts: LeanParts | None = None    # the system text and schema of its understand calls
         self._field_order: dict | None = None   # slug -> its place among the agent's fields
         self._field_lines: dict = {}            # slug -> its "Still to collect" line
         self._speak_schema = lean_speak_schema()
@@ -593,7 +603,7 @@ class Lean(ModelCalls):
         scope = Scope(data=ask.scope.data, context=ask.scope.context)
         envelope = self.understand_envelope(agent, ask, scope)     # the same aliases: a v4-form script reads
         routing = asks_routing(ask)
-        parts = self.parts(agent, routing)
+        parts = self.parts(agent)
         prompt = join_sections(_lean_current_flow(ask, scope, parts.flows),
                                _lean_known_section(agent, ask.scope.data, self.field_order(agent)),
                                _lean_turn_section(agent, ask, scope, envelope, parts, routing),
@@ -619,12 +629,11 @@ class Lean(ModelCalls):
     def speak_system(self, agent: Agent, system: str | None) -> str | None:
         return join_sections(system, LEAN_SPEAK_FORMAT + ("\n" + LEAN_TOOLS_RULE if agent.tools else ""))
 
-    def parts(self, agent: Agent, routing: bool) -> LeanParts:
+    def parts(self, agent: Agent) -> LeanParts:
         """The agent-constant part of its lean understand calls (``lean_parts``), built once."""
-        parts = self._parts.get(routing)
-        if parts is None:
-            parts = self._parts[routing] = lean_parts(agent, routing)
-        return parts
+        if self._parts is None:
+            self._parts = lean_parts(agent)
+        return self._parts
 
     def field_order(self, agent: Agent) -> dict:
         """Each of the agent's field slugs -> its place among them."""

@@ -122,7 +122,7 @@ def test_the_reply_schemas_are_built_once_per_agent_and_no_turn_changes_them():
             assert all(r.schema is speak[0].schema for r in speak) and speak[0].schema == lean_speak_schema()
             assert all(r.schema is understand[0].schema for r in understand)
             agent = triage_agent(ScriptedProvider(), protocol="lean")
-            assert understand[0].schema == lean_parts(agent, True).schema      # the agent's flows and fields
+            assert understand[0].schema == lean_parts(agent).schema      # the agent's flows and fields
             assert understand[0].schema["properties"]["flows"]["items"]["properties"]["id"] == \
                 {"type": "string", "enum": [f["id"] for f in agent.flows]}
             assert lean_schema(understand[0].schema["properties"]) == unbounded(understand[0].schema)
