@@ -8,7 +8,7 @@ and never saves: the host does.
 Sections, in the order data flows through a turn: what a turn is built from
 (1-7), then the turn itself (8-10).
 
-   1. Public types ............ _FieldWise, _Record, the API's dataclasses, the provider seam, OUTCOME_MESSAGES
+   1. Public types ............ the API's dataclasses, the provider seam, OUTCOME_MESSAGES
    2. Errors .................. FalaiError and its four subclasses, ScriptError, classify_error
    3. Time .................... durations, ISO text, epoch milliseconds, clocks, fake_clock
    4. Templates and predicates  JavaScript-style values, {{data.x}} rendering, judge(), show()
@@ -61,7 +61,6 @@ import functools
 import json
 import math
 import re
-import reprlib
 import threading
 import unicodedata
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
@@ -196,57 +195,13 @@ RETRY_LADDER = ("1m", "5m", "15m", "1h", "6h")   # a talk step's speak retry wak
 
 # 1. Public types ##############################################################################
 #
-# Objects that carry code or results are dataclasses (python-api.md, Two rules), each
-# @dataclass(repr=False, eq=False) on _FieldWise, which writes == and repr() as @dataclass would.
+# Objects that carry code or results are dataclasses (python-api.md, Two rules); the records a turn
+# passes between its phases are dataclasses too, slotted (docs/guide/development.md).
 # Declarative data (flows, steps, fields, the blob) stays plain JSON dicts.
-# A record the API never hands out (a turn's inputs, a call's reading, an agent's worked-out parts)
-# is a _Record instead: see its docstring.
-
-class _FieldWise:
-    """``==`` and ``repr()`` field by field, the way @dataclass writes them, for the public dataclasses
-    (``@dataclass(repr=False, eq=False)``) and the internal records (``_Record``).
-
-    Written once here because @dataclass compiles each method it writes, for every class, when the module
-    is imported: for the 30 public types their ``__eq__`` and ``__repr__`` were a sixth of ``import falai``
-    (issue 12; docs/guide/development.md). The same rules as @dataclass's: an object equals another of its
-    own class whose field values are equal as a tuple (so a value is equal to itself, NaN included),
-    another class gets NotImplemented, and defining ``__eq__`` leaves the classes unhashable; the repr is
-    ``Name(field=value, ...)``, with ``...`` where it would recurse.
-    """
-    __slots__ = ()
-
-    def _field_names(self) -> Iterable[str]:
-        # In definition order, a base class's first; every subclass but _Record is a dataclass.
-        return [f.name for f in dataclass_fields(self)]      # type: ignore[arg-type]
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        names = self._field_names()
-        return tuple(getattr(self, name) for name in names) == tuple(getattr(other, name) for name in names)
-
-    @reprlib.recursive_repr()
-    def __repr__(self) -> str:
-        values = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._field_names())
-        return f"{self.__class__.__qualname__}({values})"
 
 
-class _Record(_FieldWise):
-    """The base of the engine's internal records: named fields in ``__slots__``, set by a written
-    ``__init__``, compared and shown field by field like a dataclass (``_FieldWise``).
-
-    Not a dataclass because @dataclass also compiles the ``__init__`` it writes when the module is
-    imported: for two dozen internal records that was a fifth of ``import falai`` (issue 12;
-    docs/guide/development.md). The public types stay dataclasses.
-    """
-    __slots__: tuple[str, ...] = ()
-
-    def _field_names(self) -> Iterable[str]:
-        return self.__slots__
-
-
-@dataclass(repr=False, eq=False)
-class TokenUsage(_FieldWise):
+@dataclass
+class TokenUsage:
     """Token counts reported by a provider, summed over a turn's calls.
 
     ``reasoning_tokens`` is the part of ``completion_tokens`` the model spent
@@ -266,8 +221,8 @@ def add_usage(a: TokenUsage | None, b: TokenUsage | None) -> TokenUsage | None:
                       a.reasoning_tokens + b.reasoning_tokens)
 
 
-@dataclass(repr=False, eq=False)
-class ProviderCapabilities(_FieldWise):
+@dataclass
+class ProviderCapabilities:
     """What a provider implementation can do (providers.md §1.5); informational."""
     supports_tools: bool = True
     supports_native_json_schema: bool = True
@@ -276,8 +231,8 @@ class ProviderCapabilities(_FieldWise):
     supports_prompt_caching: bool = False
 
 
-@dataclass(repr=False, eq=False)
-class GenerateRequest(_FieldWise):
+@dataclass
+class GenerateRequest:
     """One model call (providers.md §1.3).
 
     ``system`` is the stable, cacheable text; ``prompt`` is sent after the
@@ -304,8 +259,8 @@ class GenerateRequest(_FieldWise):
     message: str | None = None
 
 
-@dataclass(repr=False, eq=False)
-class ToolCallRequest(_FieldWise):
+@dataclass
+class ToolCallRequest:
     """A tool call the model asked for."""
     id: str
     name: str
@@ -313,8 +268,8 @@ class ToolCallRequest(_FieldWise):
     thought_signature: str | None = None
 
 
-@dataclass(repr=False, eq=False)
-class Generation(_FieldWise):
+@dataclass
+class Generation:
     """What one model call returned (providers.md §1.4)."""
     message: str
     structured: dict | None = None
@@ -325,8 +280,8 @@ class Generation(_FieldWise):
     metadata: dict = field(default_factory=dict)
 
 
-@dataclass(repr=False, eq=False)
-class GenerationChunk(_FieldWise):
+@dataclass
+class GenerationChunk:
     """One piece of a streamed model call; the last one has ``done=True``."""
     delta: str
     accumulated: str
@@ -350,30 +305,30 @@ class AiProvider(Protocol):
     def generate_stream(self, request: GenerateRequest) -> Iterator[GenerationChunk]: ...
 
 
-@dataclass(repr=False, eq=False)
-class ToolValidationResult(_FieldWise):
+@dataclass
+class ToolValidationResult:
     """What a tool's ``validate_input`` returns (the Tool seed page)."""
     valid: bool
     error: str | None = None
     corrected_input: dict | None = None
 
 
-@dataclass(repr=False, eq=False)
-class ToolPermissionResult(_FieldWise):
+@dataclass
+class ToolPermissionResult:
     """What a tool's ``check_permissions`` returns (the Tool seed page)."""
     allowed: bool
     reason: str | None = None
 
 
-@dataclass(repr=False, eq=False)
-class ToolResult(_FieldWise):
+@dataclass
+class ToolResult:
     """``value`` is what the model reads; ``data`` is merged into the session's fields."""
     value: Any = None
     data: dict | None = None
 
 
-@dataclass(repr=False, eq=False)
-class ToolCtx(_FieldWise):
+@dataclass
+class ToolCtx:
     """What a tool handler sees (the Tool seed page, ToolCtx fields)."""
     context: Any
     data: dict
@@ -382,8 +337,8 @@ class ToolCtx(_FieldWise):
     now: datetime
 
 
-@dataclass(repr=False, eq=False)
-class Tool(_FieldWise):
+@dataclass
+class Tool:
     """A function the model may call while phrasing a reply (the Tool seed page)."""
     id: str
     handler: Callable[[dict, ToolCtx], ToolResult | dict | None]
@@ -397,8 +352,8 @@ class Tool(_FieldWise):
     check_permissions: Callable[[dict, ToolCtx], ToolPermissionResult | dict] | None = None
 
 
-@dataclass(repr=False, eq=False)
-class PredCtx(_FieldWise):
+@dataclass
+class PredCtx:
     """What a predicate sees (flows.md §7.5)."""
     context: Any
     data: dict
@@ -408,8 +363,8 @@ class PredCtx(_FieldWise):
     now: datetime
 
 
-@dataclass(repr=False, eq=False)
-class ActionResult(_FieldWise):
+@dataclass
+class ActionResult:
     """The result of an action's ``run`` (flows.md §9.5); a dict with these keys works too."""
     ok: bool | None = None
     detail: str | None = None
@@ -419,8 +374,8 @@ class ActionResult(_FieldWise):
     defer: str | None = None
 
 
-@dataclass(repr=False, eq=False)
-class ActionCtx(_FieldWise):
+@dataclass
+class ActionCtx:
     """What an action's ``run`` sees (flows.md §9.4)."""
     context: Any
     data: dict
@@ -436,28 +391,28 @@ class ActionCtx(_FieldWise):
         merge_patch(self.data, patch)
 
 
-@dataclass(repr=False, eq=False)
-class Action(_FieldWise):
+@dataclass
+class Action:
     """A host action a ``do`` step names (flows.md §9)."""
     parameters: dict
     run: Callable[[dict, ActionCtx], ActionResult | dict | None]
     description: str | None = None
 
 
-@dataclass(repr=False, eq=False)
-class EventDef(_FieldWise):
+@dataclass
+class EventDef:
     """A host event (flows.md §10); ``direction`` is "inbound", "outbound" or None."""
     direction: str | None = None
 
 
-@dataclass(repr=False, eq=False)
-class Condition(_FieldWise):
+@dataclass
+class Condition:
     """A named code predicate JSON flows may use (flows.md §7.3)."""
     check: Callable[[PredCtx, Any], bool]
 
 
-@dataclass(repr=False, eq=False)
-class OutboundMessage(_FieldWise):
+@dataclass
+class OutboundMessage:
     """A message for the host to send (runtime.md §12)."""
     text: str
     kind: str
@@ -468,16 +423,16 @@ class OutboundMessage(_FieldWise):
     step_id: str | None = None
 
 
-@dataclass(repr=False, eq=False)
-class ScheduleEntry(_FieldWise):
+@dataclass
+class ScheduleEntry:
     """A wake for the host to enqueue; ``turn(wake=entry.key)`` when ``at`` comes."""
     key: str
     at: datetime
     replaces: str | None = None
 
 
-@dataclass(repr=False, eq=False)
-class StartedRun(_FieldWise):
+@dataclass
+class StartedRun:
     """A run the turn started (runtime.md §12)."""
     run_id: str
     flow_id: str
@@ -485,8 +440,8 @@ class StartedRun(_FieldWise):
     dedupe_key: str
 
 
-@dataclass(repr=False, eq=False)
-class SkippedTrigger(_FieldWise):
+@dataclass
+class SkippedTrigger:
     """A start that was refused (runtime.md §5)."""
     flow_id: str
     anchor: str
@@ -495,8 +450,8 @@ class SkippedTrigger(_FieldWise):
     message: str
 
 
-@dataclass(repr=False, eq=False)
-class StepOutcome(_FieldWise):
+@dataclass
+class StepOutcome:
     """One outcome line (runtime.md §11.1); times are ISO text as in the blob."""
     kind: str
     status: str
@@ -531,22 +486,22 @@ OUTCOME_KEYS = {"run_id": "runId", "flow_id": "flowId", "step_id": "stepId", "ke
 OUTCOME_CAMEL = tuple(OUTCOME_KEYS.values())       # the order StepOutcome.to_dict reads its values in
 
 
-@dataclass(repr=False, eq=False)
-class TurnStreamChunk(_FieldWise):
+@dataclass
+class TurnStreamChunk:
     """A piece of ``turn_stream()``: text deltas, then one ``done=True`` chunk with the result."""
     delta: str = ""
     done: bool = False
     result: TurnResult | None = None
 
 
-@dataclass(repr=False, eq=False)
-class FlowValidation(_FieldWise):
+@dataclass
+class FlowValidation:
     """What ``validate_flow`` returns when a flow can run: its warnings."""
     warnings: list[str] = field(default_factory=list)
 
 
-@dataclass(repr=False, eq=False)
-class Problem(_FieldWise):
+@dataclass
+class Problem:
     """One finding of ``check_flow``: ``severity`` is "error" (the flow cannot run) or "warning".
 
     ``path`` leads from the flow to the spot, keys and list indexes:
@@ -1107,14 +1062,12 @@ _MISSING = object()
 _BLANK = object()
 
 
-class Scope(_Record):
+@dataclass(slots=True)
+class Scope:
     """The roots a template reads: data, context and input (None = not provided)."""
-    __slots__ = ("data", "context", "input")
-
-    def __init__(self, data: dict, context: Any = None, input: Any = None) -> None:
-        self.data = data
-        self.context = context
-        self.input = input
+    data: dict
+    context: Any = None
+    input: Any = None
 
 
 def _lookup(path: str, scope: Scope) -> Any:
@@ -1699,12 +1652,82 @@ def falai() -> RootToolkit:
 
 PROTOCOLS = ("lean", "v4")     # docs/guide/tokens.md
 
+FROZEN_HINT = ("an Agent's configuration cannot change after it is built: build a new Agent with the "
+               "flows, fields and options you want (python-api.md, The toolkit)")
+
+
+def _refuse(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
+    raise TypeError(FROZEN_HINT)
+
+
+class ReadOnlyDict(dict):
+    """A dict an Agent holds as part of its configuration: read like any dict, never changed.
+
+    A copy (``copy.copy``, ``copy.deepcopy``, ``dict(...)``, ``.copy()``) is a plain, writable dict,
+    so the engine's copies of flow values into a session stay writable.
+    """
+    __slots__ = ()
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __copy__(self) -> dict:
+        return dict(self)
+
+    def __deepcopy__(self, memo: dict) -> dict:
+        return thawed(self)
+
+    def __reduce__(self) -> tuple:
+        return dict, (thawed(self),)
+
+
+class ReadOnlyList(list):
+    """A list an Agent holds as part of its configuration: read like any list, never changed.
+
+    A copy (``copy.copy``, ``copy.deepcopy``, ``list(...)``, ``.copy()``, a slice) is a plain list.
+    """
+    __slots__ = ()
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+    append = extend = insert = pop = remove = clear = sort = reverse = _refuse
+
+    def __copy__(self) -> list:
+        return list(self)
+
+    def __deepcopy__(self, memo: dict) -> list:
+        return thawed(self)
+
+    def __reduce__(self) -> tuple:
+        return list, (thawed(self),)
+
+
+def frozen(value: Any) -> Any:
+    """A read-only copy of JSON-shaped configuration: every dict and list in it, at any depth, is a
+    ReadOnlyDict or ReadOnlyList; other values (callables, Tool objects) are kept as they are."""
+    if isinstance(value, dict):
+        return ReadOnlyDict({key: frozen(item) for key, item in value.items()})
+    if isinstance(value, list):
+        return ReadOnlyList(frozen(item) for item in value)
+    return value
+
+
+def thawed(value: Any) -> Any:
+    """A plain, writable deep copy of a value ``frozen()`` made, the other way round."""
+    if isinstance(value, dict):
+        return {key: thawed(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [thawed(item) for item in value]
+    return copy.deepcopy(value)
+
 
 class Agent:
-    """Immutable configuration plus ``turn()``; one instance serves every session.
+    """Configuration frozen when it is built, plus ``turn()``; one instance serves every session.
 
     ``turn()`` returns the messages to send, the wakes to schedule and the
     session to save. The agent never sends, never sleeps and never saves.
+
+    The agent keeps its own read-only copies of the flows, fields, tools and other
+    options it was given: a later change to the caller's lists or dicts changes nothing,
+    and assigning an attribute or editing ``agent.flows`` raises. To change the
+    configuration, build a new Agent (python-api.md, The toolkit).
     """
 
     def __init__(self, *, name: str, provider: Any, fields: dict | None = None,
@@ -1717,26 +1740,28 @@ class Agent:
                  max_tool_loops: int = DEFAULT_MAX_TOOL_LOOPS, compaction: dict | None = None, debug: bool = False,
                  protocol: str = "lean", max_candidates: int | None = None,
                  correctable: bool = False):
+        # The agent's own read-only copies: the caches a turn reads rely on them never changing.
         self.name = name
         self.provider = provider
-        self.fields = fields or {}
+        fields = fields or {}
         if correctable is not False:
-            self.fields = correctable_fields(self.fields, correctable)
+            fields = correctable_fields(fields, correctable)
+        self.fields = frozen(fields)
         # A None anywhere in a flow means "not set" (flows.md, Notation): the engine reads stripped copies.
-        self.flows = [strip_nones(flow) for flow in flows or []]
-        self.actions = dict(actions or {})
-        self.events = dict(events or {})
-        self.conditions = dict(conditions or {})
-        self.tools = list(tools or [])
-        self.instructions = list(instructions or [])
-        self.knowledge_base = knowledge_base
+        self.flows = ReadOnlyList(frozen(strip_nones(flow)) for flow in flows or [])
+        self.actions = ReadOnlyDict(actions or {})
+        self.events = ReadOnlyDict(events or {})
+        self.conditions = ReadOnlyDict(conditions or {})
+        self.tools = ReadOnlyList(tools or [])
+        self.instructions = frozen(list(instructions or []))
+        self.knowledge_base = frozen(knowledge_base)
         self.goal = goal
         self.persona = persona
-        self.idle: dict | str = {"prompt": ""} if idle is None else idle
+        self.idle: dict | str = frozen({"prompt": ""} if idle is None else idle)
         self.clock = clock or system_clock
         self.business_hours = business_hours
         self.max_tool_loops = max_tool_loops
-        self.compaction = compaction
+        self.compaction = frozen(compaction)
         if protocol not in PROTOCOLS:
             raise FlowConfigurationError(f'protocol is {show(protocol)}: it must be "lean" or "v4". Leave it out '
                                          'for "lean", or pass "v4" for the TypeScript original\'s model calls.')
@@ -1760,13 +1785,23 @@ class Agent:
         self._tool_pool_lock = threading.Lock()
         if debug:
             log.setLevel(DEBUG)
-        self.flow_by_id: dict[str, dict] = {}
+        flow_by_id: dict[str, dict] = {}
         for flow in self.flows:
             if isinstance(flow, dict) and isinstance(flow.get("id"), str):
-                self.flow_by_id.setdefault(flow["id"], flow)
+                flow_by_id.setdefault(flow["id"], flow)
+        self.flow_by_id = ReadOnlyDict(flow_by_id)
         import falai_checks     # here, not at import: the checks run once, when an agent is built
         for warning in falai_checks.check_agent(self):
             log.warning("[Agent] %s", warning)
+        self._built = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if "_built" in self.__dict__:
+            raise AttributeError(f"cannot set agent.{name}: {FROZEN_HINT}")
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete agent.{name}: {FROZEN_HINT}")
 
     def turn(self, *, session_id: str, session: Session | dict | None = None,
              message: str | None = None, id: str | None = None, at: str | None = None,
@@ -1782,7 +1817,11 @@ class Agent:
 
         ``agent.turn(session_id="s1", session=saved, message="oi", id="m1")``
         """
-        stream = run_turn(self, _turn_arguments(locals()), streaming=False)
+        arguments = given_keywords(
+            session_id=session_id, session=session, message=message, id=id, at=at, wake=wake,
+            event=event, key=key, payload=payload, hop=hop, start=start, context=context,
+            history=history, silenced=silenced, anchors=anchors, claims=claims)
+        stream = run_turn(self, arguments, streaming=False)
         while True:
             try:
                 next(stream)
@@ -1800,7 +1839,11 @@ class Agent:
 
         Takes the same keywords as ``turn()``.
         """
-        stream = run_turn(self, _turn_arguments(locals()), streaming=True)
+        arguments = given_keywords(
+            session_id=session_id, session=session, message=message, id=id, at=at, wake=wake,
+            event=event, key=key, payload=payload, hop=hop, start=start, context=context,
+            history=history, silenced=silenced, anchors=anchors, claims=claims)
+        stream = run_turn(self, arguments, streaming=True)
         while True:
             try:
                 delta = next(stream)
@@ -1818,9 +1861,10 @@ class Agent:
         return f"Agent(name={self.name!r}, flows={[f.get('id') for f in self.flows if isinstance(f, dict)]!r})"
 
 
-def _turn_arguments(arguments: dict) -> dict:
-    """The keywords given to a turn() or turn_stream() call (None is "not given"), as read_turn_input checks them."""
-    return {name: value for name, value in arguments.items() if value is not None and name != "self"}
+def given_keywords(**keywords: Any) -> dict:
+    """The keywords a turn() or turn_stream() call was given (None is "not given"), as
+    read_turn_input checks them."""
+    return {name: value for name, value in keywords.items() if value is not None}
 
 
 # 7. The session ###############################################################################
@@ -1828,8 +1872,8 @@ def _turn_arguments(arguments: dict) -> dict:
 # One conversation's whole state (runtime.md §13, persistence.md Part 2).
 # Times stay ISO text; nested values stay the camelCase dicts the blob holds.
 
-@dataclass(repr=False, eq=False)
-class Run(_FieldWise):
+@dataclass
+class Run:
     """One live execution of a flow inside a session (runtime.md §4.1)."""
     id: str
     flow_id: str
@@ -1853,14 +1897,14 @@ class Run(_FieldWise):
         return run_to_dict(self)
 
 
-@dataclass(repr=False, eq=False)
+@dataclass
 class EndedRun(Run):
     """A snapshot of a run that ended, with the reason (runtime.md §4.8)."""
     reason: str = "end"
 
 
-@dataclass(repr=False, eq=False)
-class Session(_FieldWise):
+@dataclass
+class Session:
     """One conversation's state; ``to_dict()`` is the v4 blob (persistence.md §2.3)."""
     id: str
     version: int = 0
@@ -2084,8 +2128,8 @@ def _read_run(run: dict) -> Run:
 
 # One turn: its input, its state, the pipeline (runtime.md §2, §3, §12) ------------------------
 
-@dataclass(repr=False, eq=False)
-class TurnResult(_FieldWise):
+@dataclass
+class TurnResult:
     """What one turn produced (runtime.md §12). ``changed=False``: save, send, schedule nothing."""
     session: Session
     changed: bool
@@ -2109,38 +2153,31 @@ FOREIGN_KEYWORDS = {kind: tuple((keyword, other) for other, keywords in KIND_KEY
 TYPED_KEYWORDS = (("id", str), ("at", str), ("history", list), ("anchors", dict), ("claims", dict))
 
 
-class TurnInput(_Record):
+@dataclass(slots=True)
+class TurnInput:
     """The arguments of one turn, checked (runtime.md §2)."""
-    __slots__ = ("session_id", "kind", "session", "context", "history", "silenced", "anchors", "claims",
-                 "message", "id", "at", "wake", "event", "key", "payload", "hop", "start")
-
-    def __init__(self, session_id: str, kind: str, session: Session | None = None, context: Any = None,
-                 history: list | None = None, silenced: Any = None, anchors: dict | None = None,
-                 claims: dict | None = None, message: str | None = None, id: str | None = None,
-                 at: str | None = None, wake: str | None = None, event: str | None = None,
-                 key: str | None = None, payload: Any = None, hop: int = 0, start: dict | None = None) -> None:
-        self.session_id = session_id
-        self.kind = kind
-        self.session = session
-        self.context = context
-        self.history = history
-        self.silenced = silenced
-        self.anchors = {} if anchors is None else anchors
-        self.claims = {} if claims is None else claims
-        self.message = message
-        self.id = id
-        self.at = at
-        self.wake = wake
-        self.event = event
-        self.key = key
-        self.payload = payload
-        self.hop = hop
-        self.start = start
+    session_id: str
+    kind: str
+    session: Session | None = None
+    context: Any = None
+    history: list | None = None
+    silenced: Any = None
+    anchors: dict = field(default_factory=dict)
+    claims: dict = field(default_factory=dict)
+    message: str | None = None
+    id: str | None = None
+    at: str | None = None
+    wake: str | None = None
+    event: str | None = None
+    key: str | None = None
+    payload: Any = None
+    hop: int = 0
+    start: dict | None = None
 
 
 def read_turn_input(given: dict) -> TurnInput:
-    """Check the keywords given to turn() (``_turn_arguments``: None is "not given"); a TypeError names what
-    is wrong (runtime.md §2.2)."""
+    """Check the keywords given to turn() (``given_keywords``: None is "not given"); a TypeError
+    names what is wrong (runtime.md §2.2)."""
     if not TURN_KEYWORDS.issuperset(given):
         raise TypeError(f"turn() got unexpected keyword argument(s): {', '.join(sorted(set(given) - TURN_KEYWORDS))}")
     session_id = given.get("session_id")
@@ -2395,14 +2432,12 @@ def run_turn(agent: Agent, kwargs: dict, streaming: bool) -> Generator[str, None
 
 # Phases 1-2: load and ingest (runtime.md §3.1-§3.3) -------------------------------------------
 
-class Ignored(_Record):
+@dataclass(slots=True)
+class Ignored:
     """An input the turn ignores: its ``wait / skipped`` line's code and key (runtime.md §3.3)."""
-    __slots__ = ("code", "key", "detail")
-
-    def __init__(self, code: str, key: str, detail: str | None = None) -> None:
-        self.code = code    # no-session, duplicate-input, stale-wake, silence-broken, unknown-event
-        self.key = key
-        self.detail = detail    # the event's name, for unknown-event
+    code: str
+    key: str
+    detail: str | None = None
 
 
 def ingest(turn: Turn) -> Ignored | None:
@@ -2572,16 +2607,13 @@ def customer_wrote_since(turn: Turn, flow_id: str, since: str) -> bool:
 
 # Phases 3-4: understand and decide (runtime.md §3.4-§3.5) -------------------------------------
 
-class Eligibility(_Record):
+@dataclass(slots=True)
+class Eligibility:
     """Which message and mention flows may be judged on this message (runtime.md §3.4 items 2-5)."""
-    __slots__ = ("eligible", "catch_alls", "unscored", "mentions")
-
-    def __init__(self, eligible: list | None = None, catch_alls: list | None = None, unscored: bool = False,
-                 mentions: list | None = None) -> None:
-        self.eligible = [] if eligible is None else eligible        # flows qualifying through a phrased message trigger
-        self.catch_alls = [] if catch_alls is None else catch_alls  # flows qualifying through an empty message trigger
-        self.unscored = unscored                                    # the single-flow shortcut applies
-        self.mentions = [] if mentions is None else mentions        # flows whose phrased mention trigger is asked
+    eligible: list = field(default_factory=list)
+    catch_alls: list = field(default_factory=list)
+    unscored: bool = False
+    mentions: list = field(default_factory=list)
 
 
 def qualifies(turn: Turn, flow: dict, trigger: dict | None, kind: str) -> bool:
@@ -2613,16 +2645,13 @@ def qualifying(turn: Turn, listed: TriggerList, claim_free: bool) -> list:
     return [flow for flow, trigger in zip(listed.flows, listed.triggers) if qualifies(turn, flow, trigger, "message")]
 
 
-class FlowFacts(_Record):
+@dataclass(slots=True)
+class FlowFacts:
     """What phase 3 reads from a flow on every message; the agent's flows never change, so once per agent."""
-    __slots__ = ("phrased", "catch_all", "mention", "slugs")
-
-    def __init__(self, phrased: dict | None, catch_all: dict | None, mention: dict | None,
-                 slugs: tuple[str, ...]) -> None:
-        self.phrased = phrased          # the first message trigger with phrases
-        self.catch_all = catch_all      # the first message trigger with an empty list
-        self.mention = mention          # the first mention trigger
-        self.slugs = slugs              # the flow's collect, then each talk step's, once each (§3.4 item 7)
+    phrased: dict | None
+    catch_all: dict | None
+    mention: dict | None
+    slugs: tuple[str, ...]
 
 
 def flow_facts(agent: Agent, flow: dict) -> FlowFacts:
@@ -2640,14 +2669,12 @@ def flow_facts(agent: Agent, flow: dict) -> FlowFacts:
     return facts
 
 
-class TriggerList(_Record):
+@dataclass(slots=True)
+class TriggerList:
     """Flows holding one kind of trigger, in agent order, each with that trigger."""
-    __slots__ = ("flows", "triggers", "conditional")
-
-    def __init__(self, flows: tuple = (), triggers: tuple = (), conditional: bool = False) -> None:
-        self.flows = flows
-        self.triggers = triggers
-        self.conditional = conditional      # some trigger has an if
+    flows: tuple = ()
+    triggers: tuple = ()
+    conditional: bool = False
 
     @classmethod
     def of(cls, pairs: list) -> TriggerList:
@@ -2655,28 +2682,23 @@ class TriggerList(_Record):
                    any(trigger.get("if") is not None for _, trigger in pairs))
 
 
-class FlowsByTrigger(_Record):
+@dataclass(slots=True)
+class FlowsByTrigger:
     """The agent's flows by the triggers phases 3 and 4 read on every message (runtime.md §3.4-§3.5)."""
-    __slots__ = ("phrased", "catch_alls", "mentions", "asked_mentions", "own")
-
-    def __init__(self, phrased: TriggerList, catch_alls: TriggerList, mentions: TriggerList,
-                 asked_mentions: TriggerList, own: frozenset) -> None:
-        self.phrased = phrased                  # each flow's first phrased message trigger
-        self.catch_alls = catch_alls            # each flow's first empty message trigger
-        self.mentions = mentions                # each flow's first mention trigger, phrased or not
-        self.asked_mentions = asked_mentions    # the phrased ones of those: the model judges them
-        self.own = own                          # id() of each of the agent's flows (they live as long as the agent)
+    phrased: TriggerList
+    catch_alls: TriggerList
+    mentions: TriggerList
+    asked_mentions: TriggerList
+    own: frozenset
 
 
-class _Understanding(_Record):
+@dataclass(slots=True)
+class _Understanding:
     """What the understand side of a turn reuses across turns: the agent's flows and fields never change,
     so what depends only on them, or on which flows and fields a turn asks about, is built once (issue 12)."""
-    __slots__ = ("by_trigger", "harvest", "words")
-
-    def __init__(self) -> None:
-        self.by_trigger: FlowsByTrigger | None = None
-        self.harvest: dict = {}                 # ids of asked flows -> their "anywhere" slugs, once each
-        self.words: dict = {}                   # id() of an agent flow -> flow_words()
+    by_trigger: FlowsByTrigger | None = None
+    harvest: dict = field(default_factory=dict)
+    words: dict = field(default_factory=dict)
 
 
 def flows_by_trigger(agent: Agent) -> FlowsByTrigger:
@@ -2713,13 +2735,11 @@ def floor_of(turn: Turn) -> Run | None:
     return turn.floor_run if turn.floor_run is not None and turn.live(turn.floor_run) else None
 
 
-class Understood(_Record):
+@dataclass(slots=True)
+class Understood:
     """What phase 3 hands phase 4: the judgement and who was eligible to be judged (runtime.md §3.4-§3.5)."""
-    __slots__ = ("judgement", "eligibility")
-
-    def __init__(self, judgement: Judgement, eligibility: Eligibility) -> None:
-        self.judgement = judgement
-        self.eligibility = eligibility
+    judgement: Judgement
+    eligibility: Eligibility
 
 
 def understand_message(turn: Turn) -> Understood:
@@ -3477,8 +3497,8 @@ def business_time(turn: Turn, at: datetime) -> datetime:
     return check_instant(snapped, "the time business_hours returned", "Return a working moment inside it.")
 
 
-@dataclass(repr=False, eq=False)
-class BusinessHoursCtx(_FieldWise):
+@dataclass
+class BusinessHoursCtx:
     """What business_hours(at, ctx) gets besides the time: the turn's context."""
     context: Any
 
@@ -3564,17 +3584,15 @@ def park(turn: Turn, run: Run, key: str, at: datetime, kind: str = "timer", even
     turn.schedule.append(ScheduleEntry(key=key, at=at))
 
 
-class Go(_Record):
+@dataclass(slots=True)
+class Go:
     """What moves a run on: this then, else, onFail or branch target (``None``: the next step, runtime.md §3.6.4).
 
     A step kind returns one (runtime.md §3.6.3), and so do the releases of Ingest (a timer wait the customer
     answered, a wake, an event: §3.2), a branch that fired (§3.5.2) and a talk step settled with nothing left
     to ask (§3.8 item 3). ``advance`` applies it.
     """
-    __slots__ = ("target",)
-
-    def __init__(self, target: Any) -> None:
-        self.target = target
+    target: Any
 
 
 def go(turn: Turn, run: Run, kind: str, status: str, target: Any, **line: Any) -> Go:
@@ -3982,91 +4000,68 @@ class AskedBranch(NamedTuple):
     when: Any                   # the question the model answers
 
 
-class UnderstandAsk(_Record):
+@dataclass(slots=True)
+class UnderstandAsk:
     """What the understand call may judge, as the engine worked it out (runtime.md §3.4)."""
-    __slots__ = ("message", "scope", "history", "floor_run", "floor_flow", "floor_step", "floor_pending",
-                 "candidates", "mentions", "branches", "fields")
-
-    def __init__(self, message: str, scope: Scope, history: list, floor_run: Run | None = None,
-                 floor_flow: dict | None = None, floor_step: dict | None = None,
-                 floor_pending: list | None = None, candidates: list | None = None,
-                 mentions: list | None = None, branches: list | None = None, fields: list | None = None) -> None:
-        self.message = message
-        self.scope = scope                  # data and context; input is None
-        self.history = history
-        self.floor_run = floor_run
-        self.floor_flow = floor_flow
-        self.floor_step = floor_step        # the floor run's current step when it is a talk step
-        self.floor_pending = [] if floor_pending is None else floor_pending
-        self.candidates = [] if candidates is None else candidates  # flow dicts to score, the floor flow first
-        self.mentions = [] if mentions is None else mentions        # flow dicts whose first mention trigger is asked
-        self.branches = [] if branches is None else branches        # AskedBranch (run_id, step_id, position, when)
-        self.fields = [] if fields is None else fields              # harvestable field slugs, in order
+    message: str
+    scope: Scope
+    history: list
+    floor_run: Run | None = None
+    floor_flow: dict | None = None
+    floor_step: dict | None = None
+    floor_pending: list = field(default_factory=list)
+    candidates: list = field(default_factory=list)
+    mentions: list = field(default_factory=list)
+    branches: list = field(default_factory=list)
+    fields: list = field(default_factory=list)
 
 
-class Judgement(_Record):
+@dataclass(slots=True)
+class Judgement:
     """The understand call's reading of a message (runtime.md §3.4)."""
-    __slots__ = ("flows", "mentions", "extract", "branches", "fields", "llm_calls", "usage")
-
-    def __init__(self, flows: dict | None = None, mentions: dict | None = None, extract: dict | None = None,
-                 branches: dict | None = None, fields: dict | None = None, llm_calls: int = 0,
-                 usage: TokenUsage | None = None) -> None:
-        self.flows = {} if flows is None else flows             # flow id -> score 0..100
-        self.mentions = {} if mentions is None else mentions    # flow id -> True/False
-        self.extract = {} if extract is None else extract       # flow id -> {param: value}
-        self.branches = {} if branches is None else branches    # "<runId>/<stepId>/<index>" -> True/False
-        self.fields = {} if fields is None else fields          # slug -> raw value, in reply order
-        self.llm_calls = llm_calls
-        self.usage = usage
+    flows: dict = field(default_factory=dict)
+    mentions: dict = field(default_factory=dict)
+    extract: dict = field(default_factory=dict)
+    branches: dict = field(default_factory=dict)
+    fields: dict = field(default_factory=dict)
+    llm_calls: int = 0
+    usage: TokenUsage | None = None
 
 
-class SpeakAsk(_Record):
+@dataclass(slots=True)
+class SpeakAsk:
     """Everything one speak call needs (model-calls.md §5.1)."""
-    __slots__ = ("input_kind", "text", "scope", "history", "now", "run", "flow", "step", "pending",
-                 "instructions", "tools")
-
-    def __init__(self, input_kind: str, text: str | None, scope: Scope, history: list, now: datetime,
-                 run: Run | None = None, flow: dict | None = None, step: dict | None = None,
-                 pending: list | None = None, instructions: list | None = None,
-                 tools: list | None = None) -> None:
-        self.input_kind = input_kind    # "message", "wake", "event" or "start"
-        self.text = text                # the message text on a message turn
-        self.scope = scope              # data (live), context, input (the run's; None for idle)
-        self.history = history
-        self.now = now
-        self.run = run                  # None for the idle speaker
-        self.flow = flow
-        self.step = step
-        self.pending = [] if pending is None else pending
-        # the kept instruction dicts, agent -> flow -> step, and the offered Tool objects, in agent order
-        self.instructions = [] if instructions is None else instructions
-        self.tools = [] if tools is None else tools
+    input_kind: str
+    text: str | None
+    scope: Scope
+    history: list
+    now: datetime
+    run: Run | None = None
+    flow: dict | None = None
+    step: dict | None = None
+    pending: list = field(default_factory=list)
+    instructions: list = field(default_factory=list)
+    tools: list = field(default_factory=list)
 
 
-class Spoken(_Record):
+@dataclass(slots=True)
+class Spoken:
     """A speak call that produced a reply."""
-    __slots__ = ("message", "fields", "data", "llm_calls", "usage")
-
-    def __init__(self, message: str, fields: dict | None = None, data: dict | None = None, llm_calls: int = 0,
-                 usage: TokenUsage | None = None) -> None:
-        self.message = message
-        self.fields = {} if fields is None else fields  # slug -> raw envelope value
-        self.data = {} if data is None else data        # merged tool data patches
-        self.llm_calls = llm_calls
-        self.usage = usage
+    message: str
+    fields: dict = field(default_factory=dict)
+    data: dict = field(default_factory=dict)
+    llm_calls: int = 0
+    usage: TokenUsage | None = None
 
 
-class Deferred(_Record):
+@dataclass(slots=True)
+class Deferred:
     """A speak call that failed: the step waits or the run fails (runtime.md §10.2)."""
-    __slots__ = ("code", "retryable", "reset_at_ms", "llm_calls", "usage")
-
-    def __init__(self, code: str, retryable: bool, reset_at_ms: int | None = None, llm_calls: int = 0,
-                 usage: TokenUsage | None = None) -> None:
-        self.code = code
-        self.retryable = retryable
-        self.reset_at_ms = reset_at_ms
-        self.llm_calls = llm_calls
-        self.usage = usage
+    code: str
+    retryable: bool
+    reset_at_ms: int | None = None
+    llm_calls: int = 0
+    usage: TokenUsage | None = None
 
 
 # The agent's tool pool ------------------------------------------------------------------------
@@ -4076,7 +4071,8 @@ def tool_pool(agent: Agent) -> Any:
     with agent._tool_pool_lock:
         if agent._tool_pool is None:
             from concurrent.futures import ThreadPoolExecutor   # lazily: many agents never batch a call
-            agent._tool_pool = ThreadPoolExecutor(max_workers=TOOL_POOL_WORKERS, thread_name_prefix="falai-tool")
+            pool = ThreadPoolExecutor(max_workers=TOOL_POOL_WORKERS, thread_name_prefix="falai-tool")
+            object.__setattr__(agent, "_tool_pool", pool)     # the agent's one cache set after it is built
         return agent._tool_pool
 
 

@@ -46,7 +46,7 @@ from falai_checks import check_compaction
 # agent is built: an object with the same small interface under each, so the engine and the call
 # loops below never ask which one it is. falai_protocols holds the two, ``Lean`` and ``V4``.
 
-@dataclass
+@dataclass(slots=True)
 class SpeakCall:
     """One speak call as a protocol lays it out: what each of its rounds shares (model-calls.md §5)."""
     wire: list[tuple[str, str]]     # (slug, wire name) of each pending field
@@ -536,7 +536,7 @@ def mention_extract(flow: dict) -> dict:
     return extract if isinstance(extract, dict) and extract else {}
 
 
-@dataclass
+@dataclass(slots=True)
 class UnderstandCall:
     """One understand request and what reading its reply needs."""
     request: GenerateRequest
@@ -544,7 +544,7 @@ class UnderstandCall:
     lean: LeanReading | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Envelope:
     """The v4 understand envelope (§3.3), the aliased items it asks about (§2.8), and the prompt
     parts built from them alone: every call of the agent that asks the same reuses it."""
@@ -611,7 +611,7 @@ def latest_message_section(message: Any) -> str:
     return f'## Customer\'s latest message\n"""\n{message}\n"""'
 
 
-@dataclass
+@dataclass(slots=True)
 class LeanReading:
     """What reading a lean-form reply needs beyond the alias table."""
     flows: set = field(default_factory=set)             # real ids of this call's candidates
@@ -873,7 +873,7 @@ def input_section(ask: SpeakAsk) -> str | None:
             "answer a question nobody asked.")
 
 
-@dataclass
+@dataclass(slots=True)
 class ToolCall:
     """One tool call of a speak round, as read from the reply (model-calls.md §5.5, §6.7)."""
     name: str
@@ -881,14 +881,14 @@ class ToolCall:
     thought_signature: Any = None       # Gemini's, carried back on the assistant item
 
 
-@dataclass
+@dataclass(slots=True)
 class ToolOutput:
     """One call's result: what the model reads, and the data patch or None (model-calls.md §6.3, §6.6)."""
     text: str
     data: dict | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Round:
     """One speak round's reply as read by model-calls.md §5.5."""
     message: str

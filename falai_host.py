@@ -677,21 +677,11 @@ class Host:
         except database_errors():
             raise error from None     # the count is best effort; the hands still bound the tries
         if rows and rows[0][0] >= self.config.turn_attempts:
-            self._dead_turn(
-                table, column, session_id, key, f"failed {rows[0][0]} times; last: {_reason(error)}"
-            )
+            reason = f"failed {rows[0][0]} times; last: {_reason(error)}"
+            mark_dead(self.sql, self.metrics, self.config.prefix, table, column, session_id, key, reason)
             return "dead"
         self.metrics.count("falai_turn_retries_total")
         raise error
-
-    def _dead_turn(self, table: str, column: str, session_id: str, key: str, reason: str) -> None:
-        log.error("dead letter: %s %s/%s: %s", table, session_id, key, reason)
-        self.metrics.count("falai_dead_letters_total", kind=table)
-        self.sql(
-            f"UPDATE {self.config.prefix}{table} SET done_at = clock_timestamp(), result = 'dead', "
-            f"last_error = %s WHERE session_id = %s AND {column} = %s AND done_at IS NULL",
-            (reason, session_id, key),
-        )
 
     def _apply(
         self, table: str, column: str, session_id: str, key: str, turn_input: dict, cause: str
@@ -834,13 +824,7 @@ class Host:
                         reason = f"handed {hand_count} times, never done" + (
                             f"; last: {last_error}" if last_error else ""
                         )
-                        log.error("dead letter: %s %s/%s: %s", table, session_id, key, reason)
-                        self.metrics.count("falai_dead_letters_total", kind=table)
-                        db.execute(
-                            f"UPDATE {p}{table} SET done_at = clock_timestamp(), result = 'dead', "
-                            f"last_error = %s WHERE session_id = %s AND {column} = %s",
-                            (reason, session_id, key),
-                        )
+                        mark_dead(db.execute, self.metrics, p, table, column, session_id, key, reason)
                 for session_id, key, *_ in to_hand:
                     db.execute(
                         f"UPDATE {p}{table} SET handed_at = clock_timestamp() "
@@ -1023,6 +1007,18 @@ class Host:
                 )
             )
         return counts
+
+
+def mark_dead(execute: Callable[..., Any], metrics: Any, prefix: str, table: str, column: str,
+              session_id: str, key: str, reason: str) -> None:
+    """Move one input or wake aside as a dead letter with its reason: logged once and counted."""
+    log.error("dead letter: %s %s/%s: %s", table, session_id, key, reason)
+    metrics.count("falai_dead_letters_total", kind=table)
+    execute(
+        f"UPDATE {prefix}{table} SET done_at = clock_timestamp(), result = 'dead', "
+        f"last_error = %s WHERE session_id = %s AND {column} = %s AND done_at IS NULL",
+        (reason, session_id, key),
+    )
 
 
 def _reason(error: BaseException) -> str:

@@ -275,7 +275,7 @@ LEAN_KEY_RULES = {     # the schema gives each item's keys: the rules say what b
 }
 
 
-@dataclass
+@dataclass(slots=True)
 class LeanParts:
     """The agent-constant part of a lean understand call: system text after the stable prefix, schema."""
     text: str

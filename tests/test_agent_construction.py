@@ -371,3 +371,70 @@ def test_max_tool_loops_that_is_not_a_whole_number_fails_at_construction(loops):
 def test_max_tool_loops_of_any_whole_number_is_accepted(loops):
     """model-calls.md §6.2: 0 or less offers no tools; any whole number is a valid setting."""
     assert Agent(name="Ana", provider=ScriptedProvider(script={}), max_tool_loops=loops).max_tool_loops == loops
+
+
+# The configuration is frozen once the agent is built ---------------------------------------------
+
+def never_started():
+    return {"id": "nunca", "name": "Nunca", "on": [{"event": "nunca"}], "steps": [{"id": "a", "say": "A"}]}
+
+
+def started_by_a_start():
+    return {"id": "f", "name": "F", "on": [{"event": "abrir"}], "steps": [{"id": "a", "say": "Olá"}]}
+
+
+@pytest.mark.parametrize("name, value", [("flows", []), ("fields", {}), ("provider", None),
+                                         ("protocol", "v4"), ("compaction", None), ("idle", "x")])
+def test_assigning_an_agent_attribute_raises_and_names_the_fix(name, value):
+    agent = build(flows=[greeting()])
+    with pytest.raises(AttributeError, match=rf"cannot set agent\.{name}: .*build a new Agent"):
+        setattr(agent, name, value)
+    with pytest.raises(AttributeError, match="build a new Agent"):
+        delattr(agent, name)
+
+
+def test_an_edit_of_agent_flows_after_construction_raises_and_the_agent_runs_as_built():
+    """An edit of agent.flows used to be ignored by the turn's cached flow facts; now it cannot happen."""
+    agent = build(flows=[started_by_a_start()], events={"abrir": f.event()})
+    with pytest.raises(TypeError, match="build a new Agent"):
+        agent.flows[0]["on"] = [{"event": "nunca"}]
+    with pytest.raises(TypeError, match="build a new Agent"):
+        agent.flows[0]["on"].append({"event": "nunca"})
+    with pytest.raises(TypeError, match="build a new Agent"):
+        agent.flows.append(never_started())
+    with pytest.raises(TypeError, match="build a new Agent"):
+        agent.flow_by_id["f"]["steps"][0]["say"] = "Tchau"
+    with pytest.raises(TypeError, match="build a new Agent"):
+        agent.fields["nome"]["ask"] = "?"
+    with pytest.raises(TypeError, match="build a new Agent"):
+        agent.actions["x"] = notify
+    r = agent.turn(session_id="s1", event="abrir", key="k1")
+    assert [m.text for m in r.messages] == ["Olá"]
+
+
+def test_the_agent_keeps_its_own_copies_of_what_it_was_given():
+    flows = [started_by_a_start()]
+    fields = {"nome": {"type": "string", "ask": "Pergunte o nome."}}
+    events = {"abrir": f.event()}
+    agent = Agent(name="Ana", provider=ScriptedProvider(), fields=fields, flows=flows, events=events)
+    flows[0]["on"] = [{"event": "nunca"}]          # the caller's own objects, edited in place
+    flows[0]["steps"][0]["say"] = "Tchau"
+    flows.append(never_started())
+    fields["nome"]["ask"] = "?"
+    events.clear()
+    assert [flow["id"] for flow in agent.flows] == ["f"]
+    assert agent.fields["nome"]["ask"] == "Pergunte o nome." and list(agent.events) == ["abrir"]
+    r = agent.turn(session_id="s1", event="abrir", key="k1")
+    assert [m.text for m in r.messages] == ["Olá"]
+
+
+def test_a_copy_of_the_agents_configuration_is_a_plain_writable_value():
+    """The way to change a flow: copy it, edit the copy, build a new Agent."""
+    import copy
+    agent = build(flows=[started_by_a_start()], events={"abrir": f.event()})
+    for edited in (copy.deepcopy(agent.flows[0]), F.json_copy(agent.flows[0])):
+        edited["steps"][0]["say"] = "Tchau"
+        assert type(edited) is dict and type(edited["steps"]) is list
+        again = build(flows=[edited], events={"abrir": f.event()})
+        assert [m.text for m in again.turn(session_id="s1", event="abrir", key="k1").messages] == ["Tchau"]
+    assert agent.flows[0]["steps"][0]["say"] == "Olá" and agent.flows == [started_by_a_start()]

@@ -197,29 +197,7 @@ def test_a_record_of_the_falai_logger_names_the_function_that_logged(caplog):
         ("falai", "test_a_record_of_the_falai_logger_names_the_function_that_logged")]
 
 
-# Internal records are _Record, public types dataclasses (issue 12) ---------------------------------------------
-
-HANDED_TO_HOST_CODE = {"BusinessHoursCtx"}     # outside __all__, but business_hours(at, ctx) reads it
-
-
-def test_every_dataclass_of_falai_is_a_public_type_or_handed_to_host_code():
-    """issue 12: @dataclass compiles its methods at import, so an internal record is a _Record instead;
-    a new internal dataclass would put that cost back on every ``import falai``."""
-    import dataclasses
-    made_here = [value for value in vars(falai).values()
-                 if isinstance(value, type) and value.__module__ == "falai" and dataclasses.is_dataclass(value)]
-    internal = sorted(cls.__name__ for cls in made_here if cls.__name__ not in falai.__all__)
-    assert internal == sorted(HANDED_TO_HOST_CODE), "make these falai._Record subclasses (see its docstring)"
-
-
-def test_the_internal_records_are_slotted_records():
-    records = [value for value in vars(falai).values()
-               if isinstance(value, type) and issubclass(value, falai._Record) and value is not falai._Record]
-    assert len(records) >= 15         # the model calls' own records are dataclasses of falai_calls
-    for record in records:
-        assert record.__name__ not in falai.__all__, f"{record.__name__} is public: make it a dataclass"
-        assert record.__slots__ and "__dict__" not in dir(record), record.__name__
-
+# The engine's records are plain slotted dataclasses -------------------------------------------
 
 def test_a_record_compares_and_shows_field_by_field_like_a_dataclass():
     first = falai.Deferred("provider-unavailable", True, llm_calls=1)
@@ -239,46 +217,3 @@ def test_a_records_default_lists_are_its_own():
     one, two = falai.Judgement(), falai.Judgement()
     one.flows["a"] = 90
     assert two.flows == {} and falai.Eligibility().eligible is not falai.Eligibility().eligible
-
-
-def public_dataclasses() -> list[type]:
-    import dataclasses
-    return [value for value in vars(falai).values()
-            if isinstance(value, type) and value.__module__ == "falai" and dataclasses.is_dataclass(value)]
-
-
-@pytest.mark.parametrize("cls", public_dataclasses(), ids=lambda cls: cls.__name__)
-def test_a_public_dataclass_compares_and_shows_itself_as_dataclass_would_write_it(cls):
-    """issue 12: the public types take == and repr() from falai._FieldWise instead of having @dataclass
-    compile them at import; each behaves as the methods @dataclass writes (a twin made by make_dataclass)."""
-    import dataclasses
-    names = [f.name for f in dataclasses.fields(cls)]
-    assert "__eq__" not in vars(cls) and "__repr__" not in vars(cls) and cls.__hash__ is None
-    twin = dataclasses.make_dataclass(cls.__name__, names)
-
-    def pair(values: dict) -> tuple:
-        ours = object.__new__(cls)
-        for name, value in values.items():
-            object.__setattr__(ours, name, value)
-        return ours, twin(**values)
-
-    values = {name: [n, "x"] if n % 2 else f"v{n}" for n, name in enumerate(names)}
-    ours, theirs = pair(values)
-    assert repr(ours) == repr(theirs)
-    assert (ours == pair(dict(values))[0]) is (theirs == twin(**values)) is True
-    for name in names:          # one field unlike: unequal, as @dataclass's tuple comparison says
-        other, other_twin = pair({**values, name: "unlike"})
-        assert (ours == other) is (theirs == other_twin) is False and (ours != other) is True
-    nan = float("nan")          # a value is equal to itself (a tuple comparison), a NaN to no other NaN
-    one, one_twin = pair({**values, names[0]: nan})
-    assert (one == pair({**values, names[0]: nan})[0]) is (one_twin == twin(**{**values, names[0]: nan})) is True
-    two, two_twin = pair({**values, names[0]: float("nan")})
-    assert (one == two) is (one_twin == two_twin) is False
-    assert ours.__eq__(theirs) is NotImplemented and ours != theirs
-    values[names[-1]] = ours    # a repr that recurses shows "..." where it would
-    looped, looped_twin = pair(values)
-    object.__setattr__(looped, names[-1], looped)
-    looped_twin.__dict__[names[-1]] = looped_twin
-    assert repr(looped) == repr(looped_twin)
-    with pytest.raises(TypeError):
-        hash(ours)

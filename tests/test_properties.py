@@ -103,12 +103,30 @@ def documented(error: BaseException, provider: ScriptedProvider, turn) -> bool:
                for entry in scripted if isinstance(entry, BaseException))
 
 
+class Swappable:
+    """The agent's provider, whose scripted replies a test swaps turn by turn (an Agent's own
+    attributes cannot change after it is built)."""
+
+    def __init__(self, provider):
+        self.current = provider
+
+    def generate(self, request):
+        return self.current.generate(request)
+
+    def generate_stream(self, request):
+        return self.current.generate_stream(request)
+
+    def __getattr__(self, name):
+        return getattr(self.current, name)
+
+
 class Host:
     """The README's host loop over one scenario: keeps the session, the wakes scheduled and fired."""
 
     def __init__(self, case: Scenario):
         self.case = case
-        self.agent = case.agent(ScriptedProvider())
+        self.provider = Swappable(ScriptedProvider())
+        self.agent = case.agent(self.provider)
         self.session = None
         self.scheduled: list = []
         self.fired: list = []
@@ -145,7 +163,7 @@ class Host:
             kwargs = self.kwargs_for(turn)
             given = self.given_session(index)
             provider = provider_for(turn)
-            self.agent.provider = provider
+            self.provider.current = provider
             try:
                 result = self.agent.turn(session_id="s1", session=given, **kwargs)
             except Exception as error:  # noqa: BLE001 - the property decides what may escape
@@ -271,8 +289,8 @@ def test_hostile_result_sessions_round_trip(case):
 def _run_again(host, index, outcome, provider, what, run):
     """Run the turn again through ``run()`` with ``provider``; the result, or None when both runs
     raised the same error (anything else fails)."""
-    saved = host.agent.provider
-    host.agent.provider = provider
+    saved = host.provider.current
+    host.provider.current = provider
     try:
         again = run()
     except Exception as error:  # noqa: BLE001
@@ -280,7 +298,7 @@ def _run_again(host, index, outcome, provider, what, run):
         assert (type(error), str(error)) == (type(outcome), str(outcome))
         return None
     finally:
-        host.agent.provider = saved
+        host.provider.current = saved
     assert not isinstance(outcome, Exception), f"turn {index}: the first run raised {outcome!r}, {what} did not"
     return again
 
