@@ -112,7 +112,7 @@ PUBLIC_ELSEWHERE = {
 # tests/test_imports.py holds every sibling to this tuple. Renaming one of these breaks a sibling.
 FOR_SIBLING_MODULES = (
     "ABSENT", "BLOB_NESTING", "FIELD_FORMATS", "MAX_DURATION", "MAX_NESTING",
-    "PLACEHOLDER", "article", "as_definition", "claim_prefix", "closed_object", "compact_json",
+    "PLACEHOLDER", "as_definition", "claim_prefix", "closed_object", "compact_json",
     "describe_blob_value", "extract_mode", "flow_error", "from_ms",
     "is_duration", "is_known", "is_too_long", "is_whole", "iso", "json_copy", "json_equal",
     "json_literal", "listed_values", "nests_deeper", "parse_iso", "reused", "show",
@@ -151,7 +151,7 @@ def __dir__() -> list[str]:
 
 class _FalaiLog:
     """The "falai" logger, looked up on first use: ``import falai`` neither imports logging nor creates
-    a logger (issue 12). An attribute is the logger's own bound method, so a record still names the engine
+    a logger. An attribute is the logger's own bound method, so a record still names the engine
     function that logged it."""
 
     def __getattr__(self, name: str) -> Any:
@@ -665,7 +665,7 @@ class ProviderError(FalaiError):
 
 
 # providers.md §8.3: the text patterns of the classification, first match wins. They stay text, compiled
-# (and cached) by re on the first failure, so importing falai compiles none of them (issue 12).
+# (and cached) by re on the first failure, so importing falai compiles none of them.
 _CONTEXT = (
     r"context[_ ]length[_ ]exceeded|maximum context length|context window|prompt is too long|"
     r"input is too long|too many (input )?tokens|reduce the length of the (messages|prompt|input)|"
@@ -711,7 +711,7 @@ def error_text(error: BaseException) -> str:
 
 
 def log_swallowed(where: str) -> None:
-    """DEBUG: the traceback of a user-code exception that became an outcome instead of a crash (issue 12).
+    """DEBUG: the traceback of a user-code exception that became an outcome instead of a crash.
 
     Call it inside the ``except`` block: the warning already names the error,
     this keeps where it came from for whoever turned debug on.
@@ -821,7 +821,7 @@ def duration_ms(value: str) -> int:
 
 
 def _exact_ms(value: str) -> int:
-    from decimal import Decimal     # lazily: `import falai` stays quick (issue 12)
+    from decimal import Decimal     # lazily: `import falai` stays quick
     return int(Decimal(value[:-1]) * _UNIT_MS[value[-1]] + Decimal("0.5"))
 
 
@@ -837,7 +837,7 @@ def iso(at: datetime) -> str:
     if at.tzinfo is not timezone.utc:
         at = at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
     if at.year >= 1000:         # isoformat pads the year to four digits, where strftime's %Y does not
-        # isoformat() without timespec= is the cheaper call, and every turn stamps its instant (issue 12)
+        # isoformat() without timespec= is the cheaper call, and every turn stamps its instant
         text = at.isoformat()   # "YYYY-MM-DDTHH:MM:SS[.ffffff]+00:00"
         return text[:23] + "Z" if at.microsecond else text[:19] + ".000Z"
     return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
@@ -959,7 +959,7 @@ def _json_default(value: Any) -> Any:
 
 
 # What json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_json_default) builds on every
-# call; it holds only those settings, so one serves every call (issue 12).
+# call; it holds only those settings, so one serves every call.
 _COMPACT_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_json_default)
 
 
@@ -998,7 +998,7 @@ def js_number_text(x: int | float) -> str:
         return "Infinity" if x > 0 else "-Infinity"
     if x == 0:
         return "0"
-    from decimal import Decimal     # lazily: `import falai` stays quick (issue 12)
+    from decimal import Decimal     # lazily: `import falai` stays quick
     raw = Decimal(repr(abs(x))).as_tuple()
     assert isinstance(raw.exponent, int)        # x is finite: no "n", "N" or "F" exponent
     full = "".join(map(str, raw.digits))
@@ -1280,7 +1280,7 @@ def strip_nones(value: Any) -> Any:
     """
     if nests_deeper(value, FLOW_NESTING):
         flow_error("flow", f"nests lists and dicts deeper than {FLOW_NESTING} levels",
-                    f"Flatten its values: a value may nest {MAX_NESTING} levels.")
+                   f"Flatten its values: a value may nest {MAX_NESTING} levels.")
     return _strip_nones(value)
 
 
@@ -1341,10 +1341,6 @@ def is_whole(value: Any) -> bool:
         return False
     return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)
                                       and value.is_integer())
-
-
-def article(word: str) -> str:
-    return "an" if word[:1] in ("a", "e", "i", "o", "u") else "a"
 
 
 def listed_values(values: Any) -> str:
@@ -4078,7 +4074,7 @@ def tool_pool(agent: Agent) -> Any:
 
 
 
-# `python -m falai`: the command line lives in falai_cli (issue 14); `import falai` never loads it.
+# `python -m falai`: the command line lives in falai_cli; `import falai` never loads it.
 if __name__ == "__main__":
     import sys
     try:

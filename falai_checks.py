@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from falai import (ABSENT, FIELD_FORMATS, MAX_DURATION, MAX_NESTING, PLACEHOLDER,
-                   FlowConfigurationError, FlowValidation, Problem, article, as_definition,
-                   extract_mode, flow_error, is_duration, is_known, is_too_long, is_whole, json_equal,
+                   FlowConfigurationError, FlowValidation, Problem, as_definition, extract_mode,
+                   flow_error, is_duration, is_known, is_too_long, is_whole, json_equal,
                    json_literal, listed_values, nests_deeper, show, split_phrases, strip_nones)
 
 if TYPE_CHECKING:
@@ -62,6 +62,10 @@ def type_name(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "list"
     return "function" if callable(value) else "object"
+
+
+def article(word: str) -> str:
+    return "an" if word[:1] in ("a", "e", "i", "o", "u") else "a"
 
 
 def expected_text(definition: dict) -> str:
@@ -126,7 +130,8 @@ def matches_definition(definition: dict, value: Any) -> bool:
     """Whether a value fits a field or parameter definition as written."""
     if definition.get("type") == "array":
         items = as_definition(definition.get("items"))
-        return isinstance(value, (list, tuple)) and all(_matches_scalar(items, item) for item in value)
+        return isinstance(value, (list, tuple)) and all(_matches_scalar(items, item)
+                                                        for item in value)
     return _matches_scalar(definition, value)
 
 
@@ -156,29 +161,32 @@ def _list_check(value: Any, label: str, where: str, objects: bool = False) -> No
     for i, item in enumerate(value):
         if objects and not isinstance(item, dict):
             flow_error(where, f"{label}[{i}] is {show(item)}, not an object",
-                        f"Write each entry of {label} as an object.")
+                       f"Write each entry of {label} as an object.")
         if not objects and not isinstance(item, str):
-            flow_error(where, f"{label}[{i}] is {show(item)}, not text", f"Write each entry of {label} as a string.")
+            flow_error(where, f"{label}[{i}] is {show(item)}, not text",
+                       f"Write each entry of {label} as a string.")
 
 
 def _condition_check(value: Any, label: str, where: str) -> None:
     if value is ABSENT or callable(value) or isinstance(value, dict):
         return
     flow_error(where, f"{label} is {show(value)}, not a condition",
-                'Write it as an object, e.g. { known: ["nome"] }.')
+               'Write it as an object, e.g. { known: ["nome"] }.')
 
 
 def _target_check(value: Any, label: str, where: str) -> None:
     if value is ABSENT or isinstance(value, str):
         return
-    if isinstance(value, dict) and (isinstance(value.get("step"), str) or isinstance(value.get("flow"), str)):
+    if isinstance(value, dict) and (isinstance(value.get("step"), str)
+                                    or isinstance(value.get("flow"), str)):
         _list_check(value.get("clear", ABSENT), f"{label}.clear", where)
-        if nests_deeper(value.get("input"), MAX_NESTING):   # it becomes a run's input (docs/guide/limits.md)
-            flow_error(where, f"{label}.input nests lists and dicts deeper than {MAX_NESTING} levels",
-                        "Flatten it.")
+        # the input becomes a run's input (docs/guide/limits.md)
+        if nests_deeper(value.get("input"), MAX_NESTING):
+            flow_error(where, f"{label}.input nests lists and dicts deeper than {MAX_NESTING} "
+                       "levels", "Flatten it.")
         return
     flow_error(where, f"{label} is {show(value)}, not a step id or a target",
-                'Write a step id, "end", { step: "id" } or { flow: "id" }.')
+               'Write a step id, "end", { step: "id" } or { flow: "id" }.')
 
 
 def _instructions_check(owner: dict, where: str) -> None:
@@ -189,11 +197,13 @@ def _instructions_check(owner: dict, where: str) -> None:
     for i, instruction in enumerate(instructions):
         label = f"instructions[{i}]"
         if "kind" in instruction and instruction["kind"] not in INSTRUCTION_KINDS:
-            what = f'{label}.kind is {show(instruction["kind"])}, which is not one of "must", "never", "should"'
+            what = (f'{label}.kind is {show(instruction["kind"])}, which is not one of "must", '
+                    '"never", "should"')
             flow_error(where, what, "Use one of them.")
         if not isinstance(instruction.get("prompt"), str):
-            flow_error(where, f"{label}.prompt is {show(instruction.get('prompt', ABSENT))}, not text",
-                        "Write the rule as a sentence.")
+            prompt = instruction.get("prompt", ABSENT)
+            flow_error(where, f"{label}.prompt is {show(prompt)}, not text",
+                       "Write the rule as a sentence.")
         when = instruction.get("when", ABSENT)
         if not isinstance(when, str):
             _list_check(when, f"{label}.when", where)
@@ -222,30 +232,35 @@ def _step_shape(step: dict, where: str) -> None:
     kinds = body_kinds(step)
     if not kinds:
         flow_error(where, f"does nothing; {_keys_found(step, BODY_KEYS)}",
-                    "A step talks (`prompt` / `collect`), says (`say`), acts (`do`), waits (`wait`) or forks (`if`).")
+                   "A step talks (`prompt` / `collect`), says (`say`), acts (`do`), waits (`wait`) "
+                   "or forks (`if`).")
     if len(kinds) > 1:
-        flow_error(where, f"mixes {_quoted_kinds(kinds)}", "A step does one thing. Split it into one step per kind.")
+        flow_error(where, f"mixes {_quoted_kinds(kinds)}",
+                   "A step does one thing. Split it into one step per kind.")
     if "kind" in step and step["kind"] != kinds[0]:
         flow_error(where, f'has kind {show(step["kind"])}, but its body is a "{kinds[0]}" step',
-                    f'Set kind to "{kinds[0]}", or change the body to match.')
+                   f'Set kind to "{kinds[0]}", or change the body to match.')
     for key in ("say", "prompt", "question"):
         if key in step and not isinstance(step[key], str):
             flow_error(where, f"{key} is {show(step[key])}, not text", f"Write {key} as a string.")
     _list_check(step.get("collect", ABSENT), "collect", where)
     _list_check(step.get("tools", ABSENT), "tools", where)
     if "ask" in step and not isinstance(step["ask"], dict):
-        flow_error(where, f"ask is {show(step['ask'])}, not an object", 'Write ask as { field: "how to ask" }.')
+        flow_error(where, f"ask is {show(step['ask'])}, not an object",
+                   'Write ask as { field: "how to ask" }.')
     if "with" in step and not isinstance(step["with"], dict):
-        flow_error(where, f"with is {show(step['with'])}, not an object", "Write with as { parameter: value }.")
+        flow_error(where, f"with is {show(step['with'])}, not an object",
+                   "Write with as { parameter: value }.")
     if "maxAsks" in step:
         asks = step["maxAsks"]
         if not is_whole(asks) or asks < 1:
-            flow_error(where, f"maxAsks is {show(asks)}, not a whole number of 1 or more", "Write a number like 3.")
+            flow_error(where, f"maxAsks is {show(asks)}, not a whole number of 1 or more",
+                       "Write a number like 3.")
     wait = step.get("wait", ABSENT)
     if wait is not ABSENT and not isinstance(wait, str) and not (
             isinstance(wait, dict) and isinstance(wait.get("event"), str)):
         flow_error(where, "wait has no event",
-                    'Write wait: { event: "name" } to wait for an event, or a duration like "1h".')
+                   'Write wait: { event: "name" } to wait for an event, or a duration like "1h".')
     _condition_check(step.get("if", ABSENT), "if", where)
     for key in ("then", "else", "onFail"):
         _target_check(step.get(key, ABSENT), key, where)
@@ -255,13 +270,13 @@ def _step_shape(step: dict, where: str) -> None:
     for j, branch in enumerate([] if branches is ABSENT else branches):
         if "when" in branch and not isinstance(branch["when"], str):
             flow_error(where, f"branches[{j}].when is {show(branch['when'])}, not text",
-                        "Write the condition as one sentence.")
+                       "Write the condition as one sentence.")
         _condition_check(branch.get("if", ABSENT), f"branches[{j}].if", where)
         _target_check(branch.get("then", ABSENT), f"branches[{j}].then", where)
 
 
 class Checks:
-    """Where the problems of one flow go (issue 9).
+    """Where the problems of one flow go.
 
     Each check runs as a unit: a step, a trigger, one flow-level key. Raising
     (the default) lets the first unit's FlowConfigurationError through, so the
@@ -284,7 +299,8 @@ class Checks:
         except FlowConfigurationError as error:
             if not self.collect:
                 raise
-            self.problems.append(Problem("error", list(path), str(error).removeprefix("[FlowConfigurationError] ")))
+            message = str(error).removeprefix("[FlowConfigurationError] ")
+            self.problems.append(Problem("error", list(path), message))
         except Exception:
             if not (self.collect and self.failed):
                 raise
@@ -303,7 +319,8 @@ class Checks:
 def flow_frame(flow: Any) -> None:
     """S1-S2: a flow is an object with a steps list; nothing else can be read without them."""
     if not isinstance(flow, dict):
-        flow_error("flow", f"is {show(flow)}, not an object", "Pass the flow itself: { id, name, steps }.")
+        flow_error("flow", f"is {show(flow)}, not an object",
+                   "Pass the flow itself: { id, name, steps }.")
     where = f'flow "{flow["id"]}"' if isinstance(flow.get("id"), str) else "flow"
     if not isinstance(flow.get("steps"), (list, tuple)):
         found = f"; {_keys_found(flow, ['steps'])}" if "steps" not in flow else ""
@@ -319,8 +336,8 @@ def _flow_key_shape(flow: dict, key: str, where: str) -> None:
         _list_check(flow.get(key, ABSENT), key, where)
     elif key == "onEnd":
         if "onEnd" in flow and flow["onEnd"] not in ("end", "stay", "reset"):
-            flow_error(where, f'onEnd is {show(flow["onEnd"])}, which is not one of "end", "stay", "reset"',
-                        "Use one of them.")
+            flow_error(where, f'onEnd is {show(flow["onEnd"])}, which is not one of "end", "stay", '
+                       '"reset"', "Use one of them.")
     elif key == "while":
         _condition_check(flow.get("while", ABSENT), "while", where)
     elif key == "instructions":
@@ -334,17 +351,21 @@ def _trigger_shape(trigger: dict, trigger_where: str) -> None:
     repeat = trigger.get("repeat", ABSENT)
     if repeat is not ABSENT and repeat not in ("once", "always") and not (
             isinstance(repeat, dict) and isinstance(repeat.get("cooldown"), str)):
-        flow_error(trigger_where, f"repeat is {show(repeat)}", 'Use "once", "always" or { cooldown: "24h" }.')
+        flow_error(trigger_where, f"repeat is {show(repeat)}",
+                   'Use "once", "always" or { cooldown: "24h" }.')
 
 
 def _not_an_object(where: str, label: str, i: int, item: Any) -> None:
-    flow_error(where, f"{label}[{i}] is {show(item)}, not an object", f"Write each entry of {label} as an object.")
+    flow_error(where, f"{label}[{i}] is {show(item)}, not an object",
+               f"Write each entry of {label} as an object.")
 
 
 def step_where(flow_where: str, step: Any, n: int) -> str:
     """``flow "f", step "id"``, or ``step #n`` (from 1) when the id is not a string (S9)."""
     step_id = step.get("id") if isinstance(step, dict) else None
-    return f'{flow_where}, step "{step_id}"' if isinstance(step_id, str) else f"{flow_where}, step #{n}"
+    if isinstance(step_id, str):
+        return f'{flow_where}, step "{step_id}"'
+    return f"{flow_where}, step #{n}"
 
 
 def check_flow_shape(flow: Any, checks: Checks | None = None) -> None:
@@ -356,7 +377,8 @@ def check_flow_shape(flow: Any, checks: Checks | None = None) -> None:
     checks = checks or Checks()
     flow_frame(flow)
     where = f'flow "{flow["id"]}"' if isinstance(flow.get("id"), str) else "flow"
-    for key in ("description", "anchor", "collect", "clearOnStart", "tools", "onEnd", "while", "instructions"):
+    for key in ("description", "anchor", "collect", "clearOnStart", "tools", "onEnd", "while",
+                "instructions"):
         checks.run((key,), _flow_key_shape, flow, key, where)
     on = flow.get("on", ABSENT)
     if on is not ABSENT and not isinstance(on, (list, tuple)):
@@ -398,32 +420,39 @@ class _FlowNames:
                     else getattr(tool, "id", None) for tool in tools]
         flows = registries.get("flows")
         flow_ids = None
-        if flows is not None:      # each id once, in order (one pass: an agent checks every flow with this)
-            flow_ids = list(dict.fromkeys(flow["id"] for flow in flows
-                                          if isinstance(flow, dict) and isinstance(flow.get("id"), str)))
-        return cls(fields=registries.get("fields") or {}, actions=registries.get("actions") or {},
-                   events=registries.get("events") or {}, conditions=registries.get("conditions") or {},
+        # each id once, in order (one pass: an agent checks every flow with this)
+        if flows is not None:
+            flow_ids = list(dict.fromkeys(
+                flow["id"] for flow in flows
+                if isinstance(flow, dict) and isinstance(flow.get("id"), str)))
+        return cls(fields=registries.get("fields") or {},
+                   actions=registries.get("actions") or {},
+                   events=registries.get("events") or {},
+                   conditions=registries.get("conditions") or {},
                    tool_ids=tool_ids, flow_ids=flow_ids)
 
 
 def _field_check(slug: Any, names: _FlowNames, where: str, label: str) -> None:
     if not _has_key(names.fields, slug):
-        flow_error(where, f'unknown field "{slug}" in {label}', "Add it to the agent's fields or fix the slug.")
+        flow_error(where, f'unknown field "{slug}" in {label}',
+                   "Add it to the agent's fields or fix the slug.")
 
 
 def _tool_check(tools: Any, names: _FlowNames, where: str) -> None:
     for tool in tools:
         if tool not in names.tool_ids:
-            flow_error(where, f'unknown tool "{tool}"', "Register it in the agent's tools or fix the name.")
+            flow_error(where, f'unknown tool "{tool}"',
+                       "Register it in the agent's tools or fix the name.")
 
 
 def _duration_check(value: Any, label: str, where: str) -> None:
     if value is not ABSENT and not is_duration(value):
         flow_error(where, f'{label} has duration "{value}", which does not parse',
-                    'Write a number and a unit: "30s", "5m", "24h" or "3d".')
+                   'Write a number and a unit: "30s", "5m", "24h" or "3d".')
     if value is not ABSENT and is_too_long(value):
-        flow_error(where, f'{label} has duration "{value}", longer than the maximum "{MAX_DURATION}" (ten years)',
-                    "Use a shorter duration (docs/guide/limits.md).")
+        flow_error(where, f'{label} has duration "{value}", longer than the maximum '
+                   f'"{MAX_DURATION}" (ten years)',
+                   "Use a shorter duration (docs/guide/limits.md).")
 
 
 def condition_names_check(condition: Any, label: str, where: str, names: _FlowNames) -> None:
@@ -438,23 +467,25 @@ def condition_names_check(condition: Any, label: str, where: str, names: _FlowNa
     for key, arg in condition.items():
         if key == "equals":
             if not isinstance(arg, dict):
-                flow_error(where, f"{label}.equals is not an object", "Write equals as { field: value }.")
+                flow_error(where, f"{label}.equals is not an object",
+                           "Write equals as { field: value }.")
             for slug, value in arg.items():
                 _field_check(slug, names, where, f"{label}.equals")
                 if value is None:   # kept only when every value is None (strip_nones)
                     flow_error(where, f'{label}.equals gives "{slug}" null, which a flow reads as '
-                                '"not set", so the condition would test nothing and always hold',
-                                f'For "not known" write {{ "unknown": ["{slug}"] }}.')
+                               '"not set", so the condition would test nothing and always hold',
+                               f'For "not known" write {{ "unknown": ["{slug}"] }}.')
                 definition = as_definition(names.fields[slug])
                 if matches_definition(definition, value):
                     continue
                 off_list = _off_list(definition, value)
                 if off_list:
                     listed, got = off_list
-                    flow_error(where, f'{label}.equals gives "{slug}" {got}, which is not one of {listed}',
-                                "Use one of the listed values.")
+                    flow_error(where, f'{label}.equals gives "{slug}" {got}, which is not one of '
+                               f"{listed}", "Use one of the listed values.")
                 kind, expected = type_name(value), expected_text(definition)
-                what = f'{label}.equals gives "{slug}" {article(kind)} {kind}, but the field is {expected}'
+                what = (f'{label}.equals gives "{slug}" {article(kind)} {kind}, but the field is '
+                        f"{expected}")
                 flow_error(where, what, f"Write {expected}; values are not coerced.")
         elif key in ("known", "unknown"):
             if not isinstance(arg, (list, tuple)):
@@ -464,19 +495,20 @@ def condition_names_check(condition: Any, label: str, where: str, names: _FlowNa
         elif key == "not":
             if not isinstance(arg, dict) and not callable(arg):
                 flow_error(where, f"{label}.not is {show(arg)}, not a condition",
-                            'Write it as an object, e.g. { "not": { "known": ["nome"] } }.')
+                           'Write it as an object, e.g. { "not": { "known": ["nome"] } }.')
             condition_names_check(arg, f"{label}.not", where, names)
         elif key == "silenced":
             if not isinstance(arg, bool):
                 flow_error(where, f"{label}.silenced is not a boolean", "Write true or false.")
         elif not _has_key(names.conditions, key):
             flow_error(where, f'unknown condition "{key}" in {label}',
-                        "Register it in conditions or use equals, known, silenced.")
+                       "Register it in conditions or use equals, known, silenced.")
 
 
 def action_parameters(action: Any) -> dict:
     """An action's parameter definitions: its ``parameters`` attribute, or key of a dict."""
-    parameters = action.get("parameters") if isinstance(action, dict) else getattr(action, "parameters", None)
+    parameters = (action.get("parameters") if isinstance(action, dict)
+                  else getattr(action, "parameters", None))
     return parameters if isinstance(parameters, dict) else {}
 
 
@@ -487,31 +519,34 @@ def _with_check(name: str, parameters: dict, given: dict, where: str) -> None:
     for key in given:
         if key not in parameters and missing and closest(key, missing):
             flow_error(where, f'action "{name}" has no parameter "{key}"',
-                        f'Did you mean "{closest(key, missing)}"?')
+                       f'Did you mean "{closest(key, missing)}"?')
     for parameter, raw in parameters.items():
         definition = as_definition(raw)
         if parameter not in given:
             if not definition.get("optional"):
-                flow_error(where, f'action "{name}" needs parameter "{parameter}"', "Add it to `with`.")
+                flow_error(where, f'action "{name}" needs parameter "{parameter}"',
+                           "Add it to `with`.")
             continue
         value = given[parameter]
         if matches_definition(definition, value):
             continue
         off_list = _off_list(definition, value)
         if off_list:
-            expected, got, fix = f"one of {off_list[0]}", off_list[1], "Use one of the listed values."
+            expected, got = f"one of {off_list[0]}", off_list[1]
+            fix = "Use one of the listed values."
         else:
             expected, got = expected_text(definition), type_name(value)
             fix = "Values are not coerced; write the right type."
             if isinstance(value, str) and "{{" in value:    # a template always renders text
                 fix = ('A template renders text: declare the parameter "type": "string" and '
                        "convert it in your action.")
-        flow_error(where, f'parameter "{parameter}" of action "{name}" must be {expected}, got {got}', fix)
+        flow_error(where,
+                   f'parameter "{parameter}" of action "{name}" must be {expected}, got {got}', fix)
     for key in given:
         if key not in parameters:
             near = closest(key, [str(parameter) for parameter in parameters])
             flow_error(where, f'action "{name}" has no parameter "{key}"',
-                        f'Did you mean "{near}"?' if near else "Remove it or fix the name.")
+                       f'Did you mean "{near}"?' if near else "Remove it or fix the name.")
 
 
 def _step_id_check(step: dict, n: int, where: str, position: dict) -> None:
@@ -519,9 +554,11 @@ def _step_id_check(step: dict, n: int, where: str, position: dict) -> None:
     if not (isinstance(step_id, str) and step_id):
         flow_error(f"{where}, step #{n}", "has no id", "Give every step a unique id.")
     if step_id == "end":
-        flow_error(f'{where}, step "end"', 'uses the reserved id "end"', '"end" ends the run; pick another id.')
+        flow_error(f'{where}, step "end"', 'uses the reserved id "end"',
+                   '"end" ends the run; pick another id.')
     if step_id in position:
-        flow_error(f'{where}, step "{step_id}"', "duplicates an earlier step id", "Give each step its own id.")
+        flow_error(f'{where}, step "{step_id}"', "duplicates an earlier step id",
+                   "Give each step its own id.")
     position[step_id] = n - 1
 
 
@@ -544,10 +581,11 @@ def _trigger_names(trigger: dict, trigger_where: str, names: _FlowNames) -> None
     """N7 for one trigger."""
     if not any(kind in trigger for kind in TRIGGER_KINDS):
         flow_error(trigger_where, f"names no trigger kind; {_keys_found(trigger, TRIGGER_KINDS)}",
-                    "A trigger is one of `message`, `mention`, `silence`, `event`. A flow the host starts itself "
-                    "has no `on` at all.")
+                   "A trigger is one of `message`, `mention`, `silence`, `event`. A flow the host "
+                   "starts itself has no `on` at all.")
     if "event" in trigger and not _has_key(names.events, trigger["event"]):
-        flow_error(trigger_where, f'unknown event "{trigger["event"]}"', "Register it in events or fix the name.")
+        flow_error(trigger_where, f'unknown event "{trigger["event"]}"',
+                   "Register it in events or fix the name.")
     _duration_check(trigger.get("silence", ABSENT), "silence", trigger_where)
     _duration_check(trigger.get("after", ABSENT), "after", trigger_where)
     if isinstance(trigger.get("repeat"), dict):
@@ -556,9 +594,11 @@ def _trigger_names(trigger: dict, trigger_where: str, names: _FlowNames) -> None
     for kind in ("message", "mention"):
         phrases = trigger.get(kind) or []
         if phrases and not split_phrases(phrases)[0]:
-            fix = 'A "!" phrase rules the trigger out. Add at least one plain phrase saying when it should fire'
+            fix = ('A "!" phrase rules the trigger out. Add at least one plain phrase saying when '
+                   "it should fire")
             fix += ", or use an empty list for a catch-all." if kind == "message" else "."
-            flow_error(trigger_where, f'every {kind} phrase starts with "!", so nothing can ever match it', fix)
+            flow_error(trigger_where,
+                       f'every {kind} phrase starts with "!", so nothing can ever match it', fix)
 
 
 def check_flow_names(flow: dict, names: _FlowNames, checks: Checks | None = None) -> list[str]:
@@ -573,25 +613,27 @@ def check_flow_names(flow: dict, names: _FlowNames, checks: Checks | None = None
         checks.run(("id",), flow_error, "flow", "has no id", "Give the flow a short unique id.")
         return []            # collecting: every other message names the flow by its id
     where = f'flow "{flow["id"]}"'
-    if flow["id"].startswith("silence:"):    # its run wakes would read as silence wakes (runtime.md §3.2)
+    if flow["id"].startswith("silence:"):   # its wakes read as silence wakes (runtime.md §3.2)
         flow_error(where, 'has an id starting with "silence:", the prefix of silence wake keys',
-                    "Rename the flow.")
+                   "Rename the flow.")
     steps = flow["steps"]
     position: dict[str, int] = {}
     for n, step in enumerate(steps, 1):
         checks.run(("steps", n - 1), _step_id_check, step, n, where, position)
     if flow.get("on") and not steps:
-        checks.run(("on",), flow_error, where, "has triggers but no steps", "Add at least one step or remove `on`.")
+        checks.run(("on",), flow_error, where, "has triggers but no steps",
+                   "Add at least one step or remove `on`.")
     for key in ("collect", "clearOnStart"):
         checks.run((key,), _flow_names_check, flow, key, where, names)
 
-    step_collects = {slug for step in steps if isinstance(step, dict) and isinstance(step.get("collect"), list)
+    step_collects = {slug for step in steps
+                     if isinstance(step, dict) and isinstance(step.get("collect"), list)
                      for slug in step["collect"] if isinstance(slug, str)}
     for slug in flow.get("collect", ()) if not checks.broken(("collect",)) else ():
         if extract_mode(as_definition(names.fields[slug])) == "asked" and slug not in step_collects:
-            checks.warn(("collect",), f'{where}: collect lists "{slug}", which is only taken from the answer to a '
-                        "step that asks it, and no step does. Add it to a step's collect, or set extract: "
-                        "'anywhere' on the field.")
+            checks.warn(("collect",), f'{where}: collect lists "{slug}", which is only taken from '
+                        "the answer to a step that asks it, and no step does. Add it to a step's "
+                        "collect, or set extract: 'anywhere' on the field.")
 
     checks.run(("while",), _flow_names_check, flow, "while", where, names)
     checks.run(("tools",), _flow_names_check, flow, "tools", where, names)
@@ -609,7 +651,8 @@ def check_flow_names(flow: dict, names: _FlowNames, checks: Checks | None = None
     return [p.message for p in checks.problems[first:] if p.severity == "warning"]
 
 
-def _step_names(step: dict, i: int, flow_where: str, position: dict, names: _FlowNames, warnings: list) -> None:
+def _step_names(step: dict, i: int, flow_where: str, position: dict, names: _FlowNames,
+                warnings: list) -> None:
     """The step rules of persistence.md §1.10 for the step at index i."""
     where = f'{flow_where}, step "{step["id"]}"'
 
@@ -621,21 +664,23 @@ def _step_names(step: dict, i: int, flow_where: str, position: dict, names: _Flo
             flow_id = target["flow"]
             templated = isinstance(flow_id, str) and "{{" in flow_id
             if names.flow_ids is not None and not templated and flow_id not in names.flow_ids:
-                fix = (f"Use one of {listed_values(names.flow_ids)}, or add the flow." if names.flow_ids
-                       else "Add the flow to the agent.")
-                flow_error(where, f'{label} names flow "{flow_id}", which this agent does not have', fix)
+                fix = (f"Use one of {listed_values(names.flow_ids)}, or add the flow."
+                       if names.flow_ids else "Add the flow to the agent.")
+                flow_error(where, f'{label} names flow "{flow_id}", which this agent does not have',
+                           fix)
             return None
         step_id = target["step"] if isinstance(target, dict) else target
         if step_id not in position:
             flow_error(where, f'{label} points at step "{step_id}", which does not exist',
-                        'Use an existing step id or "end".')
+                       'Use an existing step id or "end".')
         if isinstance(target, dict):
             for slug in target.get("clear", ()):
                 _field_check(slug, names, where, f"{label}.clear")
         lands = position[step_id]
         if lands <= i and not (isinstance(target, dict) and target.get("clear")):
-            warnings.append(f'{where}: {label} jumps back to "{step_id}" without clear; the fields collected '
-                            "since stay known and those steps skip. Add clear: [...] to re-ask them.")
+            warnings.append(f'{where}: {label} jumps back to "{step_id}" without clear; the fields '
+                            "collected since stay known and those steps skip. Add clear: [...] to "
+                            "re-ask them.")
         return lands
 
     then_lands = edge(step.get("then", ABSENT), "then")
@@ -658,21 +703,23 @@ def _step_names(step: dict, i: int, flow_where: str, position: dict, names: _Flo
                             "Offer the tool that writes it, or drop extract: never.")
         if "question" in step and not collect:
             flow_error(where, "has a question but collects nothing",
-                        "A fixed question asks for fields: add collect, or send the text with a say step.")
+                       "A fixed question asks for fields: add collect, or send the text with a say "
+                       "step.")
         asks = step.get("ask", {})
         if (collect and "prompt" not in step and "question" not in step
-                and not any(is_known(asks.get(slug)) or is_known(as_definition(names.fields[slug]).get("ask"))
+                and not any(is_known(asks.get(slug))
+                            or is_known(as_definition(names.fields[slug]).get("ask"))
                             for slug in collect)):
             quoted = ", ".join(f'"{slug}"' for slug in collect)
-            warnings.append(f"{where}: collects {quoted} with no prompt and no ask; the AI has nothing to go on. "
-                            "Add a prompt or an ask per field.")
+            warnings.append(f"{where}: collects {quoted} with no prompt and no ask; the AI has "
+                            "nothing to go on. Add a prompt or an ask per field.")
     for j, branch in enumerate(step.get("branches", ())):
         if "when" not in branch and "if" not in branch:
             flow_error(where, f"branches[{j}] has neither when nor if",
-                        "Give the branch an AI condition (when) or a code one (if).")
+                       "Give the branch an AI condition (when) or a code one (if).")
         if "when" in branch and "wait" in step:
-            flow_error(where, f'branches[{j}] is a "when" branch, but a wait step is judged by code only',
-                        'Use "if", or move the branch to a talk step.')
+            flow_error(where, f'branches[{j}] is a "when" branch, but a wait step is judged by '
+                       "code only", 'Use "if", or move the branch to a talk step.')
         condition_names_check(branch.get("if", ABSENT), f"branches[{j}].if", where, names)
         edge(branch.get("then", ABSENT), f"branches[{j}].then")
     for j, instruction in enumerate(step.get("instructions", ())):
@@ -689,28 +736,30 @@ def _step_names(step: dict, i: int, flow_where: str, position: dict, names: _Flo
         _duration_check(wait, "wait", where)
     elif isinstance(wait, dict):
         if not _has_key(names.events, wait["event"]):
-            flow_error(where, f'unknown event "{wait["event"]}" in wait', "Register it in events or fix the name.")
+            flow_error(where, f'unknown event "{wait["event"]}" in wait',
+                       "Register it in events or fix the name.")
         _duration_check(wait.get("upTo", ABSENT), "wait.upTo", where)
     if "if" in step:
         condition_names_check(step["if"], "if", where, names)
         if then_lands is not None and then_lands <= i and "else" not in step:
             back_to = step["then"]["step"] if isinstance(step["then"], dict) else step["then"]
             flow_error(where, f'"if" jumps back to "{back_to}" with no else',
-                        "Add else so the false branch has somewhere to go.")
+                       "Add else so the false branch has somewhere to go.")
 
 
-# Unknown keys and template references (issue 9) ------------------------------------------------
+# Unknown keys and template references (a falai for Python addition) ------------
 #
 # Unknown keys stay in the flow (persistence.md §1.7 step 3); what is new is a
 # warning naming the key, where it is and the closest known key. The key lists
 # are the spec's tables: flows.md §3.1, §4, §5, §6, §12; persistence.md §1.2-§1.4.
 
-FLOW_KEYS = ("id", "name", "description", "on", "anchor", "while", "collect", "clearOnStart", "steps", "onEnd",
-             "instructions", "tools")
+FLOW_KEYS = ("id", "name", "description", "on", "anchor", "while", "collect", "clearOnStart",
+             "steps", "onEnd", "instructions", "tools")
 TRIGGER_KEYS = (*TRIGGER_KINDS, "if", "repeat", "extract", "businessHours", "after")
 BODY_KEYS = ("collect", "prompt", "say", "do", "wait", "if")
-STEP_KEYS = ("id", "kind", "label", "then", "ui", *BODY_KEYS, "ask", "question", "maxAsks", "branches", "tools",
-             "instructions", "media", "once", "with", "onFail", "businessHours", "else")
+STEP_KEYS = ("id", "kind", "label", "then", "ui", *BODY_KEYS, "ask", "question", "maxAsks",
+             "branches", "tools", "instructions", "media", "once", "with", "onFail",
+             "businessHours", "else")
 BRANCH_KEYS = ("when", "if", "then")
 INSTRUCTION_KEYS = ("id", "kind", "when", "if", "prompt")
 TARGET_KEYS = ("step", "clear", "flow", "input")
@@ -719,7 +768,8 @@ FIELD_KEYS = ("type", "enum", "label", "description", "ask", "extract", "format"
               "correctable")
 PARAMETER_KEYS = ("type", "items", "enum", "description", "optional")
 IDLE_KEYS = ("prompt", "instructions", "tools")
-COMPACTION_KEYS = ("enabled", "maxTokens", "compactionThreshold", "preserveRecentCount", "maxToolResultChars")
+COMPACTION_KEYS = ("enabled", "maxTokens", "compactionThreshold", "preserveRecentCount",
+                   "maxToolResultChars")
 
 
 def _items(value: Any) -> list:
@@ -740,7 +790,8 @@ def _keys_found(mapping: dict, wanted: Iterable[str]) -> str:
     wanted = list(wanted)
     if not keys:
         return "it has no keys"
-    text = f'its only key is "{keys[0]}"' if len(keys) == 1 else f"its keys are {_quoted_kinds(keys)}"
+    text = (f'its only key is "{keys[0]}"' if len(keys) == 1
+            else f"its keys are {_quoted_kinds(keys)}")
     for key in keys:
         match = None if key in wanted else closest(key, wanted)
         if match:
@@ -763,7 +814,8 @@ def unknown_key_warnings(mapping: Any, known: tuple, where: str) -> list[tuple[s
 
 
 def _unknown_flow_keys(flow: dict, checks: Checks) -> None:
-    """A warning per unknown key of the flow, its triggers, steps, branches, instructions, targets and waits."""
+    """A warning per unknown key of the flow, its triggers, steps, branches, instructions, targets
+    and waits."""
     where = f'flow "{flow["id"]}"' if isinstance(flow.get("id"), str) else "flow"
 
     def warn(mapping: Any, known: tuple, at: str, path: tuple) -> None:
@@ -772,7 +824,8 @@ def _unknown_flow_keys(flow: dict, checks: Checks) -> None:
 
     def instructions(owner: dict, at: str, path: tuple) -> None:
         for i, instruction in enumerate(_items(owner.get("instructions"))):
-            warn(instruction, INSTRUCTION_KEYS, f"{at}, instructions[{i}]", (*path, "instructions", i))
+            warn(instruction, INSTRUCTION_KEYS, f"{at}, instructions[{i}]",
+                 (*path, "instructions", i))
 
     def target(value: Any, label: str, at: str, path: tuple) -> None:
         if isinstance(value, dict):
@@ -800,12 +853,13 @@ def _unknown_flow_keys(flow: dict, checks: Checks) -> None:
         for j, branch in enumerate(_items(step.get("branches"))):
             warn(branch, BRANCH_KEYS, f"{at}, branches[{j}]", (*path, "branches", j))
             if isinstance(branch, dict):
-                target(branch.get("then"), f"branches[{j}].then", at, (*path, "branches", j, "then"))
+                target(branch.get("then"), f"branches[{j}].then", at,
+                       (*path, "branches", j, "then"))
 
 
 def template_reference_warnings(text: Any, label: str, where: str, fields: dict) -> list[str]:
-    """A warning per ``{{data.x}}`` whose field x is not declared, or ``{{x}}`` whose root is none of
-    data, context, input (flows.md §8.1: both are sent verbatim)."""
+    """A warning per ``{{data.x}}`` whose field x is not declared, or ``{{x}}`` whose root is
+    none of data, context, input (flows.md §8.1: both are sent verbatim)."""
     if not isinstance(text, str) or "{{" not in text:
         return []
     found = []
@@ -815,14 +869,15 @@ def template_reference_warnings(text: Any, label: str, where: str, fields: dict)
         slug = rest.split(".")[0]
         if root == "data" and slug not in fields:
             near = closest(slug, [str(name) for name in fields])
-            fix = f'Did you mean {{{{data.{near}}}}}?' if near else "Declare the field or fix the name."
-            found.append(f'{where}: {label} refers to {match.group(0)}, but no field "{slug}" is declared, '
-                         f"so it is sent as written. {fix}")
+            fix = (f'Did you mean {{{{data.{near}}}}}?' if near
+                   else "Declare the field or fix the name.")
+            found.append(f'{where}: {label} refers to {match.group(0)}, but no field "{slug}" is '
+                         f"declared, so it is sent as written. {fix}")
         elif root not in ("data", "context", "input"):
             fix = (f"Did you mean {{{{data.{root}}}}}?" if root in fields
                    else "A placeholder starts with data., context. or input.")
-            found.append(f"{where}: {label} refers to {match.group(0)}, which is none of data, context, input, "
-                         f"so it is sent as written. {fix}")
+            found.append(f"{where}: {label} refers to {match.group(0)}, which is none of data, "
+                         f"context, input, so it is sent as written. {fix}")
     return found
 
 
@@ -847,7 +902,8 @@ def _template_references(flow: dict, names: _FlowNames, checks: Checks) -> None:
     def instructions(owner: dict, at: str, path: tuple) -> None:
         for i, instruction in enumerate(_items(owner.get("instructions"))):
             if isinstance(instruction, dict):
-                check(instruction.get("prompt"), f"instructions[{i}].prompt", at, (*path, "instructions", i))
+                check(instruction.get("prompt"), f"instructions[{i}].prompt", at,
+                      (*path, "instructions", i))
 
     check(flow.get("description"), "description", where, ("description",))
     instructions(flow, where, ())
@@ -877,7 +933,9 @@ def _template_references(flow: dict, names: _FlowNames, checks: Checks) -> None:
 
 
 def check_flow(spec: Any, registries: dict | None = None) -> list[Problem]:
-    """Every error and warning of a flow or FlowSpec at once, each with its path (issue 9; for editors and CI).
+    """Every error and warning of a flow or FlowSpec at once, each with its path.
+
+    For editors and CI.
 
     The same checks as ``validate_flow`` (persistence.md §1.10), plus the
     unknown keys and the ``{{data.x}}`` references to fields that do not exist.
@@ -886,7 +944,8 @@ def check_flow(spec: Any, registries: dict | None = None) -> list[Problem]:
     error; a unit whose shape is wrong has its names left unread. Never raises
     for a bad flow, never mutates ``spec``.
 
-    ``[p.message for p in check_flow(spec, registries) if p.severity == "error"]``
+    ``[p.message for p in check_flow(spec, registries)
+    if p.severity == "error"]``
     """
     checks = Checks(collect=True)
     flow = strip_nones(spec)
@@ -901,7 +960,8 @@ def check_flow(spec: Any, registries: dict | None = None) -> list[Problem]:
     return checks.problems
 
 
-def validate_flow(spec: Any, registries: dict | None = None, *, strict: bool = False) -> FlowValidation:
+def validate_flow(spec: Any, registries: dict | None = None, *,
+                  strict: bool = False) -> FlowValidation:
     """Check a flow or FlowSpec against the agent's registries (persistence.md §1.10).
 
     Raises FlowConfigurationError on the first problem that would break at run
@@ -923,7 +983,8 @@ def validate_flow(spec: Any, registries: dict | None = None, *, strict: bool = F
 # Agent construction (persistence.md §1.11, model-calls.md §6.9 and §9.1) ----------------------
 
 def _scope_instructions_check(instructions: Any, where: str, names: _FlowNames) -> None:
-    """Agent or idle instructions: their shape (inferred: nothing else checks it), then their names."""
+    """Agent or idle instructions: their shape (inferred: nothing else checks it), then their
+    names."""
     owner = strip_nones({"instructions": instructions})
     _instructions_check(owner, where)
     for i, instruction in enumerate(owner["instructions"]):
@@ -935,7 +996,7 @@ def _check_idle(idle: Any, names: _FlowNames) -> None:
         return
     if not isinstance(idle, dict):
         flow_error("idle", f"is {show(idle)}, not an object",
-                    'Write idle as { prompt: "..." }, or "silent" for no idle replies.')
+                   'Write idle as { prompt: "..." }, or "silent" for no idle replies.')
     idle = strip_nones(idle)
     if "instructions" in idle:
         _scope_instructions_check(idle["instructions"], "idle", names)
@@ -964,8 +1025,9 @@ def check_compaction(config: Any) -> None:
     if config is None:
         return
     if not isinstance(config, dict):
-        raise ValueError(f"[CompactionEngine] compaction is {show(config)}: it must be an object such as "
-                         "{ maxTokens: 8000 }. Pass a dict, or leave compaction out to turn it off.")
+        raise ValueError(f"[CompactionEngine] compaction is {show(config)}: it must be an object "
+                         "such as { maxTokens: 8000 }. Pass a dict, or leave compaction out to "
+                         "turn it off.")
     if config.get("enabled") is False:
         return
     for key, required, rule, rule_text, fix in _COMPACTION_RULES:
@@ -977,102 +1039,117 @@ def check_compaction(config: Any) -> None:
         if not number or not rule(value):
             shown = "missing" if value is None else show(value)
             if value is None:
-                near = [other for other in config if other not in COMPACTION_KEYS and closest(other, [key])]
+                near = [other for other in config
+                        if other not in COMPACTION_KEYS and closest(other, [key])]
                 shown += f' (did you mean "{key}" for "{near[0]}"?)' if near else ""
             raise ValueError(f"[CompactionEngine] {key} is {shown}: it must be {rule_text}. {fix}.")
 
 
 FIELD_TYPES = ("string", "number", "integer", "boolean")
 EXTRACT_MODES = ("anywhere", "asked", "never")
-# What people write for a field type, and the type they mean (issue 9; inferred).
-TYPE_ALIASES = {"str": "string", "text": "string", "int": "integer", "float": "number", "bool": "boolean"}
+# What people write for a field type, and the type they mean (inferred): named in the message.
+TYPE_ALIASES = {"str": "string", "text": "string", "int": "integer", "float": "number",
+                "bool": "boolean"}
 
 
 def check_field_definition(slug: Any, definition: Any) -> list[str]:
-    """One entry of the agent's fields (flows.md §2.1; checked at construction, inferred); returns warnings.
+    """One entry of the agent's fields (flows.md §2.1; checked at construction, inferred).
+
+    Returns its warnings.
 
     Raises FlowConfigurationError naming the field and the fix: not an object,
     no type or one that is not a field type, an enum that is not a non-empty
     list of values of that type (or any enum on a boolean), an extract other
-    than "anywhere", "asked" or "never", a label, description or ask that is not text.
+    than "anywhere", "asked" or "never", a label, description or ask that is
+    not text.
     """
     where = f'field "{slug}"'
     if not isinstance(definition, dict):
         example = json_literal(definition) if definition in FIELD_TYPES else '"string"'
-        flow_error(where, f"is {show(definition)}, not an object", f"Write it as {{ \"type\": {example} }}.")
+        flow_error(where, f"is {show(definition)}, not an object",
+                   f"Write it as {{ \"type\": {example} }}.")
     definition = strip_nones(definition)
     kind = definition.get("type", ABSENT)
     if kind is ABSENT:
         flow_error(where, f"has no type; {_keys_found(definition, FIELD_KEYS)}",
-                    'Add "type": "string", "number", "integer" or "boolean".')
+                   'Add "type": "string", "number", "integer" or "boolean".')
     if kind not in FIELD_TYPES:
         if kind == "enum":
             fix = 'Use "type": "string" with "enum": [...].'
         else:
-            near = (TYPE_ALIASES.get(kind) or closest(kind, FIELD_TYPES)) if isinstance(kind, str) else None
-            fix = (f'Did you mean "{near}"?' if near else 'Use "string", "number", "integer" or "boolean".')
+            near = ((TYPE_ALIASES.get(kind) or closest(kind, FIELD_TYPES))
+                    if isinstance(kind, str) else None)
+            fix = (f'Did you mean "{near}"?' if near
+                   else 'Use "string", "number", "integer" or "boolean".')
         flow_error(where, f"type {show(kind)} is not a field type", fix)
     if "enum" in definition:
         values = definition["enum"]
         if kind == "boolean":
             flow_error(where, "is a boolean with an enum, and a boolean never matches an enum",
-                        "Remove enum, or make the field a string with the options as text.")
+                       "Remove enum, or make the field a string with the options as text.")
         if not isinstance(values, (list, tuple)) or not values:
             flow_error(where, f"enum is {show(values)}, not a non-empty list",
-                        'Write enum as the list of allowed values, such as ["P", "M", "G"].')
+                       'Write enum as the list of allowed values, such as ["P", "M", "G"].')
         for i, value in enumerate(values):
             if not _type_fits(definition, value):
                 flow_error(where, f"enum[{i}] is {show(value)}, not {article(kind)} {kind}",
-                            f"Write every value of enum as {article(kind)} {kind}, or change the type.")
+                           f"Write every value of enum as {article(kind)} {kind}, or change the "
+                           "type.")
     if "extract" in definition and definition["extract"] not in EXTRACT_MODES:
         flow_error(where, f'extract is {show(definition["extract"])}, which is not one of '
-                    + ", ".join(f'"{mode}"' for mode in EXTRACT_MODES), "Use one of them.")
+                   + ", ".join(f'"{mode}"' for mode in EXTRACT_MODES), "Use one of them.")
     for key in ("label", "description", "ask"):
         if key in definition and not isinstance(definition[key], str):
-            flow_error(where, f"{key} is {show(definition[key])}, not text", f"Write {key} as a string.")
+            flow_error(where, f"{key} is {show(definition[key])}, not text",
+                       f"Write {key} as a string.")
     if "format" in definition:
         if definition["format"] not in FIELD_FORMATS:
             given = definition["format"]
             near = closest(given, FIELD_FORMATS) if isinstance(given, str) else None
             flow_error(where, f'format is {show(definition["format"])}, which is not one of '
-                        + ", ".join(f'"{name}"' for name in FIELD_FORMATS),
-                        f'Did you mean "{near}"?' if near else "Use one of them.")
+                       + ", ".join(f'"{name}"' for name in FIELD_FORMATS),
+                       f'Did you mean "{near}"?' if near else "Use one of them.")
         if kind != "string":
             flow_error(where, f'has format "{definition["format"]}" but type {show(kind)}',
-                        'A format checks text: make the field "type": "string".')
+                       'A format checks text: make the field "type": "string".')
     if "correctable" in definition and not isinstance(definition["correctable"], bool):
         flow_error(where, f'correctable is {show(definition["correctable"])}, not true or false',
-                    "Write true to let the customer correct a known value, or leave it out.")
+                   "Write true to let the customer correct a known value, or leave it out.")
     if "validate" in definition and not callable(definition["validate"]):
         flow_error(where, f'validate is {show(definition["validate"])}, not a function',
-                    "Pass a Python function value -> value to keep (raise to refuse); a JSON "
-                    "registry cannot hold one.")
+                   "Pass a Python function value -> value to keep (raise to refuse); a JSON "
+                   "registry cannot hold one.")
     return [text for _, text in unknown_key_warnings(definition, FIELD_KEYS, where)]
 
 
 def _agent_key_warnings(agent: Agent) -> list[str]:
-    """Unknown keys outside the flows: action parameters, agent and idle instructions, idle, compaction."""
+    """Unknown keys outside the flows: action parameters, agent and idle instructions, idle,
+    compaction."""
     found: list[tuple[str, str]] = []
     for name, action in agent.actions.items():
         for parameter, definition in action_parameters(action).items():
-            found += unknown_key_warnings(definition, PARAMETER_KEYS, f'action "{name}", parameter "{parameter}"')
+            found += unknown_key_warnings(definition, PARAMETER_KEYS,
+                                          f'action "{name}", parameter "{parameter}"')
     scopes: list[tuple[str, Any]] = [("agent", agent.instructions)]
     if isinstance(agent.idle, dict):
         found += unknown_key_warnings(agent.idle, IDLE_KEYS, "idle")
         scopes.append(("idle", agent.idle.get("instructions")))
     for where, instructions in scopes:
         for i, instruction in enumerate(_items(instructions)):
-            found += unknown_key_warnings(instruction, INSTRUCTION_KEYS, f"{where}, instructions[{i}]")
+            found += unknown_key_warnings(instruction, INSTRUCTION_KEYS,
+                                          f"{where}, instructions[{i}]")
     found += unknown_key_warnings(agent.compaction, COMPACTION_KEYS, "compaction")
     return [text for _, text in found]
 
 
 def _agent_template_warnings(agent: Agent) -> list[str]:
-    """``{{data.x}}`` references outside the flows: field asks, persona, goal, idle and agent instructions."""
+    """``{{data.x}}`` references outside the flows: field asks, persona, goal, idle and agent
+    instructions."""
     fields = agent.fields
     found = []
     for slug, definition in fields.items():
-        found += template_reference_warnings(as_definition(definition).get("ask"), "ask", f'field "{slug}"', fields)
+        ask = as_definition(definition).get("ask")
+        found += template_reference_warnings(ask, "ask", f'field "{slug}"', fields)
     found += template_reference_warnings(agent.persona, "persona", "agent", fields)
     found += template_reference_warnings(agent.goal, "goal", "agent", fields)
     scopes: list[tuple[str, Any]] = [("agent", agent.instructions)]
@@ -1087,8 +1164,8 @@ def _agent_template_warnings(agent: Agent) -> list[str]:
 
 
 def _tool_schema_check(tool: Any, parameters: dict) -> None:
-    """With jsonschema installed (the optional extra), a tool's parameters must be a valid JSON Schema
-    (Draft 2020-12); without it, nothing is checked beyond the object rule (issue 9)."""
+    """With jsonschema installed (the optional extra), a tool's parameters must be a valid JSON
+    Schema (Draft 2020-12); without it, nothing is checked beyond the object rule."""
     try:
         import jsonschema  # optional, and only here: `import falai` stays stdlib-only
     except ImportError:
@@ -1097,22 +1174,24 @@ def _tool_schema_check(tool: Any, parameters: dict) -> None:
         jsonschema.Draft202012Validator.check_schema(parameters)
     except jsonschema.SchemaError as error:
         at = "/".join(str(part) for part in error.absolute_path) or "the top level"
-        raise FlowConfigurationError(f'tool "{getattr(tool, "id", tool)}": parameters is not a valid JSON Schema '
-                                     f"at {at}: {error.message}. Fix the schema (JSON Schema 2020-12).") from None
+        raise FlowConfigurationError(f'tool "{getattr(tool, "id", tool)}": parameters is not a '
+                                     f"valid JSON Schema at {at}: {error.message}. Fix the schema "
+                                     "(JSON Schema 2020-12).") from None
 
 
 def check_agent(agent: Agent) -> list[str]:
     """The construction checks of persistence.md §1.11 and model-calls.md §9.1; returns warnings.
 
     Raises FlowConfigurationError (ValueError for compaction) on the first
-    problem, in this order: field definitions (issue 9), reserved condition
+    problem, in this order: field definitions, reserved condition
     names, agent instructions, each flow (a repeated id, then validate_flow),
     tool parameters, idle, compaction. The warnings: the flows', then unknown
     keys and template references outside the flows.
     """
     if not isinstance(agent.fields, dict):
-        raise FlowConfigurationError(f"fields is {show(agent.fields)}, not an object. Pass a dict of field "
-                                     'definitions, such as { "nome": { "type": "string" } }.')
+        raise FlowConfigurationError(f"fields is {show(agent.fields)}, not an object. Pass a dict "
+                                     "of field definitions, such as "
+                                     '{ "nome": { "type": "string" } }.')
     warnings: list[str] = []
     for slug, definition in agent.fields.items():
         warnings.extend(check_field_definition(slug, definition))
@@ -1129,16 +1208,18 @@ def check_agent(agent: Agent) -> list[str]:
     for flow in agent.flows:
         flow_id = flow.get("id") if isinstance(flow, dict) else None
         if isinstance(flow_id, str) and flow_id in seen:
-            raise FlowConfigurationError(f'flow "{flow_id}" is declared twice: flow ids must be unique. '
-                                         "Rename one of them.")
+            raise FlowConfigurationError(f'flow "{flow_id}" is declared twice: flow ids must be '
+                                         "unique. Rename one of them.")
         if isinstance(flow_id, str):
             seen.add(flow_id)
         flow_warnings.extend(validate_flow(flow, registries).warnings)
     for tool in agent.tools:
         parameters = getattr(tool, "parameters", None)
-        if parameters is not None and not (isinstance(parameters, dict) and parameters.get("type") == "object"):
-            raise FlowConfigurationError(f'tool "{getattr(tool, "id", tool)}": parameters must be a JSON Schema '
-                                         'object. Write { type: "object", properties: { ... }, required: [...] }.')
+        if parameters is not None and not (isinstance(parameters, dict)
+                                           and parameters.get("type") == "object"):
+            raise FlowConfigurationError(f'tool "{getattr(tool, "id", tool)}": parameters must be '
+                                         'a JSON Schema object. Write { type: "object", '
+                                         "properties: { ... }, required: [...] }.")
         if parameters is not None:
             _tool_schema_check(tool, parameters)
     _check_idle(agent.idle, names)

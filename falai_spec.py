@@ -41,21 +41,24 @@ __all__ = ["from_spec", "to_spec", "flow_spec_schema", "migrate_session", "load_
 # validate_flow, in falai_checks.
 
 def from_spec(spec: Any) -> dict:
-    """A stored FlowSpec as a flow dict: Nones and kinds stripped, shape checked (persistence.md §1.7).
+    """A stored FlowSpec as a flow dict: Nones and kinds stripped, shape checked.
 
-    Names are not checked here; the agent checks them when it is built.
+    persistence.md §1.7. Names are not checked here; the agent checks them when
+    it is built.
 
-    ``from_spec({"id": "g", "name": "G", "steps": [{"id": "a", "kind": "say", "say": "Oi!", "then": None}]})``
+    ``from_spec({"id": "g", "name": "G",
+    "steps": [{"id": "a", "kind": "say", "say": "Oi!", "then": None}]})``
     returns ``{"id": "g", "name": "G", "steps": [{"id": "a", "say": "Oi!"}]}``.
     """
     flow = strip_nones(spec)
     check_flow_shape(flow)
-    flow["steps"] = [{key: value for key, value in step.items() if key != "kind"} for step in flow["steps"]]
+    flow["steps"] = [{key: value for key, value in step.items() if key != "kind"}
+                     for step in flow["steps"]]
     return flow
 
 
-SPEC_FLOW_KEYS = ("id", "name", "description", "on", "anchor", "while", "collect", "clearOnStart", "steps",
-                  "onEnd", "instructions", "tools")
+SPEC_FLOW_KEYS = ("id", "name", "description", "on", "anchor", "while", "collect", "clearOnStart",
+                  "steps", "onEnd", "instructions", "tools")
 SPEC_STEP_BASE_KEYS = ("id", "label", "then", "ui")
 SPEC_KIND_KEYS = {
     "say": ("say", "media", "once"),
@@ -63,7 +66,8 @@ SPEC_KIND_KEYS = {
     "wait": ("wait", "businessHours", "else", "branches"),
     "waitEvent": ("wait", "else"),
     "if": ("if", "else"),
-    "collect": ("collect", "prompt", "question", "ask", "maxAsks", "branches", "tools", "instructions"),
+    "collect": ("collect", "prompt", "question", "ask", "maxAsks", "branches", "tools",
+                "instructions"),
     "prompt": ("prompt", "ask", "maxAsks", "branches", "tools", "instructions"),
 }
 
@@ -72,8 +76,8 @@ def _storable(predicate: Any, label: str) -> None:
     """A predicate in a spec must be JSON (persistence.md §1.8), a ``not`` inside it too."""
     if callable(predicate):
         raise FlowConfigurationError(
-            f"{label}: is a function, which cannot be stored as JSON. Write it as a condition ({{ equals }}, "
-            "{ known }, { silenced } or a named condition) to store this flow.")
+            f"{label}: is a function, which cannot be stored as JSON. Write it as a condition "
+            "({ equals }, { known }, { silenced } or a named condition) to store this flow.")
     if isinstance(predicate, dict) and predicate.get("not") is not None:
         _storable(predicate["not"], f"{label}.not")
 
@@ -86,7 +90,8 @@ def _instruction_ifs_storable(instructions: Any, label: str) -> None:
 
 def spec_kind(step: dict) -> str | None:
     """The kind to_spec writes for a step (persistence.md §1.8), None when it has no body."""
-    present = [key for key in ("say", "do", "wait", "if", "collect", "prompt") if step.get(key) is not None]
+    present = [key for key in ("say", "do", "wait", "if", "collect", "prompt")
+               if step.get(key) is not None]
     if not present:
         return None
     if present[0] == "wait":
@@ -99,10 +104,11 @@ def _step_to_spec(step: dict, flow_where: str) -> dict:
     kind = spec_kind(step)
     if kind is None:
         flow_error(where, "has neither prompt nor collect",
-                    "A talk step needs a guideline, fields to collect, or both.")
+                   "A talk step needs a guideline, fields to collect, or both.")
     if kind == "prompt" and step.get("question") is not None:
         flow_error(where, "has a question but collects nothing",
-                    "A fixed question asks for fields: add collect, or send the text with a say step.")
+                   "A fixed question asks for fields: add collect, or send the text with a say "
+                   "step.")
     out = {key: strip_nones(step[key]) for key in SPEC_STEP_BASE_KEYS if step.get(key) is not None}
     out["kind"] = kind
     for key in SPEC_KIND_KEYS[kind]:
@@ -145,7 +151,8 @@ def to_spec(flow: dict) -> dict:
             _storable(value, f"{where}, while")
         elif key == "instructions":
             _instruction_ifs_storable(value, f"{where}, ")
-        spec[key] = [_step_to_spec(step, where) for step in value] if key == "steps" else strip_nones(value)
+        spec[key] = ([_step_to_spec(step, where) for step in value] if key == "steps"
+                     else strip_nones(value))
     return spec
 
 
@@ -159,7 +166,8 @@ def schema_closed(*properties: tuple[str, dict]) -> dict:
 
 
 def schema_or_null(schema: dict) -> dict:
-    """or_null(s): a type list (null appended to an enum) when s has one type, else an anyOf branch."""
+    """or_null(s): a type list (null appended to an enum) when s has one type, else an anyOf
+    branch."""
     if isinstance(schema.get("type"), str):
         nullable = {**schema, "type": [schema["type"], "null"]}
         if "enum" in schema:
@@ -173,7 +181,8 @@ def _schema_with(schema: dict, description: str | None) -> dict:
 
 
 def schema_union(*branches: dict, nullable: bool = False, description: str | None = None) -> dict:
-    return _schema_with({"anyOf": [*branches, *([{"type": "null"}] if nullable else [])]}, description)
+    null = [{"type": "null"}] if nullable else []
+    return _schema_with({"anyOf": [*branches, *null]}, description)
 
 
 def schema_enum(values: list, description: str | None = None) -> dict:
@@ -185,7 +194,9 @@ def schema_list(items: dict, description: str | None = None) -> dict:
 
 
 def _field_property(definition: dict) -> dict:
-    """A field inside `equals`: type, description and enum, nullable; nothing else (persistence.md §1.12)."""
+    """A field inside `equals`: type, description and enum, nullable; nothing else.
+
+    persistence.md §1.12."""
     prop: dict = {"type": [definition.get("type") or "string", "null"]}
     if definition.get("description"):
         prop["description"] = definition["description"]
@@ -205,8 +216,9 @@ def _parameter_property(definition: dict) -> dict:
         return prop
 
     if definition.get("type") == "array":
-        prop = _schema_with({"type": "array", "items": scalar(as_definition(definition.get("items")))},
-                            definition.get("description") or None)
+        items = scalar(as_definition(definition.get("items")))
+        description = definition.get("description") or None
+        prop = _schema_with({"type": "array", "items": items}, description)
     else:
         prop = scalar(definition)
     return schema_or_null(prop) if definition.get("optional") else prop
@@ -220,7 +232,8 @@ def flow_spec_schema(registries: dict | None = None) -> dict:
     `events` and `conditions`. Pass it as a response schema, then run
     validate_flow and from_spec on the answer.
     """
-    closed, or_null, union, enum_of, list_of = schema_closed, schema_or_null, schema_union, schema_enum, schema_list
+    closed, or_null, union = schema_closed, schema_or_null, schema_union
+    enum_of, list_of = schema_enum, schema_list
     STRING, NUMBER, BOOLEAN = {"type": "string"}, {"type": "number"}, {"type": "boolean"}
     DURATION = {"type": "string", "description": "A number and a unit: 30s, 5m, 24h, 3d"}
 
@@ -234,18 +247,21 @@ def flow_spec_schema(registries: dict | None = None) -> dict:
     fields = registries.get("fields") or {}
     actions = registries.get("actions") or {}
     events = list(registries.get("events") or {})
-    conditions = [name for name in registries.get("conditions") or {} if name not in RESERVED_CONDITIONS]
-    slugs = list_of(enum_of(list(fields))) if fields else None      # None exactly when there are no fields
+    conditions = [name for name in registries.get("conditions") or {}
+                  if name not in RESERVED_CONDITIONS]
+    slugs = list_of(enum_of(list(fields))) if fields else None   # None exactly when there are none
 
     condition_props: list = []
     if slugs is not None:
         equals = {"type": "object",
-                  "properties": {slug: _field_property(as_definition(d)) for slug, d in fields.items()},
+                  "properties": {slug: _field_property(as_definition(d))
+                                 for slug, d in fields.items()},
                   "required": list(fields), "additionalProperties": False,
                   "description": "Fields that must hold these values"}
         condition_props += [("equals", or_null(equals)),
                             ("known", or_null(described(slugs, "Fields that must be known")))]
-    condition_props.append(("silenced", or_null(described(BOOLEAN, "Whether the host gate is closed"))))
+    gate = described(BOOLEAN, "Whether the host gate is closed")
+    condition_props.append(("silenced", or_null(gate)))
     for name in conditions:
         condition_props.append((name, union(STRING, NUMBER, BOOLEAN, list_of(STRING), nullable=True,
                                             description=f'Argument for condition "{name}"')))
@@ -259,10 +275,12 @@ def flow_spec_schema(registries: dict | None = None) -> dict:
     next_, next_or_null = union(*next_variants), union(*next_variants, nullable=True)
 
     repeat = union(enum_of(["once", "always"]), closed(("cooldown", DURATION)), nullable=True,
-                   description="How often a run may start: once per session or anchor, always, or after a cooldown")
+                   description="How often a run may start: once per session or anchor, always, "
+                               "or after a cooldown")
     gates = [("if", or_null(condition)), ("repeat", repeat)]
     triggers = [
-        closed(("message", list_of(STRING, "What the lead asks for, one phrase each; [] = catch-all")), *gates),
+        closed(("message", list_of(STRING, "What the lead asks for, one phrase each; "
+                                           "[] = catch-all")), *gates),
         closed(("mention", list_of(STRING, "What the lead mentions, one phrase each")), *gates),
         closed(("silence", described(DURATION, "How long the lead has been quiet")),
                ("businessHours", or_null(BOOLEAN)), *gates)]
@@ -273,24 +291,27 @@ def flow_spec_schema(registries: dict | None = None) -> dict:
     branches = or_null(list_of(union(closed(("when", STRING), ("then", next_)),
                                      closed(("if", condition), ("then", next_))),
                                "Exits judged while the step asks"))
-    wait_branches = or_null(list_of(closed(("if", condition), ("then", next_)),
-                                    "Exits checked by code when the lead replies before the wait ends"))
+    wait_branches = or_null(list_of(
+        closed(("if", condition), ("then", next_)),
+        "Exits checked by code when the lead replies before the wait ends"))
     base = [("id", STRING), ("label", or_null(STRING)), ("then", next_or_null)]
 
     def step(kind: str, *properties: tuple[str, dict]) -> dict:
         return closed(*base, ("kind", enum_of([kind])), *properties)
 
-    steps = [step("prompt", ("prompt", text("Guideline for the AI's next message")), ("branches", branches))]
+    steps = [step("prompt", ("prompt", text("Guideline for the AI's next message")),
+                  ("branches", branches))]
     if slugs is not None:
         steps.append(step(
             "collect", ("collect", described(slugs, "Fields the AI asks for until they are known")),
             ("prompt", or_null(STRING)),
-            ("question", or_null(text("A fixed first question, sent word for word; later asks are the AI's"))),
-            ("maxAsks", or_null({"type": "integer",
-                                 "description": "Times a field may be asked before it is skipped; default 3"})),
+            ("question", or_null(text("A fixed first question, sent word for word; "
+                                      "later asks are the AI's"))),
+            ("maxAsks", or_null({"type": "integer", "description": "Times a field may be asked "
+                                 "before it is skipped; default 3"})),
             ("branches", branches)))
-    steps.append(step("say", ("say", text("Sent verbatim")), ("media", or_null(closed(("slug", STRING)))),
-                      ("once", or_null(BOOLEAN))))
+    steps.append(step("say", ("say", text("Sent verbatim")),
+                      ("media", or_null(closed(("slug", STRING)))), ("once", or_null(BOOLEAN))))
     for name, action in actions.items():
         parameters = action_parameters(action)
         with_ = []
@@ -300,31 +321,39 @@ def flow_spec_schema(registries: dict | None = None) -> dict:
                                               for p, d in parameters.items()},
                                "required": list(parameters), "additionalProperties": False})]
         steps.append(step("do", ("do", enum_of([name])), *with_, ("onFail", next_or_null)))
-    steps.append(step("wait", ("wait", text("Park this long; then = time passed, else = the lead replied")),
-                      ("businessHours", or_null(BOOLEAN)), ("else", next_or_null), ("branches", wait_branches)))
+    steps.append(step("wait", ("wait", text("Park this long; then = time passed, "
+                                            "else = the lead replied")),
+                      ("businessHours", or_null(BOOLEAN)), ("else", next_or_null),
+                      ("branches", wait_branches)))
     if events:
         up_to = or_null(described(DURATION, "Give up after this long; default 30d"))
-        steps.append(step("waitEvent", ("wait", closed(("event", enum_of(events)), ("upTo", up_to))),
-                          ("else", next_or_null)))
+        waited = closed(("event", enum_of(events)), ("upTo", up_to))
+        steps.append(step("waitEvent", ("wait", waited), ("else", next_or_null)))
     steps.append(step("if", ("if", condition), ("else", next_or_null)))
 
     instruction = closed(("kind", or_null(enum_of(list(INSTRUCTION_KINDS)))),
-                         ("when", or_null(list_of(STRING, "When the rule applies, judged by the AI"))),
+                         ("when", or_null(list_of(STRING,
+                                                  "When the rule applies, judged by the AI"))),
                          ("if", or_null(condition)), ("prompt", STRING))
     flow = [("id", text("Short slug, unique in the workspace")),
             ("name", STRING),
-            ("description", or_null(text("When this flow should be used; the AI reads it when routing"))),
+            ("description", or_null(text("When this flow should be used; "
+                                         "the AI reads it when routing"))),
             ("on", or_null(list_of(union(*triggers), "What starts a run; null = started by hand"))),
             ("anchor", or_null(text("'session' (default) or a host anchor such as 'lead'"))),
             ("while", or_null(described(condition, "The run ends when this stops holding")))]
     if slugs is not None:
-        data = "The data this flow needs; its steps ask for it in order, and any of it the lead gives is noted"
+        data = ("The data this flow needs; its steps ask for it in order, "
+                "and any of it the lead gives is noted")
         flow += [("collect", or_null(described(slugs, data))),
                  ("clearOnStart", or_null(described(slugs, "Fields to forget when a run starts")))]
-    flow += [("steps", list_of(union(*steps), "In order; a run moves to the next step unless `then` says otherwise")),
-             ("onEnd", or_null(enum_of(["end", "stay", "reset"], "After the last step: end the run, stay on the last "
-                                       "talk step it took answering every message, or reset to the first"))),
-             ("instructions", or_null(list_of(instruction, "Rules that apply only inside this flow")))]
+    in_order = "In order; a run moves to the next step unless `then` says otherwise"
+    on_end = ("After the last step: end the run, stay on the last talk step it took answering "
+              "every message, or reset to the first")
+    flow += [("steps", list_of(union(*steps), in_order)),
+             ("onEnd", or_null(enum_of(["end", "stay", "reset"], on_end))),
+             ("instructions", or_null(list_of(instruction,
+                                              "Rules that apply only inside this flow")))]
     return copy.deepcopy(closed(*flow))
 
 
@@ -333,7 +362,7 @@ def flow_spec_schema(registries: dict | None = None) -> dict:
 # migrate_session reads a 3.x state once, at the place the host deserializes an
 # old row; stores never call it.
 
-LEGACY_DATE = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"    # text: re compiles it on the first migration (issue 12)
+LEGACY_DATE = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"   # text: re compiles it on the first migration
 
 
 def migrate_session(blob: Any, *, session_id: str, flow_id_of: Callable | None = None,
@@ -373,7 +402,8 @@ def migrate_session(blob: Any, *, session_id: str, flow_id_of: Callable | None =
             return key
         flow = flow_id_of(key)
         if not isinstance(flow, str):
-            raise TypeError(f'flow_id_of("{key}") returned {flow!r}; it must return a v4 flow id (a string)')
+            raise TypeError(f'flow_id_of("{key}") returned {flow!r}; it must return a v4 flow id '
+                            "(a string)")
         return flow
 
     # L1-L6: the shape of a 3.x state, in order.
@@ -394,16 +424,18 @@ def migrate_session(blob: Any, *, session_id: str, flow_id_of: Callable | None =
         if not isinstance(entry, dict) or not isinstance(entry.get("flowId"), str):
             fail(f"flowHistory[{index}] is not a flow entry")
         if entry.get("completed") is True:
-            at = _usable_date(entry.get("exitedAt")) or _usable_date(entry.get("enteredAt")) or now_text
+            at = (_usable_date(entry.get("exitedAt")) or _usable_date(entry.get("enteredAt"))
+                  or now_text)
             claims[claim_prefix(flow_of(entry["flowId"]), session_id)] = {"at": at}
     for key, state in triggers.items():
         if not isinstance(state, dict):
             fail(f"signals.triggers.{key} is not a trigger state")
-        at = (_usable_date(state.get("lastTriggeredAt")) or _usable_date(state.get("firstTriggeredAt"))
-              or now_text)
+        at = (_usable_date(state.get("lastTriggeredAt"))
+              or _usable_date(state.get("firstTriggeredAt")) or now_text)
         claims[claim_prefix(flow_of(key), session_id)] = {"at": at}
 
-    flow_ref, step_ref = (_legacy_reference(blob.get(key), key, fail) for key in ("currentFlow", "currentStep"))
+    flow_ref, step_ref = (_legacy_reference(blob.get(key), key, fail)
+                          for key in ("currentFlow", "currentStep"))
     runs = []
     if flow_ref is not None:
         flow = flow_of(flow_ref[0])
@@ -420,8 +452,10 @@ def migrate_session(blob: Any, *, session_id: str, flow_id_of: Callable | None =
                    metadata=_dates_as_text(blob.get("metadata", {})), history=blob.get("history"))
 
 
-def _legacy_reference(value: Any, key: str, fail: Callable[[str], NoReturn]) -> tuple[str, Any] | None:
-    """A 3.x `currentFlow` / `currentStep` as (id, enteredAt), or None (persistence.md §4.2 step 6)."""
+def _legacy_reference(value: Any, key: str,
+                      fail: Callable[[str], NoReturn]) -> tuple[str, Any] | None:
+    """A 3.x `currentFlow` / `currentStep` as (id, enteredAt), or None (persistence.md §4.2
+    step 6)."""
     if value is None or value == "":
         return None
     if isinstance(value, str):
@@ -451,7 +485,8 @@ def _usable_date(value: Any) -> str | None:
 
 
 def _dates_as_text(value: Any) -> Any:
-    """Metadata rebuilt with every datetime, in dicts and lists at any depth, as §2.4 text (§4.2 step 8)."""
+    """Metadata rebuilt with every datetime, in dicts and lists at any depth, as §2.4 text
+    (§4.2 step 8)."""
     if isinstance(value, datetime):
         return iso(value)
     if isinstance(value, dict):
@@ -528,7 +563,8 @@ def history_to_events(history: list) -> list:
     ['oi']
     """
     if not isinstance(history, list):
-        raise ValueError(f"history_to_events takes a list of history items, not {describe_blob_value(history)}")
+        raise ValueError("history_to_events takes a list of history items, "
+                         f"not {describe_blob_value(history)}")
     timestamp = iso(system_clock())
     events = []
     for index, item in enumerate(history):
@@ -549,13 +585,15 @@ def _history_item_event(item: Any) -> dict:
         _need(name is None or isinstance(name, str), "a user item's name must be text")
         return _message_event("user", name or "User", content)
     if role == "assistant":
-        _need(content is None or isinstance(content, str), "an assistant item's content must be text or null")
+        _need(content is None or isinstance(content, str),
+              "an assistant item's content must be text or null")
         event = _message_event("assistant", "Assistant", content or "")
         calls = item.get("tool_calls")
-        _need(calls is None or isinstance(calls, list), "an assistant item's tool_calls must be a list")
+        _need(calls is None or isinstance(calls, list),
+              "an assistant item's tool_calls must be a list")
         for number, call in enumerate(calls or []):
-            _need(isinstance(call, dict) and isinstance(call.get("id"), str) and isinstance(call.get("name"), str)
-                  and isinstance(call.get("arguments"), dict),
+            _need(isinstance(call, dict) and isinstance(call.get("id"), str)
+                  and isinstance(call.get("name"), str) and isinstance(call.get("arguments"), dict),
                   f"tool_calls[{number}] needs an id, a name and an arguments object")
         if calls:
             event["data"]["toolCalls"] = calls
@@ -585,7 +623,8 @@ def events_to_history(events: list) -> list:
     [{'role': 'system', 'content': 'Status update'}]
     """
     if not isinstance(events, list):
-        raise ValueError(f"events_to_history takes a list of events, not {describe_blob_value(events)}")
+        raise ValueError("events_to_history takes a list of events, "
+                         f"not {describe_blob_value(events)}")
     history = []
     for index, event in enumerate(events):
         try:
@@ -597,7 +636,8 @@ def events_to_history(events: list) -> list:
 
 def _event_history_item(event: Any) -> dict:
     _need(isinstance(event, dict), f"expected an object, got {describe_blob_value(event)}")
-    _need(all(key in event for key in ("kind", "source", "data")), "an event needs kind, source and data")
+    _need(all(key in event for key in ("kind", "source", "data")),
+          "an event needs kind, source and data")
     kind, source, data = event["kind"], event["source"], event["data"]
     _need(isinstance(data, dict), f"data is {describe_blob_value(data)}, expected an object")
     if kind == "message":
@@ -623,9 +663,11 @@ def _event_history_item(event: Any) -> dict:
                          'expected source "user", "assistant" or "system"')
     if kind == "tool":
         calls = data.get("tool_calls")
-        _need(isinstance(calls, list) and len(calls) > 0, "a tool event needs a non-empty tool_calls list")
+        _need(isinstance(calls, list) and len(calls) > 0,
+              "a tool event needs a non-empty tool_calls list")
         first = calls[0]
-        _need(isinstance(first, dict) and isinstance(first.get("tool_id"), str), "tool_calls[0] needs a tool_id")
+        _need(isinstance(first, dict) and isinstance(first.get("tool_id"), str),
+              "tool_calls[0] needs a tool_id")
         result = first.get("result")
         _need(result is None or isinstance(result, dict), "tool_calls[0].result must be an object")
         return {"role": "tool", "tool_call_id": first["tool_id"], "name": first["tool_id"],
@@ -634,4 +676,5 @@ def _event_history_item(event: Any) -> dict:
         status = data.get("status")
         _need(status is None or isinstance(status, str), "a status event's status must be text")
         return {"role": "system", "content": status or "Status update"}
-    raise _Malformed(f'unknown kind {describe_blob_value(kind)}; expected "message", "tool" or "status"')
+    raise _Malformed(f"unknown kind {describe_blob_value(kind)}; "
+                     'expected "message", "tool" or "status"')

@@ -78,30 +78,35 @@ class Store(Protocol):
     def save(self, session: Session, expected_version: int) -> Session: ...
 
 
-SQL_TABLE_NAME = r"(?:[A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]*"   # text: compiled by the first store (issue 12)
+# Text: re compiles it on first use, not at import.
+SQL_TABLE_NAME = r"(?:[A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]*"
 
 
 def check_expected_version(expected_version: Any) -> int:
-    """An int >= 0 (not a bool), else ValueError before the backend is touched (persistence.md §3.1 rule 6)."""
-    if isinstance(expected_version, bool) or not isinstance(expected_version, int) or expected_version < 0:
-        raise ValueError(f"expected_version must be a whole number (an int >= 0), not {expected_version!r}. "
-                         "Pass the version you loaded, or 0 for a session that has no row yet.")
+    """An int >= 0 (not a bool), else ValueError before the backend is touched (persistence.md
+    §3.1 rule 6)."""
+    if (isinstance(expected_version, bool) or not isinstance(expected_version, int)
+            or expected_version < 0):
+        raise ValueError("expected_version must be a whole number (an int >= 0), not "
+                         f"{expected_version!r}. Pass the version you loaded, or 0 for a session "
+                         "that has no row yet.")
     return expected_version
 
 
 def check_table_name(table: Any) -> str:
-    """A table name is an SQL identifier with at most one `schema.` prefix, else ValueError (§3.2)."""
+    """A table name is an SQL identifier with at most one `schema.` prefix, else ValueError
+    (§3.2)."""
     if not isinstance(table, str) or re.fullmatch(SQL_TABLE_NAME, table) is None:
-        raise ValueError(f"table {table!r} is not an SQL identifier: use letters, digits and _, not starting "
-                         'with a digit, with at most one "schema." prefix.')
+        raise ValueError(f"table {table!r} is not an SQL identifier: use letters, digits and _, "
+                         'not starting with a digit, with at most one "schema." prefix.')
     return table
 
 
 def _row_json_default(value: Any) -> Any:
     if isinstance(value, datetime):
         return iso(value)
-    raise TypeError(f"a session cannot hold {type(value).__name__} values: only JSON values and datetimes "
-                    "can be stored")
+    raise TypeError(f"a session cannot hold {type(value).__name__} values: only JSON values and "
+                    "datetimes can be stored")
 
 
 MAX_SESSION_ID = 255           # characters: PostgresStore's VARCHAR(255), the bound of every store
@@ -137,7 +142,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def encode_session_row(session: Session, expected_version: int) -> str:
-    """The blob a save writes, as compact JSON text with `version` = expected_version + 1 (§3.2, Write).
+    """The blob a save writes: compact JSON text, `version` = expected_version + 1 (§3.2, Write).
 
     A datetime anywhere inside becomes §2.4 text; a non-finite float, a blob
     nested deeper than BLOB_NESTING, a bad id (``check_session_id``) or text no
@@ -148,9 +153,9 @@ def encode_session_row(session: Session, expected_version: int) -> str:
         raise TypeError(f"save() takes a Session, not {type(session).__name__}")
     check_session_id(session.id)
     blob = {**session.to_dict(), "version": expected_version + 1}
-    if nests_deeper(blob, BLOB_NESTING):    # it would be saved but never load again (docs/guide/limits.md)
-        raise ValueError(f'session "{session.id}" nests deeper than {BLOB_NESTING} levels (a value may nest '
-                         f"{MAX_NESTING}): nothing was written. Flatten the deep value.")
+    if nests_deeper(blob, BLOB_NESTING):   # saved, it would never load (docs/guide/limits.md)
+        raise ValueError(f'session "{session.id}" nests deeper than {BLOB_NESTING} levels (a value '
+                         f"may nest {MAX_NESTING}): nothing was written. Flatten the deep value.")
     text = json.dumps(blob, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
                       default=_row_json_default)
     _check_row_text(session.id, blob, text)
@@ -208,7 +213,7 @@ def _reject_constant(name: str) -> Any:
 
 
 def decode_session_row(raw: Any, session_id: str) -> Session:
-    """A stored blob as a Session (§3.2, Read): text or UTF-8 bytes are parsed; a parsed value is used as is.
+    """A stored blob as a Session (§3.2, Read): text or UTF-8 bytes are parsed, a parsed value used.
 
     NaN and Infinity are refused like any other text that is not JSON, as
     JavaScript's JSON.parse refuses them (inferred).
@@ -224,7 +229,8 @@ def decode_session_row(raw: Any, session_id: str) -> Session:
         except ValueError:
             raise InvalidSessionError(session_id, "blob is not valid JSON") from None
         except RecursionError:
-            raise InvalidSessionError(session_id, f"it nests deeper than {BLOB_NESTING} levels") from None
+            raise InvalidSessionError(session_id,
+                                      f"it nests deeper than {BLOB_NESTING} levels") from None
     return Session.from_dict(raw, session_id=session_id)
 
 
@@ -257,7 +263,8 @@ class MemoryStore:
         self._lock = threading.Lock()
 
     def load(self, session_id: str) -> Session | None:
-        """The stored session, or None when there is no row; a bad row raises InvalidSessionError."""
+        """The stored session, or None when there is no row; a bad row raises
+        InvalidSessionError."""
         check_session_id(session_id)
         with self._lock:
             row = self._rows.get(session_id)

@@ -45,10 +45,12 @@ def schema_mismatch(schema: Any, value: Any, path: str = "reply") -> str | None:
     kinds = [kinds] if isinstance(kinds, str) else kinds
     if isinstance(kinds, list) and not any(_json_type_is(kind, value) for kind in kinds):
         return f"{path} is {show(value)}, not {' or '.join(kinds)}"
-    if isinstance(schema.get("enum"), list) and not any(json_equal(value, member) for member in schema["enum"]):
+    members = schema.get("enum")
+    if isinstance(members, list) and not any(json_equal(value, member) for member in members):
         return f"{path} is {show(value)}, not one of {listed_values(schema['enum'])}"
     if isinstance(value, dict):
-        properties: dict = schema["properties"] if isinstance(schema.get("properties"), dict) else {}
+        given = schema.get("properties")
+        properties: dict = given if isinstance(given, dict) else {}
         for key, item in value.items():
             if key in properties:
                 problem = schema_mismatch(properties[key], item, f"{path}.{key}")
@@ -56,7 +58,8 @@ def schema_mismatch(schema: Any, value: Any, path: str = "reply") -> str | None:
                     return problem
             elif schema.get("additionalProperties") is False:
                 expected = ", ".join(f'"{name}"' for name in properties) or "none"
-                return f'{path} has the key "{key}", which the request does not ask for (its keys: {expected})'
+                return (f'{path} has the key "{key}", which the request does not ask for '
+                        f"(its keys: {expected})")
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
         for i, item in enumerate(value):
             problem = schema_mismatch(schema["items"], item, f"{path}[{i}]")
@@ -67,13 +70,16 @@ def schema_mismatch(schema: Any, value: Any, path: str = "reply") -> str | None:
 
 def _json_type_is(kind: Any, value: Any) -> bool:
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return {"null": value is None, "boolean": isinstance(value, bool), "string": isinstance(value, str),
-            "integer": number and is_whole(value), "number": number and math.isfinite(value),
-            "object": isinstance(value, dict), "array": isinstance(value, list)}.get(kind, True)
+    return {"null": value is None, "boolean": isinstance(value, bool),
+            "string": isinstance(value, str), "integer": number and is_whole(value),
+            "number": number and math.isfinite(value), "object": isinstance(value, dict),
+            "array": isinstance(value, list)}.get(kind, True)
 
 
 class ScriptedProvider:
-    """A provider that replays scripted replies, for tests and offline demos (python-api.md, Providers).
+    """A provider that replays scripted replies, for tests and offline demos.
+
+    python-api.md, Providers.
 
     ``ScriptedProvider(script={"understand": [{...}], "speak": [{"message": "Oi!"}]})``:
     each call takes the next entry of the queue named by its ``schema_name``.
@@ -96,8 +102,9 @@ class ScriptedProvider:
 
     name = "scripted"
 
-    def __init__(self, script: dict | None = None, usage: bool | TokenUsage = False, strict: bool = False):
-        from collections import deque   # here, not at import: only tests and demos script a provider
+    def __init__(self, script: dict | None = None, usage: bool | TokenUsage = False,
+                 strict: bool = False):
+        from collections import deque   # here, not at import: only tests and demos script one
         # A deque per queue: taking the next entry costs the same however long the script is.
         self.script = {name: deque(entries) for name, entries in (script or {}).items()}
         self.usage = usage
@@ -122,19 +129,21 @@ class ScriptedProvider:
                                   "script the failure itself (an exception entry).")
             entry = queue.popleft()
         if type(entry) is dict and not self.strict:
-            return entry                # the common reply: neither a callable nor an exception, and unchecked
+            return entry        # the common reply: neither a callable nor an exception, unchecked
         if callable(entry) and not isinstance(entry, type):
-            # A script function reads what is asked from the schema in the documented (v4) form, under
-            # either protocol; .calls keeps the request as sent (docs/guide/tokens.md).
-            entry = entry(request if request.v4_schema is None else replace(request, schema=request.v4_schema))
-        if isinstance(entry, BaseException) or (isinstance(entry, type) and issubclass(entry, BaseException)):
+            # A script function reads what is asked from the schema in the documented (v4) form,
+            # under either protocol; .calls keeps the request as sent (docs/guide/tokens.md).
+            v4 = request.v4_schema
+            entry = entry(request if v4 is None else replace(request, schema=v4))
+        if isinstance(entry, BaseException) or (isinstance(entry, type)
+                                                and issubclass(entry, BaseException)):
             raise entry
         if self.strict and isinstance(entry, dict):
             problem = self._misfit(request, entry)
             if problem:
-                raise ScriptError(f'ScriptedProvider call #{number} ("{request.schema_name}"): {problem}. '
-                                  "Fix the scripted reply, or script a malformed reply on purpose as a str "
-                                  "or with strict=False.")
+                raise ScriptError(f'ScriptedProvider call #{number} ("{request.schema_name}"): '
+                                  f"{problem}. Fix the scripted reply, or script a malformed reply "
+                                  "on purpose as a str or with strict=False.")
         return entry
 
     @staticmethod
@@ -142,8 +151,10 @@ class ScriptedProvider:
         """What in a dict reply cannot answer this request, or None."""
         reply = {key: value for key, value in entry.items() if key != "toolCalls"}
         schema = request.schema
-        if request.v4_schema is not None and not any(isinstance(value, list) for value in reply.values()):
-            schema = request.v4_schema       # a reply in the v4 form, under protocol "lean" (docs/guide/tokens.md)
+        if request.v4_schema is not None and not any(isinstance(value, list)
+                                                     for value in reply.values()):
+            # a reply in the v4 form, under protocol "lean" (docs/guide/tokens.md)
+            schema = request.v4_schema
         if schema is not None:
             problem = schema_mismatch(schema, reply)
             if problem:
@@ -156,25 +167,27 @@ class ScriptedProvider:
             for i, call in enumerate(calls):
                 name = call.get("toolName") if isinstance(call, dict) else None
                 if name not in offered:
-                    return (f"toolCalls[{i}] names the tool {json_literal(name)}, which the request does not "
-                            f"offer (it offers {listed_values(offered)})")
+                    return (f"toolCalls[{i}] names the tool {json_literal(name)}, which the "
+                            f"request does not offer (it offers {listed_values(offered)})")
         return None
 
     def _generation(self, request: GenerateRequest, entry: Any) -> Generation:
         if isinstance(entry, dict):
             structured = {k: json_copy(v) for k, v in entry.items() if k != "toolCalls"}
-            message = entry["message"] if isinstance(entry.get("message"), str) else compact_json(structured)
+            message = entry["message"] if isinstance(entry.get("message"), str) else \
+                compact_json(structured)
             listed = entry.get("toolCalls")
-            calls = [ToolCallRequest(id=f"call_{i}", name=item["toolName"], arguments=item.get("arguments") or {})
+            calls = [ToolCallRequest(id=f"call_{i}", name=item["toolName"],
+                                     arguments=item.get("arguments") or {})
                      for i, item in enumerate(listed)] if listed else []
-            return Generation(message=message, structured=structured, tool_calls=calls,
-                              usage=self._usage(request, message) if self.usage is not False else None)
+            usage = self._usage(request, message) if self.usage is not False else None
+            return Generation(message=message, structured=structured, tool_calls=calls, usage=usage)
         if isinstance(entry, Generation):
             return entry
         if isinstance(entry, str):
             return Generation(message=entry, usage=self._usage(request, entry))
-        raise TypeError(f"a scripted entry must be a dict, a str, a Generation, an exception or a callable, "
-                        f"not {type(entry).__name__}")
+        raise TypeError("a scripted entry must be a dict, a str, a Generation, an exception or a "
+                        f"callable, not {type(entry).__name__}")
 
     def _usage(self, request: GenerateRequest, message: str) -> TokenUsage | None:
         if isinstance(self.usage, TokenUsage):
@@ -190,11 +203,13 @@ class ScriptedProvider:
     def generate_stream(self, request: GenerateRequest) -> Iterator[GenerationChunk]:
         generation = self.generate(request)
         if generation.message:
-            yield GenerationChunk(delta=generation.message, accumulated=generation.message, done=False)
+            yield GenerationChunk(delta=generation.message, accumulated=generation.message,
+                                  done=False)
         yield GenerationChunk(delta="", accumulated=generation.message, done=True,
                               structured=generation.structured, tool_calls=generation.tool_calls,
                               usage=generation.usage, reasoning=generation.reasoning,
-                              reasoning_details=generation.reasoning_details, metadata=generation.metadata)
+                              reasoning_details=generation.reasoning_details,
+                              metadata=generation.metadata)
 
 
 class MemoryScheduler:
