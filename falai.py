@@ -1868,15 +1868,19 @@ def given_keywords(**keywords: Any) -> dict:
 # One conversation's whole state (runtime.md §13, persistence.md Part 2).
 # Times stay ISO text; nested values stay the camelCase dicts the blob holds.
 
+RunStatus = Literal["running", "asking", "waiting", "suspended"]     # runtime.md §4.2
+
+
 @dataclass
 class Run:
-    """One live execution of a flow inside a session (runtime.md §4.1)."""
+    """One live execution of a flow inside a session (runtime.md §4.1). Its ``status`` moves only
+    through ``move_status()``, by the table RUN_MOVES."""
     id: str
     flow_id: str
     anchor: str
     dedupe_key: str
     step_id: str | None
-    status: str
+    status: RunStatus
     trigger: dict
     hop: int
     started_at: str
@@ -2511,7 +2515,7 @@ def resolve_reply_waits(turn: Turn) -> None:
         step = current_step(turn, run)
         if step is None or not isinstance(step.get("wait"), str) or step.get("else") is None:
             continue
-        run.status, run.waiting = "running", None
+        move_status(turn, run, "replied")
         target = next((branch.get("then") for branch in step.get("branches") or []
                        if branch.get("if") is not None and turn.holds(branch["if"], run)), step["else"])
         moved = go(turn, run, "wait", "ok", target, code="replied")
@@ -2527,7 +2531,7 @@ def ingest_run_wake(turn: Turn, key: str) -> Ignored | None:
     if run is None:
         return Ignored("stale-wake", key)
     set_at = run.waiting.get("setAt") or run.started_at
-    run.status, run.waiting = "running", None
+    move_status(turn, run, "wake")
     turn.floor_run = run
     step = current_step(turn, run)
     if run.step_id is None or step is None:
@@ -2576,7 +2580,7 @@ def ingest_event(turn: Turn, given: TurnInput) -> None:
         waiting = run.waiting or {}
         if waiting.get("kind") != "event" or waiting.get("event") != given.event:
             continue
-        run.status, run.waiting = "running", None
+        move_status(turn, run, "event-arrived")
         step = current_step(turn, run)
         if flow_of(turn, run) is None or step is None:
             continue
@@ -2870,7 +2874,7 @@ def decide(turn: Turn, understood: Understood) -> None:
         routed = next((run for run in turn.session.runs if run.flow_id == route["id"] and run.status == "suspended"),
                       None)
         if routed is not None:
-            routed.status, routed.suspended_at = "running", None
+            move_status(turn, routed, "routed")
         else:
             routed = start_run(turn, route, "message", turn.trigger_key, trigger=route_trigger)
         if routed is not None:
@@ -3115,13 +3119,14 @@ def settle_talk(turn: Turn, run: Run, spoken: Spoken) -> None:
         for slug in pending:
             if run.asked[slug] == max_asks(step):
                 write_line(turn, run, "collect", "skipped", code="max-asks", detail=slug, key=key)
-        enter_step(run, step["id"])
-        run.staying, run.status = True, "asking"
+        enter_step(turn, run, step["id"])
+        run.staying = True
+        move_status(turn, run, "ask")
     elif pending:
-        run.status = "asking"
+        move_status(turn, run, "ask")
     else:
         write_given_up(turn, run, step)
-        run.status = "running"
+        move_status(turn, run, "answered")
         advance(turn, run, Go(step.get("then")))
         if turn.live(run) and run.status == "running":
             turn.queue.append(run)
@@ -3499,6 +3504,62 @@ class BusinessHoursCtx:
     context: Any
 
 
+# A run's status (runtime.md §4.2-§4.3) ------------------------------------------------------
+#
+# The one table of how a run's status may move: (status, event) -> status. move_status() is the
+# only writer of Run.status (a new run starts "running", runtime.md §5); an event is named as the
+# spec names it, by its outcome code where it has one ("replied", "event-arrived").
+
+RUN_MOVES: dict[tuple[str, str], RunStatus] = {
+    # The run moves on this turn (§3.6.1 item 6): from asking, the customer's message answers it.
+    ("running", "move"): "running",
+    ("asking", "move"): "running",
+    # A step is entered (§3.6.4, flows.md §5.1); a staying run re-enters its stay step (§4.7).
+    ("running", "enter"): "running",
+    ("asking", "enter"): "running",
+    # A talk step asks, or asks again after it spoke with fields still pending (§3.6.3, §3.8 item 3).
+    ("running", "ask"): "asking",
+    ("asking", "ask"): "asking",
+    # The talk step has every field it collects, or a branch fired (§3.8 item 3, §3.6.3).
+    ("asking", "answered"): "running",
+    ("running", "branch"): "running",
+    ("asking", "branch"): "running",
+    # A staying run with a message nobody answered yet answers it (§4.7).
+    ("asking", "unanswered"): "running",
+    # Parked: a wait, a trigger delay, a deferred action (§7.1); a talk step's speak retry (§10.2).
+    ("running", "park"): "waiting",
+    ("asking", "park"): "waiting",
+    # Its wake (rule I-W, §3.2), a reply to a timer wait with "else", its event (§3.2, §7.3).
+    ("waiting", "wake"): "running",
+    ("waiting", "replied"): "running",
+    ("waiting", "event-arrived"): "running",
+    # Another run's talk step took the floor (§4.5).
+    ("asking", "suspend"): "suspended",
+    # The most recently suspended run when nobody asks (§4.5), or routing picked its flow (§3.5).
+    ("suspended", "resume"): "asking",
+    ("suspended", "routed"): "running",
+}
+
+
+def move_status(turn: Turn, run: Run, event: str, waiting: dict | None = None) -> None:
+    """Move a run's status on ``event`` by RUN_MOVES. ``waiting`` (the wait, §7.1) is set exactly
+    while the run is waiting and ``suspendedAt`` exactly while it is suspended (runtime.md §4.1)."""
+    to = RUN_MOVES.get((run.status, event))
+    if to is None:
+        raise RuntimeError(f'run "{run.id}" cannot move from "{run.status}" on "{event}": RUN_MOVES has '
+                           "no such move (runtime.md §4.3). This is a bug in falai; please report it.")
+    if to == "waiting":
+        assert waiting is not None          # parking names the wake it waits for
+        run.waiting = waiting
+    elif run.status == "waiting":
+        run.waiting = None
+    if to == "suspended":
+        run.suspended_at = turn.now_text
+    elif run.status == "suspended":
+        run.suspended_at = None
+    run.status = to
+
+
 # Moving a run (runtime.md §3.6.1-§3.6.5) ------------------------------------------------------
 
 def move_run(turn: Turn, run: Run) -> None:
@@ -3519,12 +3580,12 @@ def move_run(turn: Turn, run: Run) -> None:
         finish_flow(turn, run, flow)
         return
     resuming = run.status == "asking"
-    run.status = "running"
+    move_status(turn, run, "move")
     if run.step_id is None:
         if not flow.get("steps"):
             finish_flow(turn, run, flow)
             return
-        enter_step(run, flow["steps"][0]["id"])
+        enter_step(turn, run, flow["steps"][0]["id"])
     executed = 0
     while run.status == "running" and turn.live(run):
         step = find_step(flow, run.step_id)
@@ -3552,11 +3613,12 @@ def premise_failure(turn: Turn, run: Run, flow: dict) -> str | None:
     return "premise-changed"
 
 
-def enter_step(run: Run, step_id: str) -> None:
+def enter_step(turn: Turn, run: Run, step_id: str) -> None:
     """Entering a step counts a visit and mints new keys (flows.md §5.1)."""
     run.step_id = step_id
     run.visits[step_id] = run.visits.get(step_id, 0) + 1
-    run.status, run.waiting, run.staying = "running", None, False
+    move_status(turn, run, "enter")
+    run.waiting, run.staying = None, False
 
 
 def end_run(turn: Turn, run: Run, reason: str, *, code: str | None = None, kind: str | None = None,
@@ -3573,10 +3635,10 @@ def end_run(turn: Turn, run: Run, reason: str, *, code: str | None = None, kind:
 
 def park(turn: Turn, run: Run, key: str, at: datetime, kind: str = "timer", event: str | None = None) -> None:
     """Park a run until its wake (runtime.md §7.1)."""
-    run.status = "waiting"
-    run.waiting = {"kind": kind, "key": key, "until": iso(at), "setAt": turn.now_text}
+    waiting = {"kind": kind, "key": key, "until": iso(at), "setAt": turn.now_text}
     if event is not None:
-        run.waiting["event"] = event
+        waiting["event"] = event
+    move_status(turn, run, "park", waiting)
     turn.schedule.append(ScheduleEntry(key=key, at=at))
 
 
@@ -3613,7 +3675,7 @@ def advance(turn: Turn, run: Run, moved: Go | None) -> None:
         steps = flow.get("steps") or []
         index = next((i for i, step in enumerate(steps) if step.get("id") == run.step_id), len(steps))
         if index + 1 < len(steps):
-            enter_step(run, steps[index + 1]["id"])
+            enter_step(turn, run, steps[index + 1]["id"])
         else:
             finish_flow(turn, run, flow)
         return
@@ -3632,7 +3694,7 @@ def advance(turn: Turn, run: Run, moved: Go | None) -> None:
     if find_step(flow, target) is None:
         end_run(turn, run, "skipped", code="step-gone")
         return
-    enter_step(run, target)
+    enter_step(turn, run, target)
 
 
 def chain(turn: Turn, run: Run, target: dict) -> None:
@@ -3679,8 +3741,9 @@ def stay(turn: Turn, run: Run, flow: dict) -> None:
     talk_ids = [step["id"] for step in flow.get("steps") or [] if is_talk(step)]
     stay_id = next((line.get("stepId") for line in reversed(run.outcomes)
                     if line.get("kind") in TALK_KEYS and line.get("stepId") in talk_ids), talk_ids[-1])
-    enter_step(run, stay_id)
-    run.staying, run.status = True, "asking"
+    enter_step(turn, run, stay_id)
+    run.staying = True
+    move_status(turn, run, "ask")
     others = [other for other in turn.session.runs if other is not run and other.status == "asking"]
     if others and not (turn.is_message and turn.floor_run is run):
         suspend(turn, run)
@@ -3688,12 +3751,12 @@ def stay(turn: Turn, run: Run, flow: dict) -> None:
     for other in others:
         suspend(turn, other)
     if turn.unanswered_message():
-        run.status = "running"
+        move_status(turn, run, "unanswered")
 
 
 def suspend(turn: Turn, run: Run) -> None:
     """Set a run aside until nobody else asks (runtime.md §4.5); a suspended run does not speak this turn."""
-    run.status, run.suspended_at = "suspended", turn.now_text
+    move_status(turn, run, "suspend")
     if turn.talk_request is run:
         turn.talk_request = None
 
@@ -3708,7 +3771,7 @@ def resume(turn: Turn) -> Run | None:
                                           >= (latest.suspended_at or latest.started_at)):
             latest = run
     if latest is not None:
-        latest.status, latest.suspended_at = "asking", None
+        move_status(turn, latest, "resume")
     return latest
 
 
@@ -3724,7 +3787,7 @@ def fire_branch(turn: Turn, run: Run, step: dict, judgement: Judgement | None) -
             hit = judgement is not None and judgement.branches.get(f"{run.id}/{step['id']}/{index}") is True
         if hit:
             moved = go(turn, run, talk_kind(step), "ok", target, code="branch", key=step_key(run))
-            run.status = "running"
+            move_status(turn, run, "branch")
             advance(turn, run, moved)
             return True
     return False
@@ -3806,13 +3869,13 @@ def run_talk_step(turn: Turn, run: Run, step: dict, resuming: bool) -> Go | None
         return go(turn, run, kind, "skipped", then, code="already-known", key=key)
     if turn.silenced is not None:
         if resuming:
-            run.status = "asking"
+            move_status(turn, run, "ask")
             return None
         return silenced_step(turn, run, kind, then, key)
     for other in turn.session.runs:
         if other is not run and other.status == "asking":
             suspend(turn, other)
-    run.status = "asking"
+    move_status(turn, run, "ask")
     if turn.phase != "settle":
         turn.talk_request = run
     else:
