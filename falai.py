@@ -6,7 +6,7 @@ the wakes to schedule and the session to save. falai never sends, never sleeps
 and never saves: the host does.
 
 Sections, in the order data flows through a turn: what a turn is built from
-(1-7), then the turn itself (8-11).
+(1-7), then the turn itself (8-10).
 
    1. Public types ............ the API's dataclasses, the provider seam, OUTCOME_MESSAGES
    2. Errors .................. FalaiError and its four subclasses, ScriptError, classify_error
@@ -17,11 +17,14 @@ Sections, in the order data flows through a turn: what a turn is built from
    7. The session ............. Session, Run, writing and reading the v4 blob
    8. The turn ................ run_turn(): ingest, understand, decide, run, speak, settle
    9. Runs and steps .......... outcome lines, start_run(), move_run(), advance(), each step kind
-  10. Model calls ............. prompts, the understand call, the speak call, tools, compaction
-  11. Streaming ............... the envelope stream decoder
+  10. Model calls ............. UnderstandAsk, Judgement, SpeakAsk, Spoken, Deferred: what the engine
+                                hands falai_calls and gets back
 
 What stands on its own lives beside this file, in sibling modules (falai_*.py):
 
+   falai_calls ....... the model calls: prompts, the understand and speak calls, tool rounds,
+                       compaction, the stream decoder (StreamDecoder)
+   falai_protocols ... the two protocols the calls follow, Lean and V4, one object each
    falai_checks ...... validate_flow, check_flow, check_agent: the construction checks
    falai_spec ........ from_spec, to_spec, flow_spec_schema, migrate_session, load_registry,
                        history_to_events, events_to_history
@@ -39,8 +42,8 @@ FOR_SIBLING_MODULES lists; falai calls a sibling through its module object.
 A reading path for a first visit: run_turn() (section 8) is the whole turn,
 one line per phase; read on through ingest(), understand_message(), decide(),
 run_phase(), choose_speaker() and settle(), then move_run(), advance() and the
-step kinds (9), then understand() and speak() (10). Section 11 and the sibling
-modules never decide anything in a turn: skip them until you need them (the
+step kinds (9), then falai_calls.understand() and falai_calls.speak(). The other
+sibling modules never decide anything in a turn: skip them until you need them (the
 construction checks run once, when an agent is built). The spec's numbers sit
 in one block right after ``__all__``.
 
@@ -109,12 +112,18 @@ PUBLIC_ELSEWHERE = {
 # any module may be imported first.
 # tests/test_imports.py holds every sibling to this tuple. Renaming one of these breaks a sibling.
 FOR_SIBLING_MODULES = (
-    "ABSENT", "BLOB_NESTING", "ENVELOPE_SHAPED", "FIELD_FORMATS", "MAX_DURATION", "MAX_NESTING",
+    "ABSENT", "BLOB_NESTING", "FIELD_FORMATS", "MAX_DURATION", "MAX_NESTING",
     "PLACEHOLDER", "as_definition", "claim_prefix", "closed_object", "compact_json",
-    "decode_json_string", "describe_blob_value", "extract_mode", "flow_error", "from_ms",
+    "describe_blob_value", "extract_mode", "flow_error", "from_ms",
     "is_duration", "is_known", "is_too_long", "is_whole", "iso", "json_copy", "json_equal",
-    "json_literal", "lenient_loads", "listed_values", "nests_deeper", "parse_iso", "reused", "show",
-    "split_phrases", "strip_nones", "system_clock", "to_ms", "unfenced",
+    "json_literal", "listed_values", "nests_deeper", "parse_iso", "reused", "show",
+    "split_phrases", "strip_nones", "system_clock", "to_ms",
+    # for falai_calls and falai_protocols: the engine's side of the model calls, and what they read
+    "DEBUG", "FIELD_ENVELOPES_KEPT", "UNDERSTAND_PLANS_KEPT", "UNSERIALIZABLE", "Deferred",
+    "Judgement", "Scope", "SpeakAsk", "Spoken", "UnderstandAsk", "add_usage", "coerce_field",
+    "error_text", "field_description", "first_trigger", "flows_by_trigger", "js_number",
+    "js_number_text", "log", "log_swallowed", "merge_patch", "message_trigger", "nullable_envelope",
+    "read_boolean", "render", "tool_pool", "triggers_of", "value_text",
 )
 
 if TYPE_CHECKING:       # what a type checker sees for the names PUBLIC_ELSEWHERE loads on use
@@ -1762,10 +1771,11 @@ class Agent:
                                          "(0 or less offers no tools). Leave it out for "
                                          f"{DEFAULT_MAX_TOOL_LOOPS} tool rounds.")
         self.protocol = protocol
+        # How its model calls are laid out, and what they work out once (falai_protocols).
+        import falai_calls      # here, not at import: the model calls load with the first agent
+        self.model_calls = falai_calls.for_protocol(protocol)
         self.max_candidates = max_candidates
-        self._lean_parts: dict = {}      # the agent-constant parts of lean prompts, built on first use
         self._flow_facts: dict[int, tuple[dict, FlowFacts]] = {}   # flow_facts(), built on first use
-        self._field_envelopes: dict[tuple, Any] = {}    # _fields_envelope(), speak_reply_shape(): on first use
         self._understanding = _Understanding()   # the understand side's reuse, built on first use (issue 12)
         self._tool_pool: Any = None      # tool_pool(), created on the first batch of safe tool calls
         self._turn_parts: dict = {}      # what the turn path reads and the agent never changes, built on first use
@@ -1859,15 +1869,19 @@ def given_keywords(**keywords: Any) -> dict:
 # One conversation's whole state (runtime.md §13, persistence.md Part 2).
 # Times stay ISO text; nested values stay the camelCase dicts the blob holds.
 
+RunStatus = Literal["running", "asking", "waiting", "suspended"]     # runtime.md §4.2
+
+
 @dataclass
 class Run:
-    """One live execution of a flow inside a session (runtime.md §4.1)."""
+    """One live execution of a flow inside a session (runtime.md §4.1). Its ``status`` moves only
+    through ``move_status()``, by the table RUN_MOVES."""
     id: str
     flow_id: str
     anchor: str
     dedupe_key: str
     step_id: str | None
-    status: str
+    status: RunStatus
     trigger: dict
     hop: int
     started_at: str
@@ -2375,7 +2389,8 @@ class Turn:
         if self.compacted:
             return
         self.compacted = True
-        self.history, calls, usage = compact_history(self.agent, self.history)
+        import falai_calls
+        self.history, calls, usage = falai_calls.compact_history(self.agent, self.history)
         self.count(calls, usage)
 
     def result(self, changed: bool) -> TurnResult:
@@ -2406,7 +2421,8 @@ def run_turn(agent: Agent, kwargs: dict, streaming: bool) -> Generator[str, None
     if speaker is not None:                                  # phase 6
         ask = speak_ask(turn, speaker)
         turn.compact_once()
-        spoken = yield from speak(agent, ask, streaming)
+        import falai_calls
+        spoken = yield from falai_calls.speak(agent, ask, streaming)
     turn.phase = "settle"
     settle(turn, speaker, spoken)                            # phase 7
     # What the turn produced first: comparing the sessions walks the whole blob, a long history included.
@@ -2500,7 +2516,7 @@ def resolve_reply_waits(turn: Turn) -> None:
         step = current_step(turn, run)
         if step is None or not isinstance(step.get("wait"), str) or step.get("else") is None:
             continue
-        run.status, run.waiting = "running", None
+        move_status(turn, run, "replied")
         target = next((branch.get("then") for branch in step.get("branches") or []
                        if branch.get("if") is not None and turn.holds(branch["if"], run)), step["else"])
         moved = go(turn, run, "wait", "ok", target, code="replied")
@@ -2516,7 +2532,7 @@ def ingest_run_wake(turn: Turn, key: str) -> Ignored | None:
     if run is None:
         return Ignored("stale-wake", key)
     set_at = run.waiting.get("setAt") or run.started_at
-    run.status, run.waiting = "running", None
+    move_status(turn, run, "wake")
     turn.floor_run = run
     step = current_step(turn, run)
     if run.step_id is None or step is None:
@@ -2565,7 +2581,7 @@ def ingest_event(turn: Turn, given: TurnInput) -> None:
         waiting = run.waiting or {}
         if waiting.get("kind") != "event" or waiting.get("event") != given.event:
             continue
-        run.status, run.waiting = "running", None
+        move_status(turn, run, "event-arrived")
         step = current_step(turn, run)
         if flow_of(turn, run) is None or step is None:
             continue
@@ -2683,8 +2699,6 @@ class _Understanding:
     so what depends only on them, or on which flows and fields a turn asks about, is built once (issue 12)."""
     by_trigger: FlowsByTrigger | None = None
     harvest: dict = field(default_factory=dict)
-    envelopes: dict = field(default_factory=dict)
-    field_order: dict | None = None
     words: dict = field(default_factory=dict)
 
 
@@ -2752,11 +2766,12 @@ def understand_message(turn: Turn) -> Understood:
     ask.fields = harvestable(turn, lead + asked_flows)
     if floor is None and found.catch_alls:
         ask.fields = unique_slugs([*ask.fields, *catch_all_fields(turn, ask, found.catch_alls[0])])
-    if not needs_understand_call(ask):
+    import falai_calls
+    if not falai_calls.needs_understand_call(ask):
         return Understood(Judgement(), found)
     turn.compact_once()
     ask.history = turn.history
-    return Understood(understand(turn.agent, ask), found)
+    return Understood(falai_calls.understand(turn.agent, ask), found)
 
 
 def ask_floor(turn: Turn, ask: UnderstandAsk, floor: Run, flow: dict) -> None:
@@ -2860,7 +2875,7 @@ def decide(turn: Turn, understood: Understood) -> None:
         routed = next((run for run in turn.session.runs if run.flow_id == route["id"] and run.status == "suspended"),
                       None)
         if routed is not None:
-            routed.status, routed.suspended_at = "running", None
+            move_status(turn, routed, "routed")
         else:
             routed = start_run(turn, route, "message", turn.trigger_key, trigger=route_trigger)
         if routed is not None:
@@ -3105,13 +3120,14 @@ def settle_talk(turn: Turn, run: Run, spoken: Spoken) -> None:
         for slug in pending:
             if run.asked[slug] == max_asks(step):
                 write_line(turn, run, "collect", "skipped", code="max-asks", detail=slug, key=key)
-        enter_step(run, step["id"])
-        run.staying, run.status = True, "asking"
+        enter_step(turn, run, step["id"])
+        run.staying = True
+        move_status(turn, run, "ask")
     elif pending:
-        run.status = "asking"
+        move_status(turn, run, "ask")
     else:
         write_given_up(turn, run, step)
-        run.status = "running"
+        move_status(turn, run, "answered")
         advance(turn, run, Go(step.get("then")))
         if turn.live(run) and run.status == "running":
             turn.queue.append(run)
@@ -3489,6 +3505,62 @@ class BusinessHoursCtx:
     context: Any
 
 
+# A run's status (runtime.md §4.2-§4.3) ------------------------------------------------------
+#
+# The one table of how a run's status may move: (status, event) -> status. move_status() is the
+# only writer of Run.status (a new run starts "running", runtime.md §5); an event is named as the
+# spec names it, by its outcome code where it has one ("replied", "event-arrived").
+
+RUN_MOVES: dict[tuple[str, str], RunStatus] = {
+    # The run moves on this turn (§3.6.1 item 6): from asking, the customer's message answers it.
+    ("running", "move"): "running",
+    ("asking", "move"): "running",
+    # A step is entered (§3.6.4, flows.md §5.1); a staying run re-enters its stay step (§4.7).
+    ("running", "enter"): "running",
+    ("asking", "enter"): "running",
+    # A talk step asks, or asks again after it spoke with fields still pending (§3.6.3, §3.8 item 3).
+    ("running", "ask"): "asking",
+    ("asking", "ask"): "asking",
+    # The talk step has every field it collects, or a branch fired (§3.8 item 3, §3.6.3).
+    ("asking", "answered"): "running",
+    ("running", "branch"): "running",
+    ("asking", "branch"): "running",
+    # A staying run with a message nobody answered yet answers it (§4.7).
+    ("asking", "unanswered"): "running",
+    # Parked: a wait, a trigger delay, a deferred action (§7.1); a talk step's speak retry (§10.2).
+    ("running", "park"): "waiting",
+    ("asking", "park"): "waiting",
+    # Its wake (rule I-W, §3.2), a reply to a timer wait with "else", its event (§3.2, §7.3).
+    ("waiting", "wake"): "running",
+    ("waiting", "replied"): "running",
+    ("waiting", "event-arrived"): "running",
+    # Another run's talk step took the floor (§4.5).
+    ("asking", "suspend"): "suspended",
+    # The most recently suspended run when nobody asks (§4.5), or routing picked its flow (§3.5).
+    ("suspended", "resume"): "asking",
+    ("suspended", "routed"): "running",
+}
+
+
+def move_status(turn: Turn, run: Run, event: str, waiting: dict | None = None) -> None:
+    """Move a run's status on ``event`` by RUN_MOVES. ``waiting`` (the wait, §7.1) is set exactly
+    while the run is waiting and ``suspendedAt`` exactly while it is suspended (runtime.md §4.1)."""
+    to = RUN_MOVES.get((run.status, event))
+    if to is None:
+        raise RuntimeError(f'run "{run.id}" cannot move from "{run.status}" on "{event}": RUN_MOVES has '
+                           "no such move (runtime.md §4.3). This is a bug in falai; please report it.")
+    if to == "waiting":
+        assert waiting is not None          # parking names the wake it waits for
+        run.waiting = waiting
+    elif run.status == "waiting":
+        run.waiting = None
+    if to == "suspended":
+        run.suspended_at = turn.now_text
+    elif run.status == "suspended":
+        run.suspended_at = None
+    run.status = to
+
+
 # Moving a run (runtime.md §3.6.1-§3.6.5) ------------------------------------------------------
 
 def move_run(turn: Turn, run: Run) -> None:
@@ -3509,12 +3581,12 @@ def move_run(turn: Turn, run: Run) -> None:
         finish_flow(turn, run, flow)
         return
     resuming = run.status == "asking"
-    run.status = "running"
+    move_status(turn, run, "move")
     if run.step_id is None:
         if not flow.get("steps"):
             finish_flow(turn, run, flow)
             return
-        enter_step(run, flow["steps"][0]["id"])
+        enter_step(turn, run, flow["steps"][0]["id"])
     executed = 0
     while run.status == "running" and turn.live(run):
         step = find_step(flow, run.step_id)
@@ -3542,11 +3614,12 @@ def premise_failure(turn: Turn, run: Run, flow: dict) -> str | None:
     return "premise-changed"
 
 
-def enter_step(run: Run, step_id: str) -> None:
+def enter_step(turn: Turn, run: Run, step_id: str) -> None:
     """Entering a step counts a visit and mints new keys (flows.md §5.1)."""
     run.step_id = step_id
     run.visits[step_id] = run.visits.get(step_id, 0) + 1
-    run.status, run.waiting, run.staying = "running", None, False
+    move_status(turn, run, "enter")
+    run.waiting, run.staying = None, False
 
 
 def end_run(turn: Turn, run: Run, reason: str, *, code: str | None = None, kind: str | None = None,
@@ -3563,10 +3636,10 @@ def end_run(turn: Turn, run: Run, reason: str, *, code: str | None = None, kind:
 
 def park(turn: Turn, run: Run, key: str, at: datetime, kind: str = "timer", event: str | None = None) -> None:
     """Park a run until its wake (runtime.md §7.1)."""
-    run.status = "waiting"
-    run.waiting = {"kind": kind, "key": key, "until": iso(at), "setAt": turn.now_text}
+    waiting = {"kind": kind, "key": key, "until": iso(at), "setAt": turn.now_text}
     if event is not None:
-        run.waiting["event"] = event
+        waiting["event"] = event
+    move_status(turn, run, "park", waiting)
     turn.schedule.append(ScheduleEntry(key=key, at=at))
 
 
@@ -3603,7 +3676,7 @@ def advance(turn: Turn, run: Run, moved: Go | None) -> None:
         steps = flow.get("steps") or []
         index = next((i for i, step in enumerate(steps) if step.get("id") == run.step_id), len(steps))
         if index + 1 < len(steps):
-            enter_step(run, steps[index + 1]["id"])
+            enter_step(turn, run, steps[index + 1]["id"])
         else:
             finish_flow(turn, run, flow)
         return
@@ -3622,7 +3695,7 @@ def advance(turn: Turn, run: Run, moved: Go | None) -> None:
     if find_step(flow, target) is None:
         end_run(turn, run, "skipped", code="step-gone")
         return
-    enter_step(run, target)
+    enter_step(turn, run, target)
 
 
 def chain(turn: Turn, run: Run, target: dict) -> None:
@@ -3669,8 +3742,9 @@ def stay(turn: Turn, run: Run, flow: dict) -> None:
     talk_ids = [step["id"] for step in flow.get("steps") or [] if is_talk(step)]
     stay_id = next((line.get("stepId") for line in reversed(run.outcomes)
                     if line.get("kind") in TALK_KEYS and line.get("stepId") in talk_ids), talk_ids[-1])
-    enter_step(run, stay_id)
-    run.staying, run.status = True, "asking"
+    enter_step(turn, run, stay_id)
+    run.staying = True
+    move_status(turn, run, "ask")
     others = [other for other in turn.session.runs if other is not run and other.status == "asking"]
     if others and not (turn.is_message and turn.floor_run is run):
         suspend(turn, run)
@@ -3678,12 +3752,12 @@ def stay(turn: Turn, run: Run, flow: dict) -> None:
     for other in others:
         suspend(turn, other)
     if turn.unanswered_message():
-        run.status = "running"
+        move_status(turn, run, "unanswered")
 
 
 def suspend(turn: Turn, run: Run) -> None:
     """Set a run aside until nobody else asks (runtime.md §4.5); a suspended run does not speak this turn."""
-    run.status, run.suspended_at = "suspended", turn.now_text
+    move_status(turn, run, "suspend")
     if turn.talk_request is run:
         turn.talk_request = None
 
@@ -3698,7 +3772,7 @@ def resume(turn: Turn) -> Run | None:
                                           >= (latest.suspended_at or latest.started_at)):
             latest = run
     if latest is not None:
-        latest.status, latest.suspended_at = "asking", None
+        move_status(turn, latest, "resume")
     return latest
 
 
@@ -3714,7 +3788,7 @@ def fire_branch(turn: Turn, run: Run, step: dict, judgement: Judgement | None) -
             hit = judgement is not None and judgement.branches.get(f"{run.id}/{step['id']}/{index}") is True
         if hit:
             moved = go(turn, run, talk_kind(step), "ok", target, code="branch", key=step_key(run))
-            run.status = "running"
+            move_status(turn, run, "branch")
             advance(turn, run, moved)
             return True
     return False
@@ -3796,13 +3870,13 @@ def run_talk_step(turn: Turn, run: Run, step: dict, resuming: bool) -> Go | None
         return go(turn, run, kind, "skipped", then, code="already-known", key=key)
     if turn.silenced is not None:
         if resuming:
-            run.status = "asking"
+            move_status(turn, run, "ask")
             return None
         return silenced_step(turn, run, kind, then, key)
     for other in turn.session.runs:
         if other is not run and other.status == "asking":
             suspend(turn, other)
-    run.status = "asking"
+    move_status(turn, run, "ask")
     if turn.phase != "settle":
         turn.talk_request = run
     else:
@@ -3966,13 +4040,13 @@ def run_event_wait(turn: Turn, run: Run, step: dict) -> None:
 
 # 10. Model calls ##############################################################################
 
-# The engine (sections 8-9) decides *what* the model judges and *who* speaks;
-# this section turns that into provider calls and reads the replies back.
-# Interface used by the engine:
-#   needs_understand_call(ask) -> bool       model-calls.md §3.1 zero-call rules
-#   understand(agent, ask) -> Judgement      one "understand" call (raises on provider failure)
-#   speak(agent, ask, streaming)             generator: yields deltas, returns Spoken | Deferred
-#   compact_history(agent, history)          -> Compacted(history, llm_calls, usage), model-calls.md §9
+# The engine (sections 8-9) decides *what* the model judges and *who* speaks; falai_calls turns
+# that into provider calls and reads the replies back, laid out by the agent's protocol object
+# (falai_protocols). Here: what the engine hands it and gets back. The engine calls
+#   falai_calls.needs_understand_call(ask) -> bool     model-calls.md §3.1 zero-call rules
+#   falai_calls.understand(agent, ask) -> Judgement    one "understand" call (raises on provider failure)
+#   falai_calls.speak(agent, ask, streaming)           generator: yields deltas, returns Spoken | Deferred
+#   falai_calls.compact_history(agent, history)        -> Compacted(history, llm_calls, usage), §9
 
 
 class AskedBranch(NamedTuple):
@@ -4050,1684 +4124,7 @@ class Deferred:
     usage: TokenUsage | None = None
 
 
-# Shared building blocks (model-calls.md §2) ---------------------------------------------------
-
-WIRE_NAME = re.compile(r"[a-zA-Z0-9_-]+")
-ENVELOPE_SHAPED = re.compile(r"\s*(?:```|\{)")
-SECTION_KEYS = frozenset({"flows", "mentions", "extract", "branches", "fields"})
-
-
-def log_call(request: GenerateRequest, generation: Generation) -> None:
-    """debug=True: one DEBUG line per model call, what was asked and what came back (issue 9)."""
-    if not log.isEnabledFor(DEBUG):
-        return
-    usage = generation.usage
-    counted = (f"{usage.prompt_tokens} in / {usage.completion_tokens} out tokens" if usage is not None
-               else "usage not reported")
-    structured = ", ".join(generation.structured) if isinstance(generation.structured, dict) else "none"
-    chars = len(generation.message) if isinstance(generation.message, str) else 0
-    log.debug('model call "%s": %d history items, %d prompt chars, %d tools offered -> %d reply chars, '
-              "structured keys: %s, %d tool calls, %s", request.schema_name, len(request.history),
-              len(request.prompt), len(request.tools or []), chars, structured,
-              len(generation.tool_calls or []), counted)
-
-
-def join_sections(*sections: str | None) -> str:
-    """Drop None and blank sections, join the rest with one blank line, strip (model-calls.md §2.2)."""
-    return "\n\n".join([text for text in sections if text is not None and text.strip()]).strip()
-
-
-def _render_text(text: Any, scope: Scope) -> str:
-    """A prompt text rendered and stripped; "" when it is not a string."""
-    return render(text, scope).strip() if isinstance(text, str) else ""
-
-
-def _json_text(value: Any) -> str:
-    """Compact JSON, or str() for what JSON cannot hold, so a prompt never fails to build."""
-    try:
-        return compact_json(value)
-    except UNSERIALIZABLE:
-        return str(value)
-
-
-def _scalar_text(value: Any) -> str:
-    """A knowledge-base scalar: a string as itself, numbers as JavaScript prints them, else JSON."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
-            return js_number_text(value)
-        except OverflowError:
-            return str(value)
-    return _json_text(value)
-
-
-def knowledge_lines(kb: dict, depth: int = 0) -> list[str]:
-    """The knowledge base as nested markdown bullets, two spaces per depth (model-calls.md §2.3)."""
-    pad = "  " * depth
-    lines: list[str] = []
-    for key, value in kb.items():
-        if isinstance(value, dict):
-            lines.append(f"{pad}- {key}:")
-            lines += knowledge_lines(value, depth + 1)
-        elif isinstance(value, (list, tuple)) and any(isinstance(v, (dict, list, tuple)) for v in value):
-            lines.append(f"{pad}- {key}:")
-            for item in value:
-                if isinstance(item, dict):
-                    lines += knowledge_lines(item, depth + 1)
-                elif isinstance(item, (list, tuple)):
-                    lines += knowledge_lines(dict(enumerate(item)), depth + 1)
-                else:
-                    lines.append(f"{pad}  - {_scalar_text(item)}")
-        elif isinstance(value, (list, tuple)):
-            lines.append(f"{pad}- {key}: {', '.join(_scalar_text(v) for v in value)}".rstrip())
-        else:
-            lines.append(f"{pad}- {key}: {_scalar_text(value)}")
-    return lines
-
-
-def identity_varies(agent: Agent) -> bool:
-    """Persona or goal is a template, so Identity changes with the turn's data (model-calls.md §2.3)."""
-    return any(isinstance(text, str) and "{{" in text for text in (agent.persona, agent.goal))
-
-
-def identity_section(agent: Agent, scope: Scope) -> str:
-    """``## Identity``: the name, then persona, then goal, rendered (model-calls.md §2.3)."""
-    persona, goal = _render_text(agent.persona, scope), _render_text(agent.goal, scope)
-    lines = [f'You are "{agent.name}". Always refer to yourself by that name.']
-    if persona:
-        lines.append(persona)
-    if goal:
-        lines.append(f"Your goal: {goal}")
-    return "## Identity\n" + "\n".join(lines)
-
-
-def knowledge_section(agent: Agent) -> str | None:
-    """``## Knowledge base``, only for a non-empty dict; never rendered as a template."""
-    kb = agent.knowledge_base
-    if not isinstance(kb, dict) or not kb:
-        return None
-    return "## Knowledge base\n" + "\n".join(knowledge_lines(kb))
-
-
-def stable_prefix(agent: Agent, scope: Scope) -> tuple[str | None, str | None]:
-    """(system, Identity for the prompt) per the stable-prefix split of model-calls.md §2.3.
-
-    Text that never changes between turns goes in ``system``, where a provider
-    can cache it; an Identity built from templates stays in the per-call prompt.
-    """
-    if identity_varies(agent):
-        return knowledge_section(agent), identity_section(agent, scope)
-    return join_sections(identity_section(agent, scope), knowledge_section(agent)), None
-
-
-def field_line(name: str, definition: dict | None) -> str:
-    """``<name> (<type>)[ [a | b]][: <description>]``; a slug with no definition prints alone (§2.5)."""
-    if not isinstance(definition, dict):
-        return name
-    if definition.get("type") == "array":
-        items = definition["items"] if isinstance(definition.get("items"), dict) else {}
-        line = f"{name} (list of {items.get('type', 'string')})"
-    else:
-        line = f"{name} ({definition.get('type', 'string')})"
-        if isinstance(definition.get("enum"), list) and definition["enum"]:
-            line += " [" + " | ".join(value_text(v) for v in definition["enum"]) + "]"
-    description = field_description(definition)
-    if description:
-        line += f": {description}"
-    return line
-
-
-def already_known_section(agent: Agent, data: dict) -> str | None:
-    """``## Already known``: the agent's known fields, in definition order (model-calls.md §2.6)."""
-    lines = [f"- {slug}: {_json_text(data[slug])}" for slug in agent.fields if slug in data and is_known(data[slug])]
-    if not lines:
-        return None
-    return "## Already known\nThese values are settled. Never ask for them again.\n" + "\n".join(lines)
-
-
-def flow_name(flow: dict) -> str:
-    """A flow's name; a flow without one prints its id (flows.md §3.1)."""
-    return str(flow.get("name") or flow.get("id"))
-
-
-def lenient_loads(text: str) -> Any:
-    """Strict JSON first, then with raw control characters allowed inside strings (§2.9 step 2).
-
-    falai_providers reads envelopes with it too (providers.md §3.6 rules 2-3).
-    """
-    try:
-        return json.loads(text)
-    except ValueError:
-        return json.loads(text, strict=False)
-
-
-_FENCE = re.compile(r"\A```(?:json)?[ \t]*\n?(.*?)\n?```\Z", re.S | re.I)
-
-
-def unfenced(text: str) -> str:
-    """The text stripped; when the whole of it is a code fence, the fence's content, stripped.
-
-    model-calls.md §2.9 (tool arguments) and providers.md §3.6 rule 1 (envelopes).
-    """
-    text = text.strip()
-    fenced = _FENCE.match(text)
-    return fenced.group(1).strip() if fenced else text
-
-
-def decode_json_string(raw: str) -> str:
-    """The body of a JSON string literal (without its quotes) decoded; as it is when it does not decode."""
-    try:
-        return json.loads(f'"{raw}"', strict=False)
-    except ValueError:
-        return raw
-
-
-# JSON's own grammar, as Python's json module reads it with strict=False: whitespace, strings (any
-# escape passes here; json itself rejects a bad one), numbers, and the words json accepts.
-_JSON_SPACE = re.compile(r"[ \t\n\r]*")
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
-_JSON_WORD = re.compile(r"null|true|false|NaN|Infinity|-Infinity")
-# A "{" that can open an object: "}" or a key and its ":" follow (the lookahead keeps starts overlapping).
-_OBJECT_START = re.compile(r'\{(?=[ \t\n\r]*(?:\}|"[^"\\]*(?:\\.[^"\\]*)*"[ \t\n\r]*:))', re.S)
-
-
-def _json_scalar_end(text: str, i: int) -> int | None:
-    """Where the string, number or word at ``text[i]`` ends, or None when none starts there."""
-    if text[i] == '"':
-        found = _JSON_STRING.match(text, i)
-        return found.end() if found else None
-    found = _JSON_NUMBER.match(text, i)
-    if found is not None:
-        if len(found.group(0)) > 640 and not (found.group(1) or found.group(2)):
-            try:
-                int(found.group(0))  # json refuses an integer beyond int's digit limit, so does this walk
-            except ValueError:
-                return None
-        return found.end()
-    found = _JSON_WORD.match(text, i)
-    return found.end() if found else None
-
-
-def _walk_json_object(text: str, start: int, failed: set, walked: dict) -> None:
-    """Walk the object opening at ``text[start]`` by JSON's grammar, iteratively, in one pass.
-
-    Each object that closes lands in ``walked`` as ``{start: (end, height)}`` (height: how many
-    containers deep it nests); when the walk fails, every object still open is added to ``failed``:
-    a fresh parse from any of them fails at the same place. The walk accepts all JSON accepts (and
-    a few bad escapes besides), so ``failed`` never holds an object json would read.
-    """
-    n = len(text)
-    stack: list[list[Any]] = [[start, "}", 0]]     # open containers: opening position, closer, height so far
-    expect = "key_or_close"
-    i = start + 1
-    while True:
-        space = _JSON_SPACE.match(text, i)
-        assert space is not None            # the pattern matches the empty string
-        i = space.end()
-        if i >= n:
-            break
-        c = text[i]
-        if expect == "colon":
-            if c != ":":
-                break
-            expect, i = "value", i + 1
-            continue
-        if expect in ("key", "key_or_close"):
-            if c == '"':
-                end = _json_scalar_end(text, i)
-                if end is None:
-                    break
-                expect, i = "colon", end
-                continue
-            if c != "}" or expect == "key":
-                break
-        elif expect == "comma_or_close":
-            if c == ",":
-                expect, i = ("key" if stack[-1][1] == "}" else "value"), i + 1
-                continue
-            if c != stack[-1][1]:
-                break
-        elif c in "{[":
-            stack.append([i, "}" if c == "{" else "]", 0])
-            expect, i = ("key_or_close" if c == "{" else "value_or_close"), i + 1
-            continue
-        elif c != "]" or expect != "value_or_close":
-            end = _json_scalar_end(text, i)
-            if end is None:
-                break
-            expect, i = "comma_or_close", end
-            continue
-        opened, closer, height = stack.pop()       # c closes the innermost container
-        if closer == "}":
-            walked[opened] = (i + 1, height + 1)
-        if not stack:
-            return
-        stack[-1][2] = max(stack[-1][2], height + 1)
-        expect, i = "comma_or_close", i + 1
-    failed.update(opened for opened, closer, _ in stack if closer == "}")
-
-
-def find_json_object(text: Any) -> dict | None:
-    """The first balanced ``{...}`` slice of a reply that parses to a dict (model-calls.md §2.9).
-
-    Linear in the reply: a "{" that cannot open an object is never walked, an object walked once
-    is never walked again, and an object that failed inside a walk is never tried again.
-    """
-    if not isinstance(text, str):
-        return None
-    failed: set[int] = set()
-    walked: dict[int, tuple[int, int]] = {}
-    depth_budget = None                  # the deepest nesting json.loads manages from here, once known
-    for match in _OBJECT_START.finditer(text):
-        start = match.start()
-        if start in failed:
-            continue
-        if start not in walked:
-            _walk_json_object(text, start, failed, walked)
-            if start not in walked:
-                continue
-        end, height = walked[start]
-        if depth_budget is not None and height > depth_budget:
-            continue
-        try:
-            value = lenient_loads(text[start:end])
-        except RecursionError:
-            # Every json.loads below runs at this same stack depth, so one budget holds for them all.
-            low, high = 0, height - 1
-            while low < high:
-                middle = (low + high + 1) // 2
-                try:
-                    lenient_loads("[" * middle + "]" * middle)
-                    low = middle
-                except RecursionError:
-                    high = middle - 1
-            depth_budget = low
-            continue
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return value
-    return None
-
-
-def tool_arguments(raw: Any) -> dict:
-    """A tool call's arguments: a dict as is; a string stripped, unfenced and parsed; else {} (§2.9)."""
-    if isinstance(raw, dict):
-        return raw
-    if not isinstance(raw, str):
-        return {}
-    try:
-        value = lenient_loads(unfenced(raw))
-    except (ValueError, RecursionError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-class AliasTable:
-    """Property-name aliases of one understand call (model-calls.md §2.8).
-
-    A real id that is a valid property name and not yet taken keeps its name;
-    any other gets ``<prefix><n>`` from one shared counter that skips taken
-    names, so a kept real id such as ``f1`` is never minted for another id.
-    """
-
-    def __init__(self):
-        self._taken: set[str] = set()
-        self._alias_of: dict[str, str] = {}
-        self._real_of: dict[str, str] = {}
-        self._n = 0
-
-    def alias(self, real: str, prefix: str) -> str:
-        real = str(real)
-        if real in self._alias_of:
-            return self._alias_of[real]
-        if WIRE_NAME.fullmatch(real) and real not in self._taken:
-            name = real
-        else:
-            while True:
-                self._n += 1
-                name = f"{prefix}{self._n}"
-                if name not in self._taken:
-                    break
-        self._taken.add(name)
-        self._alias_of[real] = name
-        self._real_of[name] = real
-        return name
-
-    def real(self, name: str) -> str:
-        """The real id behind an alias; an unknown name passes through unchanged."""
-        return self._real_of.get(name, name)
-
-    def aliases_of(self, reals: Iterable[str]) -> list[str]:
-        """The aliases minted for any of ``reals``."""
-        wanted = set(reals)
-        return [alias for alias, real in self._real_of.items() if real in wanted and alias != real]
-
-
-# The understand call (model-calls.md §3) ------------------------------------------------------
-
-def needs_understand_call(ask: UnderstandAsk) -> bool:
-    """Whether there is anything the model must judge (model-calls.md §3.1, zero-call rules).
-
-    False when there is nothing at all to judge, and when only routing is left
-    and the candidates are empty or only the floor run's own flow (nothing to
-    compare it with). The single-flow shortcut reaches here as empty candidates.
-    """
-    return bool(ask.mentions or ask.branches or ask.fields) or asks_routing(ask)
-
-
-def asks_routing(ask: UnderstandAsk) -> bool:
-    """Whether the candidates hold a flow other than the floor run's own (model-calls.md §3.1)."""
-    if not ask.candidates:
-        return False
-    floor_id = ask.floor_run.flow_id if ask.floor_run is not None else (
-        ask.floor_flow.get("id") if isinstance(ask.floor_flow, dict) else None)
-    return floor_id is None or any(flow.get("id") != floor_id for flow in ask.candidates)
-
-
-def _phrases(triggers: list[dict], kind: str, scope: Scope) -> tuple[list[str], list[str]]:
-    """Rendered (plain phrases, exclusions) of the given triggers (flows.md §4.3)."""
-    raw = [render(p, scope) for t in triggers for p in (t.get(kind) or []) if isinstance(p, str)]
-    return split_phrases(raw)
-
-
-def _mention_trigger(flow: dict) -> dict:
-    return first_trigger(flow, "mention") or {}
-
-
-def _mention_extract(flow: dict) -> dict:
-    extract = _mention_trigger(flow).get("extract")
-    return extract if isinstance(extract, dict) and extract else {}
-
-
-SCORE_RUBRIC = ("How to score:\n"
-                "- 90–100: explicit keywords and clear intent\n"
-                "- 70–89: strong contextual evidence and relevant keywords\n"
-                "- 50–69: moderate relevance\n"
-                "- 30–49: weak connection or ambiguous\n"
-                "- 0–29: minimal or no evidence")
-
-
-UNDERSTAND_TASK = ("## Task\nJudge the customer's latest message, quoted below, against the conversation so far. "
-                   "Only the customer's own words are evidence: never the assistant's questions, suggestions or "
-                   'guesses. Answer with one JSON object in the shape given under "Output".')
-
-
-@dataclass(slots=True)
-class _UnderstandCall:
-    request: GenerateRequest
-    aliases: AliasTable
-    lean: _LeanReading | None = None
-
-
-@dataclass(slots=True)
-class _Envelope:
-    """The v4 understand envelope (§3.3), the aliased items it asks about (§2.8), and the prompt parts built
-    from them alone: every call of the agent that asks the same reuses it (issue 12)."""
-    schema: dict
-    aliases: AliasTable
-    cand: list
-    ment: list
-    branches: list
-    fields: list
-    cand_templated: bool = False
-    ment_templated: bool = False
-    parts: dict = field(default_factory=dict)
-
-
-def _understand_call(agent: Agent, ask: UnderstandAsk) -> _UnderstandCall:
-    """The v4 understand request: prompt (§3.4), envelope (§3.3) and its alias table (§2.8)."""
-    scope = Scope(data=ask.scope.data, context=ask.scope.context)
-    envelope = understand_envelope(agent, ask, scope)
-    system, identity = stable_prefix(agent, scope)
-    request = GenerateRequest(system=system, prompt=_understand_prompt_v4(agent, ask, scope, envelope, identity),
-                              history=list(ask.history), context=ask.scope.context, schema=envelope.schema,
-                              schema_name="understand", message=ask.message)
-    return _UnderstandCall(request=request, aliases=envelope.aliases)
-
-
-def understand_envelope(agent: Agent, ask: UnderstandAsk, scope: Scope) -> _Envelope:
-    """The v4 envelope of this call: built once for each set of asked items of the agent's own flows."""
-    branches = [(f"{run_id}/{step_id}/{index}", render(when, scope) if isinstance(when, str) else str(when))
-                for run_id, step_id, index, when in ask.branches]
-    own = flows_by_trigger(agent).own
-    candidates, mentions = tuple(map(id, ask.candidates)), tuple(map(id, ask.mentions))
-    if not (own.issuperset(candidates) and own.issuperset(mentions)):
-        return _new_envelope(agent, ask, branches)      # a hand-made ask: its flow dicts may change meanwhile
-    # The agent's flows live as long as it does, so their ids name them; a rendered when is part of the key.
-    key = (candidates, mentions, tuple(branches), tuple(ask.fields))
-    return reused(agent._understanding.envelopes, key, lambda: _new_envelope(agent, ask, branches),
-                  UNDERSTAND_PLANS_KEPT)
-
-
-def _new_envelope(agent: Agent, ask: UnderstandAsk, branches: list[tuple[str, str]]) -> _Envelope:
-    """The aliases, minted in the order of §2.8, and the schema of §3.3. The candidates are each flow once
-    (understand_message lists them so, and flow ids are unique)."""
-    aliases = AliasTable()
-    cand = [(aliases.alias(f["id"], "f"), f) for f in ask.candidates]
-    ment = [(aliases.alias(f["id"], "f"), f) for f in ask.mentions]
-    asked = [(aliases.alias(real, "q"), when) for real, when in branches]
-    fields = [(aliases.alias(slug, "d"), slug) for slug in ask.fields]
-    return _Envelope(_understand_schema(agent, cand, ment, asked, fields), aliases, cand, ment, asked, fields,
-                     cand_templated=any(_templated(*_flow_texts(f, "message")) for _, f in cand),
-                     ment_templated=any(_templated(*_flow_texts(f, "mention")) for _, f in ment))
-
-
-def _understand_schema(agent: Agent, cand: list, ment: list, branches: list, fields: list) -> dict:
-    """The v4 envelope schema: one closed, nullable section per kind of item asked (§3.3)."""
-    properties: dict = {}
-    if cand:
-        properties["flows"] = closed_object({
-            # Bounded, so a weak model under a grammar cannot run a score away.
-            alias: {"type": ["integer", "null"], "minimum": 0, "maximum": 100,
-                    "description": f"0-100 fit of the message to {flow_name(f)}"}
-            for alias, f in cand})
-    if ment:
-        properties["mentions"] = closed_object({
-            alias: {"type": ["boolean", "null"], "description": f"true when the customer brought up {flow_name(f)}"}
-            for alias, f in ment})
-        extracts = {alias: nullable_envelope(_mention_extract(f)) for alias, f in ment if _mention_extract(f)}
-        if extracts:
-            properties["extract"] = closed_object(extracts)
-    if branches:
-        properties["branches"] = closed_object({
-            alias: {"type": ["boolean", "null"], "description": when} for alias, when in branches})
-    if fields:
-        properties["fields"] = _fields_envelope(agent, fields)
-    return closed_object(properties)
-
-
-def _fields_envelope(agent: Agent, fields: list[tuple[str, str]]) -> dict:
-    """The nullable envelope of the asked fields under their aliases (§2.7), built once per agent for each list.
-
-    The agent's field definitions never change after construction, so the
-    schema of the same (alias, slug) list is the same on every turn (issue 12).
-    """
-    return reused(agent._field_envelopes, tuple(fields), lambda: nullable_envelope(
-        {alias: agent.fields.get(slug) or {"type": "string"} for alias, slug in fields}), FIELD_ENVELOPES_KEPT)
-
-
-def envelope_part(envelope: _Envelope, name: str, build: Callable[[], Any], varies: bool = False) -> Any:
-    """A prompt part built from the envelope alone: built on first use and kept, unless a template in it
-    renders with the turn's scope (``varies``); then built on every call. A kept part is never mutated."""
-    if varies:
-        return build()
-    if name not in envelope.parts:
-        envelope.parts[name] = build()
-    return envelope.parts[name]
-
-
-def _understand_prompt_v4(agent: Agent, ask: UnderstandAsk, scope: Scope, envelope: _Envelope,
-                          identity: str | None) -> str:
-    """The v4 understand prompt: the sections of §3.4, in order, each only when it has something to say."""
-    return join_sections(
-        identity, UNDERSTAND_TASK, _current_flow_section(agent, ask, scope),
-        already_known_section(agent, ask.scope.data),
-        envelope_part(envelope, "flows", lambda: _candidates_section(envelope.cand, scope), envelope.cand_templated),
-        envelope_part(envelope, "mentions", lambda: _mentions_section(envelope.ment, scope), envelope.ment_templated),
-        envelope_part(envelope, "branches", lambda: _branches_section(envelope.branches)),
-        envelope_part(envelope, "fields", lambda: _fields_section(agent, envelope.fields)),
-        latest_message_section(ask.message),
-        envelope_part(envelope, "output", lambda: _understand_output_section(envelope.schema)))
-
-
-def _candidates_section(cand: list, scope: Scope) -> str | None:
-    """``## Flows the customer may want``: each candidate numbered, with its phrases, then the rubric (§3.4 item 5)."""
-    if not cand:
-        return None
-    lines = ["## Flows the customer may want",
-             "Score every flow below from 0 to 100 for how well the customer's latest message fits it, "
-             "the current flow included."]
-    for n, (alias, flow) in enumerate(cand, 1):
-        lines.append(f"{n}. {alias} — {_named(flow, scope)}")
-        plain, excluded = _phrases(triggers_of(flow, "message"), "message", scope)
-        if plain:
-            lines.append(f"   The customer says things like: {'; '.join(plain)}")
-        if excluded:
-            lines.append(f"   Score 0 when: {'; '.join(excluded)}")
-    lines.append(SCORE_RUBRIC)
-    return "\n".join(lines)
-
-
-def _mentions_section(ment: list, scope: Scope) -> str | None:
-    """``## Things the customer may mention``: each mention with its phrases and extract (§3.4 item 6)."""
-    if not ment:
-        return None
-    lines = ["## Things the customer may mention",
-             "Answer true only on clear, explicit evidence in the customer's message. The phrases of an item "
-             "are alternatives: one match is enough. An exclusion overrides any match."]
-    for alias, flow in ment:
-        lines.append(f"- {alias} — {_named(flow, scope)}")
-        lines += _mention_phrase_lines(flow, scope)
-        extract = _mention_extract(flow)
-        if extract:
-            lines.append("  When true, also extract these values from the message:")
-            lines += [f"  - {field_line(name, d)}" for name, d in extract.items()]
-    return "\n".join(lines)
-
-
-def _branches_section(branches: list) -> str | None:
-    """``## Questions about this message``: one line per rendered when (§3.4 item 7)."""
-    if not branches:
-        return None
-    return "\n".join(["## Questions about this message",
-                      "Answer each question with true or false, judging the customer's latest message in the "
-                      "context of the conversation."] + [f"- {alias}: {when}" for alias, when in branches])
-
-
-def _fields_section(agent: Agent, fields: list) -> str | None:
-    """``## Details the customer may have given``: one line per field, under its alias (§3.4 item 8)."""
-    if not fields:
-        return None
-    return "\n".join(["## Details the customer may have given",
-                      "Report a value only when the customer gave it in this message. Never guess, and never take a "
-                      "value from the assistant's words. Use null when it was not given."]
-                     + [f"- {field_line(alias, agent.fields.get(slug))}" for alias, slug in fields])
-
-
-def latest_message_section(message: Any) -> str:
-    """``## Customer's latest message``, verbatim between triple quotes (§3.4 item 9), in both protocols."""
-    return f'## Customer\'s latest message\n"""\n{message}\n"""'
-
-
-def _named(flow: dict, scope: Scope) -> str:
-    """``<name>[: <rendered description>]``."""
-    text = _render_text(flow.get("description"), scope)
-    return f"{flow_name(flow)}: {text}" if text else flow_name(flow)
-
-
-def _current_flow_section(agent: Agent, ask: UnderstandAsk, scope: Scope) -> str | None:
-    """``## Current flow`` (model-calls.md §3.4 item 3), only with a floor run."""
-    if ask.floor_run is None and ask.floor_flow is None:
-        return None
-    flow = ask.floor_flow
-    if not flow:
-        assert ask.floor_run is not None    # no floor flow: the floor run names it
-        flow = {"id": ask.floor_run.flow_id}
-    lines = ["## Current flow", f'The conversation is in the flow "{flow_name(flow)}" (id: {flow.get("id")}).']
-    description = _render_text(flow.get("description"), scope)
-    if description:
-        lines.append(f"About this flow: {description}")
-    step = ask.floor_step
-    if isinstance(step, dict):
-        lines.append(f"Current step: {step.get('id')}")
-        prompt = _render_text(step.get("prompt"), scope)
-        if prompt:
-            lines.append(f"What the step is doing: {prompt}")
-        if ask.floor_pending:
-            lines.append("Still being asked for:")
-            lines += [f"- {field_line(slug, agent.fields.get(slug))}" for slug in ask.floor_pending]
-    lines.append("The customer may continue here or switch to something else; score the current flow like "
-                 "any other.")
-    return "\n".join(lines)
-
-
-_SKELETON_LEAF = {"flows": 0, "mentions": False, "branches": False, "extract": None, "fields": None}
-_OUTPUT_LINES = {
-    "flows": '"flows": a score from 0 to 100 for every flow under "Flows the customer may want"',
-    "mentions": '"mentions": true or false for every item under "Things the customer may mention"',
-    "extract": '"extract": for each mention, the values pulled from the message, null when not given',
-    "branches": '"branches": true or false for every question under "Questions about this message"',
-    "fields": '"fields": each detail the customer gave in this message, null when not given',
-}
-
-
-def _skeleton(node: dict, leaf: Any) -> Any:
-    """The schema as an example: object nodes expand into their properties, other nodes are ``leaf``."""
-    if isinstance(node, dict) and node.get("type") == "object" and isinstance(node.get("properties"), dict):
-        return {key: _skeleton(child, leaf) for key, child in node["properties"].items()}
-    return leaf
-
-
-def _understand_output_section(schema: dict) -> str:
-    """``## Output``: a line per present section, then the schema's skeleton as compact JSON (§3.4 item 10)."""
-    present = list(schema["properties"])
-    skeleton = {key: _skeleton(schema["properties"][key], _SKELETON_LEAF[key]) for key in present}
-    return "\n".join(
-        ["## Output",
-         "Return exactly one JSON object and nothing else: no prose, no code fence. Every key is required; use "
-         "null where there is nothing to report."]
-        + [f"- {_OUTPUT_LINES[key]}" for key in present]
-        + ["The exact shape:", compact_json(skeleton)])
-
-
-# The lean understand call (issue 11, docs/guide/tokens.md) ---------------------------------------
-#
-# Same judgement, fewer tokens: the agent-constant text (task, rules, rubric, the flow, mention and
-# field catalogs) is the stable system part ahead of the history, so every session of the agent shares
-# it as a cached prefix; the schema is the same on every call of the agent; only the turn's facts
-# follow the history; and the reply lists only what holds.
-
-LEAN_TASK = ("## Task\nJudge the customer's latest message in context, by their own words only. List only what "
-             'holds; judge every item below unless "This turn" names which:')
-LEAN_KEY_RULES = {     # the schema gives each item's keys: the rules say what belongs in each list
-    "flows": "- flows: each flow the message fits, the current one too, scored 1-100: 90+ explicit keywords and "
-             "intent, 70+ strong context, 50+ moderate, 30+ weak.",
-    "mentions": "- mentions: the ids the customer clearly brought up; phrases are alternatives, an exclusion "
-                "overrides.",
-    "extract": "- extract: each value a listed mention gives (a list: one per element).",
-    "branches": "- branches: the ids of the questions answered yes.",
-    "fields": '- fields: "<id>: <value>" per detail this message gives, not already known; never guess.',
-}
-
-
-@dataclass(slots=True)
-class _LeanParts:
-    """The agent-constant part of a lean understand call: system text after the stable prefix, schema."""
-    text: str
-    schema: dict
-    flows: set
-    mentions: set
-    slugs: list
-    system: str = ""
-
-
-@dataclass(slots=True)
-class _LeanReading:
-    """What reading a lean-form reply needs beyond the alias table."""
-    flows: set = field(default_factory=set)
-    mentions: dict = field(default_factory=dict)
-    fields: list = field(default_factory=list)
-    field_names: list = field(default_factory=list)
-
-
-def _templated(*texts: Any) -> bool:
-    return any(isinstance(t, str) and "{{" in t for t in texts)
-
-
-def _flow_texts(flow: dict, kind: str) -> list:
-    triggers = triggers_of(flow, "message") if kind == "message" else [_mention_trigger(flow)]
-    return [flow.get("description"), *(p for t in triggers for p in (t.get(kind) or []))]
-
-
-def _lean_title(flow: dict, scope: Scope) -> str:
-    """``- <id>[ — <name>][: <description>]``: the name only when it is not the id (no text twice)."""
-    named = flow.get("name") and flow["name"] != flow.get("id")
-    text = _render_text(flow.get("description"), scope)
-    return f"- {flow.get('id')}" + (f" — {flow['name']}" if named else "") + (f": {text}" if text else "")
-
-
-def _lean_flow_entry(flow: dict, scope: Scope) -> list[str]:
-    lines = [_lean_title(flow, scope)]
-    plain, excluded = _phrases(triggers_of(flow, "message"), "message", scope)
-    if plain:
-        lines.append(f"  Says: {'; '.join(plain)}")
-    if excluded:
-        lines.append(f"  Score 0 when: {'; '.join(excluded)}")
-    return lines
-
-
-def _mention_phrase_lines(flow: dict, scope: Scope) -> list[str]:
-    """A mention's "Counts when" / "Does not count when" lines, shared by both protocols."""
-    plain, excluded = _phrases([_mention_trigger(flow)], "mention", scope)
-    return ([f"  Counts when: {'; '.join(plain)}"] if plain else []) + (
-        [f"  Does not count when: {'; '.join(excluded)}"] if excluded else [])
-
-
-def _lean_mention_entry(flow: dict, scope: Scope) -> list[str]:
-    lines = [_lean_title(flow, scope)] + _mention_phrase_lines(flow, scope)
-    extract = _mention_extract(flow)
-    if extract:
-        lines.append("  Values: " + "; ".join(field_line(name, d) for name, d in extract.items()))
-    return lines
-
-
-def lean_schema(keys: Iterable[str], ids: dict | None = None, most: dict | None = None) -> dict:
-    """The lean reply schema: closed lists of small typed items, valid for strict structured output on
-    Gemini, OpenAI and Anthropic (no descriptions: the system text says what each key holds).
-
-    ``ids`` (``flows``, ``mentions``, ``extract``, ``names``: the agent's) make those strings an
-    enum and ``most`` caps each list, with scores 0-100, so a weak model under a grammar cannot run
-    away inventing ids or lengthening lists until its output cap (docs/guide/providers.md, "Local
-    models").
-    """
-    text = {"type": "string"}
-    ids, most = ids or {}, most or {}
-
-    def named(key: str) -> dict:
-        return {"type": "string", "enum": list(ids[key])} if ids.get(key) else text
-
-    score = {"type": "integer", "minimum": 0, "maximum": 100} if ids else {"type": "integer"}
-    # A field is one "<id>: <value>" string (read by lean_field_item): a third of the schema tokens of an
-    # {"id","value"} object, and the value travels as text either way.
-    items = {"flows": closed_object({"id": named("flows"), "score": score}),
-             "mentions": named("mentions"),
-             "extract": closed_object({"id": named("extract"), "name": named("names"),
-                                       "value": text}),
-             "branches": text, "fields": text}
-    return closed_object({key: {"type": "array", "items": items[key],
-                                **({"maxItems": most[key]} if most.get(key) else {})}
-                          for key in keys})
-
-
-def _lean_bounds(agent: Agent, flows: list[dict]) -> tuple[dict, dict]:
-    """The ids and list lengths of the agent's lean understand schema (flows, mentions, fields)."""
-    mentions = [f for f in flows if _mention_trigger(f).get("mention")]
-    extracting = [f for f in mentions if _mention_extract(f)]
-    names = list(dict.fromkeys(name for f in extracting for name in _mention_extract(f)))
-    branches = sum(1 for f in flows for st in f.get("steps") or [] if isinstance(st, dict)
-                   for b in st.get("branches") or []
-                   if isinstance(b, dict) and b.get("when") is not None)
-    # With max_candidates the turn's few candidates travel after the history: an enum of every flow
-    # would put the whole catalog back in each call, so there the ids stay free strings.
-    every = [f["id"] for f in flows] if agent.max_candidates is None else []
-    ids = {"flows": every, "mentions": [f["id"] for f in mentions],
-           "extract": [f["id"] for f in extracting], "names": names}
-    return ids, {"flows": len(flows), "mentions": len(mentions), "branches": branches,
-                 "fields": len(agent.fields)}
-
-
-def _collect_list(part: dict) -> list:
-    collect = part.get("collect")
-    return collect if isinstance(collect, list) else []
-
-
-def lean_parts(agent: Agent, routing: bool) -> _LeanParts:
-    """The agent-constant part of lean understand calls, with or without routing; built once per agent."""
-    parts = agent._lean_parts.get(routing)
-    if parts is not None:
-        return parts
-    empty = Scope(data={}, context=None)
-    flows = [f for f in agent.flows if isinstance(f, dict) and isinstance(f.get("id"), str)]
-    # With max_candidates the turn's few candidates travel after the history instead of a full catalog.
-    catalog = [f for f in flows if message_trigger(f, True) and not _templated(*_flow_texts(f, "message"))] \
-        if routing and agent.max_candidates is None else []
-    mentions = [f for f in flows if _mention_trigger(f).get("mention") and not _templated(*_flow_texts(f, "mention"))]
-    # Only fields some flow collects can ever be asked (harvestable, the asker's pending): the rest is dead text.
-    collected = {slug for f in flows for part in [f, *(st for st in f.get("steps") or [] if isinstance(st, dict))]
-                 for slug in _collect_list(part)}
-    slugs = [slug for slug, d in agent.fields.items()
-             if slug in collected and extract_mode(d if isinstance(d, dict) else {}) == "anywhere"]
-    keys = [key for key, present in (
-        ("flows", routing and bool(flows)),
-        ("mentions", any(_mention_trigger(f).get("mention") for f in flows)),
-        ("extract", any(_mention_extract(f) for f in flows)),
-        ("branches", any(isinstance(b, dict) and b.get("when") is not None
-                         for f in flows for st in f.get("steps") or [] if isinstance(st, dict)
-                         for b in st.get("branches") or [])),
-        ("fields", bool(agent.fields))) if present]
-    sections = [LEAN_TASK + "\n" + "\n".join(LEAN_KEY_RULES[key] for key in keys)]
-    if catalog:
-        sections.append("\n".join(["## Flows"] + [line for f in catalog for line in _lean_flow_entry(f, empty)]))
-    if mentions:
-        sections.append("\n".join(["## Things the customer may mention"]
-                                  + [line for f in mentions for line in _lean_mention_entry(f, empty)]))
-    if slugs and agent.max_candidates is None:
-        sections.append("\n".join(["## Details"] + [f"- {lean_field_line(slug, agent.fields.get(slug))}"
-                                                   for slug in slugs]))
-    text = join_sections(*sections)
-    # The knowledge base stays (it can tell what a message means); the Identity is for the speaker.
-    parts = _LeanParts(text, lean_schema(keys, *_lean_bounds(agent, flows)),
-                       {f["id"] for f in catalog}, {f["id"] for f in mentions},
-                       slugs if agent.max_candidates is None else [], join_sections(knowledge_section(agent), text))
-    agent._lean_parts[routing] = parts
-    return parts
-
-
-def _lean_understand_call(agent: Agent, ask: UnderstandAsk) -> _UnderstandCall:
-    """The understand request under protocol "lean": the same questions as ``_understand_call``, laid out
-    for the prefix caches, with the v4 envelope attached for a ScriptedProvider's strict check."""
-    scope = Scope(data=ask.scope.data, context=ask.scope.context)
-    envelope = understand_envelope(agent, ask, scope)     # the same aliases, so a v4-form script reads the same
-    routing = asks_routing(ask)
-    parts = lean_parts(agent, routing)
-    prompt = join_sections(_lean_current_flow(ask, scope, parts.flows), _lean_known_section(agent, ask.scope.data),
-                           _lean_turn_section(agent, ask, scope, envelope, parts, routing),
-                           latest_message_section(ask.message))
-    request = GenerateRequest(system=parts.system, prompt=prompt, history=list(ask.history),
-                              context=ask.scope.context, schema=parts.schema,     # shared: a provider never changes it
-                              schema_name="understand", cache_history=True,
-                              v4_schema=envelope.schema, message=ask.message)
-    reading = envelope_part(envelope, f"lean reading {routing}", lambda: _lean_reading(envelope, ask, routing))
-    return _UnderstandCall(request=request, aliases=envelope.aliases, lean=reading)
-
-
-def _lean_reading(envelope: _Envelope, ask: UnderstandAsk, routing: bool) -> _LeanReading:
-    """What reading the lean reply of this envelope's call needs: the asked ids and the field names."""
-    names = list(ask.fields) + envelope.aliases.aliases_of(ask.fields)
-    return _LeanReading(flows={f["id"] for _, f in envelope.cand} if routing else set(),
-                        mentions={f.get("id"): _mention_extract(f) for f in ask.mentions},
-                        fields=list(ask.fields), field_names=sorted(names, key=len, reverse=True))
-
-
-def _lean_known_section(agent: Agent, data: dict) -> str | None:
-    """``## Already known``: one ``- <slug>: <JSON value>`` line per known field, in definition order."""
-    known = known_slugs(agent, data)
-    if not known:
-        return None
-    return "## Already known\n" + "\n".join(f"- {slug}: {_json_text(data[slug])}" for slug in known)
-
-
-def known_slugs(agent: Agent, data: dict) -> list[str]:
-    """The agent's fields that hold a known value, in definition order (model-calls.md §2.6); read from the
-    data, which holds only the fields given so far, so a turn does not walk every field (issue 12)."""
-    known = [slug for slug, value in data.items() if slug in agent.fields and is_known(value)]
-    if len(known) > 1:
-        order = agent._understanding.field_order
-        if order is None:           # built whole, then set: a turn on another thread never sees it half made
-            order = agent._understanding.field_order = {slug: n for n, slug in enumerate(agent.fields)}
-        known.sort(key=order.__getitem__)
-    return known
-
-
-def _lean_turn_section(agent: Agent, ask: UnderstandAsk, scope: Scope, envelope: _Envelope, parts: _LeanParts,
-                       routing: bool) -> str | None:
-    """``## This turn``: what this call asks beyond the catalog's defaults, and what the catalog lacks."""
-    keys = parts.schema["properties"]
-    lines: list[str] = []
-    if routing:
-        lines += envelope_part(envelope, "lean flows", lambda: _lean_asked(
-            "Flows to score", [f["id"] for _, f in envelope.cand], parts.flows) + [
-            line for _, f in envelope.cand if f["id"] not in parts.flows for line in _lean_flow_entry(f, scope)],
-            envelope.cand_templated)
-    if "mentions" in keys:
-        lines += envelope_part(envelope, "lean mentions", lambda: _lean_asked(
-            "Mentions to check", [f.get("id") for f in ask.mentions], parts.mentions) + [
-            line for f in ask.mentions if f.get("id") not in parts.mentions for line in _lean_mention_entry(f, scope)],
-            envelope.ment_templated)
-    if envelope.branches:
-        lines.append("Questions (list the id when the answer is yes):")
-        lines += [f"- {alias}: {when}" for alias, when in envelope.branches]
-    if "fields" in keys and (parts.slugs or not ask.fields):
-        known = {slug for slug, value in ask.scope.data.items() if is_known(value)}
-        lines += _lean_asked("Details to report", ask.fields, set(parts.slugs) - known)
-    elif "fields" in keys:                # max_candidates: no field catalog, the asked ones are described here
-        lines += envelope_part(envelope, "lean fields", lambda: ["Details to report:"] + [
-            f"- {lean_field_line(slug, agent.fields.get(slug))}" for slug in ask.fields])
-    return "## This turn\n" + "\n".join(lines) if lines else None
-
-
-def _lean_asked(label: str, ids: list, default: set) -> list[str]:
-    """The line naming what this turn asks, or none when it asks exactly the catalog's default set."""
-    if default and len(ids) == len(default) and set(ids) == default:
-        return []
-    return [f"{label}: {', '.join(str(i) for i in ids) or 'none'}"]
-
-
-def _lean_current_flow(ask: UnderstandAsk, scope: Scope, catalog: set) -> str | None:
-    """``## Current flow``: the flow and step; the description only when the catalog lacks it, the pending
-    fields by id (their lines are in the catalog)."""
-    if ask.floor_run is None and ask.floor_flow is None:
-        return None
-    flow = ask.floor_flow or {"id": ask.floor_run.flow_id if ask.floor_run else None}
-    line = str(flow.get("id"))
-    description = _render_text(flow.get("description"), scope) if flow.get("id") not in catalog else ""
-    lines = ["## Current flow", line + (f": {description}" if description else "")]
-    step = ask.floor_step
-    if isinstance(step, dict):
-        prompt = _render_text(step.get("prompt"), scope)
-        lines.append(f"Step {step.get('id')}" + (f": {prompt}" if prompt else ""))
-        if ask.floor_pending:
-            lines.append("Still being asked for: " + ", ".join(ask.floor_pending))
-    return "\n".join(lines)
-
-
-def _lean_extract_value(definition: Any, raw: Any) -> Any:
-    """A lean extract value (always text) as the parameter's declared type; kept as text when it does not read."""
-    definition = definition if isinstance(definition, dict) else {}
-    if definition.get("type") in ("number", "integer", "boolean"):
-        status, value = coerce_field({"type": definition["type"]}, raw)
-        return value if status == "ok" else raw
-    return raw
-
-
-def read_lean_sections(reply: dict, aliases: AliasTable, asked: _LeanReading, judgement: Judgement) -> None:
-    """The list-form sections of a reply (docs/guide/tokens.md): only what holds is listed.
-
-    An id is a real id of this call, else an alias of it. Sparse means: a flow not listed is
-    not scored (it counts as 0), a mention or branch not listed is not true, a detail not listed
-    was not given; a detail not asked for this call is dropped.
-    """
-    def ids(key: str) -> Iterator[tuple[str, dict | str]]:
-        value = reply.get(key)
-        for item in value if isinstance(value, list) else []:
-            name = item.get("id") if isinstance(item, dict) else item
-            if isinstance(name, str):
-                yield name, item
-
-    def real(name: str, known: Iterable) -> str:
-        return name if name in known else aliases.real(name)
-
-    for name, item in ids("flows"):
-        score = read_score(item.get("score")) if isinstance(item, dict) else None
-        if score is not None:
-            judgement.flows[real(name, asked.flows)] = score
-    for name, _ in ids("mentions"):
-        judgement.mentions[real(name, asked.mentions)] = True
-    for name, _ in ids("branches"):
-        judgement.branches[aliases.real(name)] = True
-    for flow_id, definitions in asked.mentions.items():
-        if definitions and judgement.mentions.get(flow_id) is True and flow_id not in judgement.extract:
-            judgement.extract[flow_id] = {}       # a strict v4 reply would have sent every value null
-    for name, item in ids("extract"):
-        flow_id = real(name, asked.mentions)
-        param, raw = (item.get("name"), item.get("value")) if isinstance(item, dict) else (None, None)
-        definitions = asked.mentions.get(flow_id) or {}
-        if not isinstance(param, str) or not is_known(raw) or not is_finite_json(raw):
-            continue                    # NaN and Infinity are dropped as in the v4 form (inferred)
-        values = judgement.extract.setdefault(flow_id, {})
-        definition = definitions[param] if isinstance(definitions.get(param), dict) else {}
-        if definition.get("type") == "array":
-            values.setdefault(param, []).append(_lean_extract_value(definition.get("items"), raw))
-        else:
-            values[param] = _lean_extract_value(definition, raw)
-    items = reply.get("fields")
-    for item in items if isinstance(items, list) else []:
-        pair = lean_field_item(item, asked.field_names)
-        slug = real(pair[0], asked.fields) if pair is not None else None
-        if pair is not None and slug in asked.fields and is_known(pair[1]):
-            judgement.fields[slug] = pair[1]
-
-
-def lean_field_item(item: Any, names: Iterable[str]) -> tuple[str, Any] | None:
-    """(id, value) of a lean ``fields`` item: a ``"<id>: <value>"`` string whose id is the longest of
-    ``names`` it starts with (a value may hold a colon), or an ``{"id","value"}`` object; None otherwise."""
-    if isinstance(item, dict):
-        return (item["id"], item.get("value")) if isinstance(item.get("id"), str) else None
-    if not isinstance(item, str):
-        return None
-    for name in sorted(names, key=len, reverse=True):
-        rest = item[len(name):].lstrip() if item.startswith(name) else ""
-        if rest.startswith(":"):
-            return name, rest[1:].strip() or None
-    return None
-
-
-def understand(agent: Agent, ask: UnderstandAsk) -> Judgement:
-    """The understand call (model-calls.md §3): one ``generate`` with ``schema_name="understand"``.
-
-    Zero calls and an empty judgement when ``needs_understand_call`` is False.
-    A provider exception propagates unchanged (§10.1); a malformed reply logs a
-    warning and judges nothing, but still counts as a call (§3.5).
-    """
-    if not needs_understand_call(ask):
-        return Judgement()
-    call = _understand_call(agent, ask) if agent.protocol == "v4" else _lean_understand_call(agent, ask)
-    generation = agent.provider.generate(call.request)
-    log_call(call.request, generation)
-    return read_judgement(generation, call.aliases, call.lean)
-
-
-def _judgement_reply(generation: Generation) -> dict | None:
-    structured = generation.structured
-    if isinstance(structured, dict) and not SECTION_KEYS.isdisjoint(structured):
-        return structured
-    found = find_json_object(generation.message)
-    if found is not None and not SECTION_KEYS.isdisjoint(found):
-        return found
-    return None
-
-
-def read_score(value: Any) -> int | float | None:
-    """A flow score: a number (not a bool) or a numeric string, finite, clamped to 0..100 (§3.5)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str):
-        value = js_number(value)
-    if not isinstance(value, (int, float)):
-        return None
-    try:
-        if not math.isfinite(value):
-            return None
-    except OverflowError:
-        return None
-    value = min(100, max(0, value))
-    return int(value) if isinstance(value, float) and value.is_integer() else value
-
-
-def is_finite_json(value: Any) -> bool:
-    """False when a float anywhere inside ``value`` is NaN or infinite (looked at without recursion)."""
-    todo = [value]
-    while todo:
-        item = todo.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            return False
-        if isinstance(item, dict):
-            todo.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            todo.extend(item)
-    return True
-
-
-def read_judgement(generation: Generation, aliases: AliasTable, lean: _LeanReading | None = None) -> Judgement:
-    """Read an understand reply section by section, mapping aliases back (model-calls.md §3.5).
-
-    A section that is a list is the lean reply form (docs/guide/tokens.md), read by
-    ``read_lean_sections``; a section that is an object is the v4 form, under either
-    protocol, so a script written for v4 reads the same under "lean".
-    """
-    judgement = Judgement(llm_calls=1, usage=generation.usage)
-    reply = _judgement_reply(generation)
-    if reply is None:
-        text = generation.message if isinstance(generation.message, str) else ""
-        log.warning("understand: the reply is not a usable judgement; nothing is judged this turn: %r",
-                    text[:200])
-        return judgement
-    if any(isinstance(value, list) for value in reply.values()):    # only the lean form has list sections
-        read_lean_sections(reply, aliases, lean or _LeanReading(), judgement)
-    for key, value in _section(reply, "flows").items():
-        score = read_score(value)
-        if score is not None:
-            judgement.flows[aliases.real(key)] = score
-    for target, key in ((judgement.mentions, "mentions"), (judgement.branches, "branches")):
-        for name, value in _section(reply, key).items():
-            answer = read_boolean(value)
-            if answer is not None:
-                target[aliases.real(name)] = answer
-    for key, value in _section(reply, "extract").items():
-        if isinstance(value, dict):
-            # NaN and Infinity (Python's json reads both, JSON has neither) would make the session
-            # unsavable: such an entry is dropped like a blank one (inferred).
-            judgement.extract[aliases.real(key)] = {name: v for name, v in value.items()
-                                                    if is_known(v) and is_finite_json(v)}
-    for key, value in _section(reply, "fields").items():
-        if is_known(value):
-            judgement.fields[aliases.real(key)] = value
-    return judgement
-
-
-def _section(reply: dict, key: str) -> dict:
-    """A v4 reply section: an object, or nothing."""
-    value = reply.get(key)
-    return value if isinstance(value, dict) else {}
-
-
-# The speak call (model-calls.md §5) -----------------------------------------------------------
-
-DEFAULT_COLLECT_GUIDELINE = ("Collect what is still missing below, in the flow of the conversation, "
-                             "one or two things per message.")
-DEFAULT_ANSWER_GUIDELINE = "Answer the customer's message in the flow of the conversation."
-GUIDELINE_HEADING = "## Guideline for your reply (adapt to the conversation)"
-TOOLS_SECTION = ("## Tools\nCall the provided tools when something must be looked up or done before you "
-                 "answer. Once you have enough, answer the customer.")
-WRAP_UP_SECTION = ("## Wrap up\nAnswer the customer now, using the tool results in the conversation. "
-                   "Do not call any tools.")
-
-
-def wire_names(pending: list[str]) -> list[tuple[str, str]]:
-    """(slug, wire name) for the speak envelope (model-calls.md §5.4).
-
-    A slug that is a valid property name (and not ``message``) travels as
-    itself; any other as ``field_<index>``, skipping to the next free
-    ``field_<n>`` when a real slug already uses that name (inferred).
-    """
-    slugs = list(dict.fromkeys(pending))
-    kept = {slug for slug in slugs if WIRE_NAME.fullmatch(slug) and slug != "message"}
-    taken = {"message"} | kept
-    names = []
-    for i, slug in enumerate(slugs):
-        if slug in kept:
-            names.append((slug, slug))
-            continue
-        n = i
-        while f"field_{n}" in taken:
-            n += 1
-        taken.add(f"field_{n}")
-        names.append((slug, f"field_{n}"))
-    return names
-
-
-def speak_envelope(agent: Agent, wire: list[tuple[str, str]]) -> dict:
-    """``{"message", <wire name>...}`` as a nullable envelope (model-calls.md §5.4, §2.7)."""
-    definitions: dict = {"message": {"type": "string"}}
-    for slug, name in wire:
-        definitions[name] = agent.fields.get(slug) or {"type": "string"}
-    return nullable_envelope(definitions)
-
-
-def speak_reply_shape(agent: Agent, pending: list[str]) -> tuple[list[tuple[str, str]], dict]:
-    """The wire names of the pending fields and the speak envelope over them, built once per agent for each
-    pending list, like ``_fields_envelope``: the agent's fields never change (issue 12)."""
-    def build() -> tuple[list[tuple[str, str]], dict]:
-        wire = wire_names(pending)
-        return wire, speak_envelope(agent, wire)
-    return reused(agent._field_envelopes, ("speak", *pending), build, FIELD_ENVELOPES_KEPT)
-
-
-def instruction_line(instruction: dict, scope: Scope) -> str | None:
-    """``- [<kind>] [Always] <prompt>[ (apply only when: a OR b)]``, None when the prompt renders empty (§5.2)."""
-    prompt = instruction.get("prompt")
-    text = render(prompt, scope).strip() if isinstance(prompt, str) else ""
-    if not text:
-        return None
-    when = instruction.get("when")
-    whens = [when] if isinstance(when, str) else [w for w in (when or []) if isinstance(w, str)]
-    whens = [w for w in whens if w.strip()]
-    line = f"- [{instruction.get('kind') or 'should'}] [Always] {text}"
-    return line + f" (apply only when: {' OR '.join(whens)})" if whens else line
-
-
-def instructions_section(instructions: list, scope: Scope) -> str | None:
-    if not instructions:
-        return None
-    lines = [line for line in (instruction_line(i, scope) for i in instructions if isinstance(i, dict)) if line]
-    return "## Instructions\n" + "\n".join(lines) if lines else None
-
-
-def input_section(ask: SpeakAsk) -> str | None:
-    """The Input section of model-calls.md §5.3 (message, blank message, retry, speak first)."""
-    if ask.input_kind == "message":
-        text = (ask.text or "").strip()
-        return f'## Customer\'s latest message\n"{text}"' if text else None
-    last = ask.history[-1] if ask.history else None
-    if isinstance(last, dict) and last.get("role") == "user":
-        return ("## Situation\nThe customer's last message, in the conversation above, has no answer yet. "
-                "Answer it now.")
-    return ("## Situation\nThere is no new message from the customer: you speak first. Open naturally; do not "
-            "answer a question nobody asked.")
-
-
-def response_format_section(agent: Agent, wire: list[tuple[str, str]]) -> str:
-    lines = ["## Response format",
-             'Answer with one JSON object and nothing else: no text around it, no code fences. "message" is what '
-             "you say to the customer, as natural text; it never contains field names, keys or raw values."]
-    for slug, name in wire:
-        lines.append(f'- "{name}": {field_line(slug, agent.fields.get(slug))}. '
-                     "The value the customer gave, or null.")
-    if wire:
-        lines += ["Rules for these properties:",
-                  "- Fill a property only with what the customer actually said, in this message or earlier; "
-                  "never guess.",
-                  "- When the customer gives several details at once, take every one of them.",
-                  "- A property the customer did not answer stays null: never a question or a placeholder.",
-                  "- Write the property names exactly as shown."]
-    return "\n".join(lines)
-
-
-def speak_prefix(agent: Agent, scope: Scope) -> tuple[str | None, str | None]:
-    """(system, Identity for the prompt) of a speak call: ``stable_prefix``, the system part (under protocol
-    "lean" with the reply rules, docs/guide/tokens.md) built once per agent, as it never reads the turn."""
-    def build() -> tuple[str | None, bool]:
-        system, _ = stable_prefix(agent, scope)
-        if agent.protocol == "lean":
-            system = join_sections(system, LEAN_SPEAK_FORMAT + ("\n" + LEAN_TOOLS_RULE if agent.tools else ""))
-        return system, identity_varies(agent)
-
-    system, varies = reused(agent._turn_parts, "speak system", build)
-    return system, identity_section(agent, scope) if varies else None
-
-
-def speak_prompt(agent: Agent, ask: SpeakAsk, wire: list[tuple[str, str]]) -> tuple[str | None, str]:
-    """(system, prompt without the round section) for a talk step or the idle speaker (§5.3).
-
-    A step ``prompt`` that renders blank counts as absent, so the default
-    guideline applies (inferred: a heading with nothing under it helps nobody).
-    """
-    scope = ask.scope
-    system, identity = speak_prefix(agent, scope)
-    if ask.step is None:
-        idle = agent.idle if isinstance(agent.idle, dict) else {}
-        return system, join_sections(
-            identity, f"{GUIDELINE_HEADING}\n{_render_text(idle.get('prompt'), scope)}".strip(),
-            instructions_section(ask.instructions, scope), input_section(ask),
-            response_format_section(agent, []))
-    flow = ask.flow or {}
-    flow_text = flow_name(flow) if flow else ""
-    if flow.get("description"):
-        flow_text += f": {flow['description']}"
-    guideline = _render_text(ask.step.get("prompt"), scope) or (
-        DEFAULT_COLLECT_GUIDELINE if ask.pending else DEFAULT_ANSWER_GUIDELINE)
-    return system, join_sections(
-        identity, f"## Flow\n{flow_text}" if flow_text else None, f"{GUIDELINE_HEADING}\n{guideline}",
-        _still_to_collect_section(agent, ask), already_known_section(agent, scope.data),
-        instructions_section(ask.instructions, scope), input_section(ask), response_format_section(agent, wire))
-
-
-def _still_to_collect_section(agent: Agent, ask: SpeakAsk) -> str | None:
-    if not ask.pending:
-        return None
-    assert ask.step is not None             # fields are pending only on a talk step
-    step_ask = ask.step["ask"] if isinstance(ask.step.get("ask"), dict) else {}
-    lines = ["## Still to collect",
-             "Ask for these in this order, at the pace the guideline sets. If the customer's message already "
-             "gives one of them, take it and do not ask for it again."]
-    for slug in ask.pending:
-        definition = agent.fields.get(slug)
-        lines.append(f"- {field_line(slug, definition)}")
-        wording = step_ask.get(slug)
-        if wording is None and isinstance(definition, dict):
-            wording = definition.get("ask")
-        how = _render_text(wording, ask.scope)
-        if how:
-            lines.append(f"  How to ask: {how}")
-    return "\n".join(lines)
-
-
-LEAN_SPEAK_FORMAT = (
-    '## Reply\n"message": your answer in natural text (no field names or keys). "fields": "<id>: <value>" per '
-    '"Still to collect" detail the customer gave, never guessed. Ask for them in order at the guideline\'s pace; '
-    'never ask again for an "Already known" value.')
-LEAN_TOOLS_RULE = "Call the offered tools when something must be looked up or done first."
-LEAN_WRAP_UP = "## Wrap up\nAnswer now with the tool results; call no tools."
-LEAN_GUIDELINE_HEADING = "## Guideline"
-LEAN_COLLECT_GUIDELINE = "Collect what is still missing, one or two things per message."
-
-
-def lean_speak_schema() -> dict:
-    """The lean speak reply schema, the same on every speak call: the message and the details given."""
-    return closed_object({"message": {"type": "string"}, "fields": {"type": "array", "items": {"type": "string"}}})
-
-
-def lean_speak_call(agent: Agent, ask: SpeakAsk) -> tuple[str | None, str]:
-    """(system, prompt) of a speak call under protocol "lean" (docs/guide/tokens.md).
-
-    The response-format rules join the stable system part, the reply schema
-    (``lean_speak_schema``) is the same on every speak call of the agent, and
-    each pending field is listed once.
-    """
-    scope = ask.scope
-    system, identity = speak_prefix(agent, scope)
-    if ask.step is None:
-        idle = agent.idle if isinstance(agent.idle, dict) else {}
-        guideline = _render_text(idle.get("prompt"), scope)
-        return system, join_sections(
-            identity, f"{LEAN_GUIDELINE_HEADING}\n{guideline}" if guideline else None,
-            instructions_section(ask.instructions, scope), input_section(ask))
-    flow = ask.flow or {}
-    flow_text = flow_name(flow) if flow else ""
-    if flow.get("description"):
-        flow_text += f": {flow['description']}"
-    guideline = _render_text(ask.step.get("prompt"), scope) or (
-        LEAN_COLLECT_GUIDELINE if ask.pending else DEFAULT_ANSWER_GUIDELINE)
-    data = scope.data
-    known = [f"- {slug}: {_json_text(data[slug])}" for slug in agent.fields if slug in data and is_known(data[slug])]
-    prompt = join_sections(
-        identity, f"## Flow\n{flow_text}" if flow_text else None, f"{LEAN_GUIDELINE_HEADING}\n{guideline}",
-        _lean_still_to_collect(agent, ask), "## Already known\n" + "\n".join(known) if known else None,
-        instructions_section(ask.instructions, scope), input_section(ask))
-    return system, prompt
-
-
-def _lean_still_to_collect(agent: Agent, ask: SpeakAsk) -> str | None:
-    """``## Still to collect``, one line per pending field and its wording; the rules are in the system part."""
-    if not ask.pending:
-        return None
-    step = ask.step or {}
-    step_ask = step["ask"] if isinstance(step.get("ask"), dict) else {}
-    lines = ["## Still to collect"]
-    known_lines = agent._turn_parts.setdefault("lean field lines", {})    # a field's line never changes
-    for slug in dict.fromkeys(ask.pending):
-        definition = agent.fields.get(slug)
-        wording = step_ask.get(slug)
-        if wording is None and isinstance(definition, dict):
-            wording = definition.get("ask")
-        how = _render_text(wording, ask.scope)
-        line = known_lines.get(slug)
-        if line is None:
-            line = known_lines[slug] = f"- {lean_field_line(slug, definition)}"
-        lines.append(line + (f" — ask: {how}" if how else ""))
-    return "\n".join(lines)
-
-
-def lean_field_line(name: str, definition: Any) -> str:
-    """``<name>[ (<type>)][ [a | b]][: <description>]``: like ``field_line``, the type left out for a string."""
-    line = field_line(name, definition)
-    return line.replace(f"{name} (string)", name, 1) if line.startswith(f"{name} (string)") else line
-
-
-@dataclass(slots=True)
-class ToolCall:
-    """One tool call of a speak round, as read from the reply (model-calls.md §5.5, §6.7)."""
-    name: str
-    arguments: dict
-    thought_signature: Any = None
-
-
-@dataclass(slots=True)
-class ToolOutput:
-    """One call's result: what the model reads, and the data patch or None (model-calls.md §6.3, §6.6)."""
-    text: str
-    data: dict | None = None
-
-
-@dataclass(slots=True)
-class _Round:
-    """One speak round's reply as read by model-calls.md §5.5."""
-    message: str
-    fields: dict
-    calls: list[ToolCall]
-    reasoning: str | None = None
-    reasoning_details: Any = None
-
-
-def read_round(generation: Generation, wire: list[tuple[str, str]]) -> _Round:
-    """Message, field values and tool calls of one speak round (model-calls.md §5.5).
-
-    Text that looks like an envelope but does not parse reads as "" so it can
-    never reach the customer.
-    """
-    raw = generation.message if isinstance(generation.message, str) else ""
-    parsed = generation.structured if isinstance(generation.structured, dict) else find_json_object(raw)
-    if parsed is not None:
-        message = parsed["message"] if isinstance(parsed.get("message"), str) else ""
-        fields = {slug: parsed[name] for slug, name in wire if is_known(parsed.get(name))}
-        if isinstance(parsed.get("fields"), list):          # the lean form (docs/guide/tokens.md)
-            real = {name: slug for slug, name in wire} | {slug: slug for slug, _ in wire}
-            for item in parsed["fields"]:
-                pair = lean_field_item(item, real)
-                if pair is not None and pair[0] in real and is_known(pair[1]):
-                    fields[real[pair[0]]] = pair[1]
-    else:
-        message = "" if ENVELOPE_SHAPED.match(raw) else raw
-        fields = {}
-    calls = []
-    for call in generation.tool_calls or []:
-        get = call.get if isinstance(call, dict) else (lambda key, c=call: getattr(c, key, None))
-        name = get("name")
-        if isinstance(name, str) and name:
-            calls.append(ToolCall(name, tool_arguments(get("arguments")), get("thought_signature")))
-    reasoning = generation.reasoning if isinstance(generation.reasoning, str) and generation.reasoning else None
-    details = generation.reasoning_details if isinstance(generation.reasoning_details, list) else None
-    return _Round(message, fields, calls, reasoning, details)
-
-
-_DEFERRAL_CODES = {
-    "timeout": ("provider-unavailable", True), "network": ("provider-unavailable", True),
-    "overload": ("provider-unavailable", True), "rate": ("provider-unavailable", True),
-    "unknown": ("provider-unavailable", True), "aborted": ("provider-unavailable", False),
-    "quota": ("provider-quota", False), "auth": ("provider-auth", False),
-    "entitlement": ("provider-auth", False), "model": ("provider-invalid", False),
-    "invalid": ("provider-invalid", False), "content": ("provider-invalid", False),
-    "context": ("provider-context", False),
-    # A reply cut at the output cap: like any unusable reply (model-calls.md §5.5), a later wake
-    # may do better.
-    "length": ("provider-length", True),
-}
-
-
-def classify_deferral(error: BaseException) -> tuple[str, bool, int | None]:
-    """(code, retryable, reset_at_ms) of a failed speak round (model-calls.md §10.2)."""
-    if not isinstance(error, ProviderError):
-        return "provider-unavailable", True, None
-    code, retryable = _DEFERRAL_CODES.get(error.kind, ("provider-unavailable", True))
-    if error.kind == "quota":
-        retryable = error.reset_at_ms is not None
-    if error.should_retry is not None:
-        retryable = bool(error.should_retry)
-    return code, retryable, error.reset_at_ms
-
-
-def provided_generation(generation: Any) -> Generation:
-    """What a host-written provider's ``generate`` returned, checked to be a Generation (providers.md §1.4).
-
-    The engine reads the reply outside the provider's ``try``, so a provider
-    that returns something else fails here, as a provider failure.
-    """
-    if not isinstance(generation, Generation):
-        raise TypeError(f"provider.generate returned {type(generation).__name__}, not a Generation. "
-                        "Return falai.Generation(message=...).")
-    if generation.usage is not None and not isinstance(generation.usage, TokenUsage):
-        raise TypeError(f"provider.generate returned usage {type(generation.usage).__name__}, not a TokenUsage. "
-                        "Return falai.TokenUsage(...) or None.")
-    if not isinstance(generation.tool_calls, (list, tuple)) and generation.tool_calls is not None:
-        raise TypeError(f"provider.generate returned tool_calls {type(generation.tool_calls).__name__}, "
-                        "not a list. Return a list of ToolCallRequest.")
-    return generation
-
-
-def _stream_round(provider: Any, request: GenerateRequest) -> Generator[str, None, Generation]:
-    """Stream one round: yield decoded deltas, return the round as a Generation (model-calls.md §8).
-
-    The returned message is the raw accumulated text, read by ``read_round``
-    exactly as ``generate``'s would be, so a streamed turn returns the same
-    result as ``turn()`` for the same provider output, broken envelopes included.
-    """
-    decoder = StreamDecoder()
-    raw: list[str] = []                         # the raw text, in pieces: joined once, at the end
-    structured, tool_calls, usage = None, [], None
-    reasoning, details, metadata = None, None, {}
-    for chunk in provider.generate_stream(request):
-        # A chunk with a delta is read by its delta alone: its ``accumulated`` is all deltas so far
-        # (providers.md §1.6 rule 2), and reading it for every chunk would copy the reply each time.
-        if isinstance(chunk.delta, str) and chunk.delta and not chunk.done:
-            raw.append(chunk.delta)
-            delta = decoder.feed(chunk.delta)
-        elif isinstance(chunk.accumulated, str):
-            raw[:] = [chunk.accumulated]
-            _, delta = decoder.push(chunk.accumulated)  # no delta (the final chunk, a custom provider)
-        else:
-            raw.append(chunk.delta or "")
-            fed = isinstance(chunk.delta, str) and chunk.delta
-            delta = decoder.feed(chunk.delta) if fed else ""
-        if delta:
-            yield delta
-        if chunk.structured is not None:
-            structured = chunk.structured
-        if chunk.tool_calls:
-            tool_calls = list(chunk.tool_calls)
-        if chunk.usage is not None:
-            usage = chunk.usage
-        if chunk.reasoning:
-            reasoning = chunk.reasoning
-        if chunk.reasoning_details is not None:
-            details = chunk.reasoning_details
-        if chunk.metadata:
-            metadata = chunk.metadata
-    return Generation(message="".join(raw), structured=structured, tool_calls=tool_calls, usage=usage,
-                      reasoning=reasoning, reasoning_details=details, metadata=metadata)
-
-
-def _overlay(data: dict, patch: dict) -> dict:
-    """``session.data`` overlaid with the call's patches; a key patched to None is left out (§6.6)."""
-    view = dict(data)
-    merge_patch(view, patch)
-    return view
-
-
-def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, Spoken | Deferred]:
-    """The speak call and its tool rounds (model-calls.md §5-§6, the Tool seed page).
-
-    A generator: ``result = yield from speak(agent, ask, streaming)``. While
-    streaming it yields text deltas (``provider.generate_stream`` through a
-    ``StreamDecoder``); otherwise it uses ``provider.generate`` and yields
-    nothing. It returns ``Spoken`` or ``Deferred`` and never raises for a
-    provider failure or a tool.
-    """
-    wire, envelope = speak_reply_shape(agent, ask.pending if ask.step is not None else [])
-    if agent.protocol == "v4":
-        system, base = speak_prompt(agent, ask, wire)
-        schema, v4_schema = envelope, None
-    else:
-        system, base = lean_speak_call(agent, ask)
-        schema, v4_schema = reused(agent._turn_parts, "lean speak schema", lean_speak_schema), envelope
-    declarations = [{"name": t.id, "description": t.description, "parameters": t.parameters} for t in ask.tools]
-    tools_by_id: dict[str, Tool] = {}
-    for tool in ask.tools:
-        tools_by_id.setdefault(tool.id, tool)
-    loops = max(0, agent.max_tool_loops)           # 0 or less offers no tools (model-calls.md §6.2)
-    history = list(ask.history)
-    fields: dict = {}
-    data: dict = {}
-    usage: TokenUsage | None = None
-    calls = 0
-    round_no = 0
-    while True:
-        offer = bool(ask.tools) and round_no < loops
-        if v4_schema is None:
-            section = TOOLS_SECTION if offer else WRAP_UP_SECTION if round_no > 0 else None
-        else:                                       # lean: the tools rule is in the system part
-            section = LEAN_WRAP_UP if not offer and round_no > 0 else None
-        request = GenerateRequest(system=system, prompt=join_sections(base, section), history=list(history),
-                                  context=ask.scope.context,
-                                  schema=schema,              # shared: a provider never changes a request
-                                  schema_name="speak", tools=declarations if offer else None,
-                                  cache_history=v4_schema is not None, v4_schema=v4_schema,
-                                  message=ask.text if ask.input_kind == "message" else None)
-        calls += 1
-        try:                       # only the provider's part: an engine bug below must surface (issue 12)
-            if streaming:                       # the decoder runs between the provider's chunks, so inside
-                generation = provided_generation((yield from _stream_round(agent.provider, request)))
-            else:
-                generation = provided_generation(agent.provider.generate(request))
-        except ScriptError:
-            raise                  # a wrong test script, not a provider failure (issue 9)
-        except Exception as error:
-            code, retryable, reset_at_ms = classify_deferral(error)
-            log.warning("speak: call %d failed (%s): %s", calls, code, error_text(error))
-            log_swallowed(f"speak: call {calls}")
-            return Deferred(code=code, retryable=retryable, reset_at_ms=reset_at_ms, llm_calls=calls, usage=usage)
-        log_call(request, generation)
-        reply = read_round(generation, wire)
-        usage = add_usage(usage, generation.usage)
-        fields.update(reply.fields)
-        message = reply.message
-        if not offer or not reply.calls:
-            break
-        ctx = ToolCtx(context=ask.scope.context, data=_overlay(ask.scope.data, data), history=list(history),
-                      run=ask.run, now=ask.now)
-        results = run_tool_calls(agent, tools_by_id, reply.calls, ctx)
-        if round_no == 0 and not (history and isinstance(history[-1], dict) and history[-1].get("role") == "user"):
-            # model-calls.md §6.7 rule 1: the message text, else the speak prompt. A blank message text counts
-            # as "else" (inferred): providers drop a blank user item, and no conversation may open with the
-            # model's own function call (providers.md §2.2).
-            text = (ask.text or "").strip() if ask.input_kind == "message" else ""
-            history.append({"role": "user", "content": ask.text if text else base})
-        history.append(_assistant_item(round_no, reply))
-        for i, (call, output) in enumerate(zip(reply.calls, results)):
-            history.append({"role": "tool", "tool_call_id": f"call-{round_no}-{i}", "name": call.name,
-                            "content": output.text})
-        for output in results:
-            if output.data:
-                data.update(output.data)
-        round_no += 1
-    text = message.strip()
-    if not text:
-        log.warning("speak: the reply is blank after %d call(s); the speaker defers", calls)
-        return Deferred(code="provider-unavailable", retryable=True, llm_calls=calls, usage=usage)
-    return Spoken(message=text, fields=fields, data=data, llm_calls=calls, usage=usage)
-
-
-def _assistant_item(round_no: int, reply: _Round) -> dict:
-    """The assistant history item of a round that called tools (model-calls.md §6.7)."""
-    tool_calls = []
-    for i, asked in enumerate(reply.calls):
-        call = {"id": f"call-{round_no}-{i}", "name": asked.name, "arguments": asked.arguments}
-        if isinstance(asked.thought_signature, str) and asked.thought_signature:
-            call["thoughtSignature"] = asked.thought_signature
-        tool_calls.append(call)
-    item = {"role": "assistant", "content": reply.message if reply.message.strip() else None,
-            "tool_calls": tool_calls}
-    if reply.reasoning:
-        item["reasoning"] = reply.reasoning
-    if reply.reasoning_details is not None:
-        item["reasoningDetails"] = reply.reasoning_details
-    return item
-
-
-# Tool calls (model-calls.md §6.3-§6.6) --------------------------------------------------------
-
-def tool_payload(payload: dict) -> str:
-    """An error payload the model reads: compact JSON, non-ASCII kept, never truncated (§6.3)."""
-    try:
-        return compact_json(payload)
-    except UNSERIALIZABLE:
-        return compact_json({"error": str(payload.get("error"))})
-
-
-def tool_value_text(value: Any, limit: Any = None) -> str:
-    """What the model reads from a tool's ``value``, cut at ``limit`` characters (model-calls.md §6.5)."""
-    if value is None:
-        text = '{"ok":true}'
-    elif isinstance(value, str):
-        text = value
-    else:
-        try:
-            text = compact_json(value)
-        except UNSERIALIZABLE:
-            text = "[result could not be serialized]"
-    if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 and len(text) > limit:
-        text = f"{text[:limit]}\n[truncated: {len(text)} chars total, showing the first {limit}]"
-    return text
-
-
-def _verdict(result: Any, ok_key: str, why_key: str) -> tuple[bool, Any, Any]:
-    """(passes, why, correctedInput) of a validate/permission hook result.
-
-    None passes; a dataclass or a dict with the spec keys is read; a bare bool
-    is read as the answer itself (inferred: what a user writing ``lambda a, c:
-    True`` expects).
-    """
-    if result is None:
-        return True, None, None
-    if isinstance(result, bool):
-        return result, None, None
-    if isinstance(result, dict):
-        corrected = result.get("correctedInput", result.get("corrected_input"))
-        return bool(result.get(ok_key)), result.get(why_key), corrected
-    return bool(getattr(result, ok_key, False)), getattr(result, why_key, None), \
-        getattr(result, "corrected_input", None)
-
-
-def _copy_args(arguments: dict) -> dict:
-    try:
-        return copy.deepcopy(arguments)
-    except Exception:
-        return dict(arguments)
-
-
-def run_tool(tool: Tool | None, name: str, arguments: dict, ctx: ToolCtx) -> ToolOutput:
-    """One call through its gates (model-calls.md §6.3): what the model reads, and the data patch or None.
-
-    Never raises: a hook or handler that raises becomes ``{"error": ...}``.
-    """
-    if tool is None:
-        return ToolOutput(tool_payload({"error": f'Tool "{name}" is not available.'}))
-    args = _copy_args(arguments)
-    try:
-        if tool.validate_input is not None:
-            valid, error, corrected = _verdict(tool.validate_input(args, ctx), "valid", "error")
-            if not valid:
-                payload = {"error": f"Validation failed: {'invalid input' if error is None else error}"}
-                if corrected is not None:
-                    payload["correctedInput"] = corrected
-                return ToolOutput(tool_payload(payload))
-        if tool.check_permissions is not None:
-            allowed, reason, _ = _verdict(tool.check_permissions(args, ctx), "allowed", "reason")
-            if not allowed:
-                why = "not allowed" if reason is None else reason
-                return ToolOutput(tool_payload({"error": f"Permission denied: {why}"}))
-        result = tool.handler(args, ctx)
-    except Exception as error:
-        log.warning('tool "%s" raised: %s', tool.id, error_text(error))
-        log_swallowed(f'tool "{tool.id}"')
-        return ToolOutput(tool_payload({"error": error_text(error)}))
-    if result is None:
-        value, data = None, None
-    elif isinstance(result, ToolResult):
-        value, data = result.value, result.data
-    elif isinstance(result, dict):
-        value, data = result.get("value"), result.get("data")
-    else:
-        log.warning('tool "%s" returned %s, not a ToolResult or a dict; read as an empty result',
-                    tool.id, type(result).__name__)
-        value, data = None, None
-    if data is not None and not isinstance(data, dict):
-        log.warning('tool "%s" returned data that is not a dict; ignored', tool.id)
-        data = None
-    if data is not None and nests_deeper(data, MAX_NESTING + 1):
-        log.warning('tool "%s" returned data nested deeper than %d levels; ignored', tool.id, MAX_NESTING)
-        data = None
-    return ToolOutput(tool_value_text(value, tool.max_result_size_chars), data)
-
-
-def is_safe_call(tool: Tool | None, arguments: dict) -> bool:
-    """May this call run beside others (model-calls.md §6.4)? A hook that raises means no."""
-    if tool is None:
-        return False
-    try:
-        if tool.is_destructive is not None and tool.is_destructive(arguments):
-            return False
-        if tool.is_concurrency_safe is not None:
-            return bool(tool.is_concurrency_safe(arguments))
-        if tool.is_read_only is not None:
-            return bool(tool.is_read_only(arguments))
-    except Exception as error:
-        log.warning('tool "%s": a concurrency hook raised (%s); the call runs alone', tool.id, error_text(error))
-        log_swallowed(f'tool "{tool.id}" concurrency hook')
-    return False
-
+# The agent's tool pool ------------------------------------------------------------------------
 
 def tool_pool(agent: Agent) -> Any:
     """The agent's one thread pool for safe tool calls, created on first use and capped (issue 12)."""
@@ -5739,389 +4136,6 @@ def tool_pool(agent: Agent) -> Any:
         return agent._tool_pool
 
 
-def run_tool_calls(agent: Agent, tools_by_id: dict, calls: list[ToolCall], ctx: ToolCtx) -> list[ToolOutput]:
-    """Run a round's calls in batches, results in call order (model-calls.md §6.4).
-
-    A run of consecutive safe calls runs together on the agent's tool pool (at
-    most TOOL_POOL_WORKERS at once); any other call runs alone. A batch starts
-    when the previous ended.
-    """
-    tools = [tools_by_id.get(call.name) for call in calls]
-    safe = [is_safe_call(tool, _copy_args(call.arguments)) for tool, call in zip(tools, calls)]
-    results: list = [None] * len(calls)
-    i = 0
-    while i < len(calls):
-        end = i + 1
-        if safe[i]:
-            while end < len(calls) and safe[end]:
-                end += 1
-        if end - i == 1:
-            results[i] = run_tool(tools[i], calls[i].name, calls[i].arguments, ctx)
-        else:
-            pool = tool_pool(agent)
-            futures = [pool.submit(run_tool, tools[k], calls[k].name, calls[k].arguments, ctx) for k in range(i, end)]
-            for k, future in zip(range(i, end), futures):
-                results[k] = future.result()
-        i = end
-    return results
-
-
-# Compaction (model-calls.md §9) ---------------------------------------------------------------
-
-SUMMARY_MARKER = "[Conversation Summary]\n"
-SUMMARY_REQUEST = ("Summarize the conversation below concisely. Keep the key facts, the decisions made and the "
-                   "context needed to continue it; leave out small talk.")
-
-
-def _content_text(item: Any) -> str:
-    content = item.get("content") if isinstance(item, dict) else item
-    if isinstance(content, str):
-        return content
-    return "" if content is None else _json_text(content)
-
-
-def _item_chars(item: Any) -> int:
-    """What one history item adds to the estimate: content and name characters, plus 4."""
-    name = item.get("name") if isinstance(item, dict) else None
-    return len(_content_text(item)) + (len(name) if isinstance(name, str) else 0) + 4
-
-
-def estimate_tokens(history: list) -> int:
-    """Characters of content and name, plus 4 per item, over 4, rounded up (model-calls.md §9.3)."""
-    return -(-sum(map(_item_chars, history)) // 4)
-
-
-def _is_tool_item(item: Any) -> bool:
-    return isinstance(item, dict) and item.get("role") == "tool"
-
-
-class Compacted(NamedTuple):
-    """What compaction returns (model-calls.md §9): a NamedTuple, so ``history, calls, usage = ...`` reads it."""
-    history: list
-    llm_calls: int              # 1 when a summary call was made (even a failed one), else 0
-    usage: TokenUsage | None
-
-
-def compact_history(agent: Agent, history: list) -> Compacted:
-    """Trim the turn's history to the compaction budget (model-calls.md §9).
-
-    Returns ``Compacted(history, llm_calls, usage)``; ``(history, 0, None)`` with no
-    config, ``enabled: False`` or an empty history. Layers, cheapest first:
-    none, tool_result_budget, micro_compact, auto_compact (one summary call;
-    when it fails, the oldest messages are dropped instead). Never raises.
-    """
-    config = agent.compaction
-    if not isinstance(config, dict) or config.get("enabled") is False or not history:
-        return Compacted(history, 0, None)
-    import falai_checks
-    try:                        # construction checked it; this catches one swapped in since (inferred)
-        falai_checks.check_compaction(config)
-    except ValueError as error:
-        log.warning("compaction: skipped (%s)", error_text(error))
-        return Compacted(history, 0, None)
-    return _compact(agent, config, list(history))
-
-
-def _compact(agent: Agent, config: dict, history: list) -> Compacted:
-    threshold = config["maxTokens"] * config.get("compactionThreshold", 0.8)
-    keep = config.get("preserveRecentCount", 4)
-    limit = config.get("maxToolResultChars", 5000)
-    if estimate_tokens(history) < threshold:
-        return Compacted(history, 0, None)
-    edge = len(history) - min(keep, len(history))
-    budgeted = list(history)
-    for i in range(edge):
-        text = _content_text(budgeted[i])
-        if _is_tool_item(budgeted[i]) and len(text) > limit:
-            budgeted[i] = {**budgeted[i],
-                           "content": f"{text[:limit]}\n\n[Truncated: {len(text)} chars total, showing first {limit}]"}
-    if estimate_tokens(budgeted) < threshold:
-        return Compacted(budgeted, 0, None)
-    micro = list(budgeted)
-    for i in range(edge):
-        if _is_tool_item(micro[i]):
-            micro[i] = {**micro[i], "content": re.sub(r"\s+", " ", _content_text(micro[i])).strip()}
-    if estimate_tokens(micro) < threshold:
-        return Compacted(micro, 0, None)
-    while 0 < edge < len(micro) and _is_tool_item(micro[edge]):
-        edge -= 1
-    if edge == 0:  # nothing older than the window to summarize: a call would buy nothing (inferred)
-        return Compacted(micro, 0, None)
-    older, window = micro[:edge], micro[edge:]
-    transcript = "\n".join(f"[{item.get('role') if isinstance(item, dict) else ''}]: {_content_text(item)}"
-                           for item in older)
-    request = GenerateRequest(system=None, prompt=f"{SUMMARY_REQUEST}\n\n{transcript}", history=[], context={},
-                              schema=None, schema_name="compaction", tools=None, max_output_tokens=1024)
-    try:
-        generation = provided_generation(agent.provider.generate(request))
-    except ScriptError:
-        raise
-    except Exception as error:
-        log.warning("compaction: the summary call failed (%s); dropping the oldest messages instead",
-                    error_text(error))
-        log_swallowed("compaction: the summary call")
-        kept = list(window)
-        total, added = sum(map(_item_chars, kept)), []   # a running sum: each item is measured once
-        for item in reversed(older):
-            total += _item_chars(item)
-            if -(-total // 4) >= threshold:
-                break
-            added.append(item)
-        return Compacted(added[::-1] + kept, 1, None)
-    log_call(request, generation)
-    summary = generation.message if isinstance(generation.message, str) else ""
-    return Compacted([{"role": "system", "content": SUMMARY_MARKER + summary}] + window, 1, generation.usage)
-
-
-# 11. Streaming ################################################################################
-
-# The envelope stream decoder (model-calls.md §8) ----------------------------------------------
-
-_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
-_HEX4 = re.compile(r"[0-9a-fA-F]{4}")
-_LOW_SURROGATE = re.compile(r"\\u[dD][c-fC-F][0-9a-fA-F]{2}")
-_PARTIAL_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{0,3})?")
-_PLAIN_RUN = re.compile(r'[^"\\]+')
-
-
-class StreamDecoder:
-    """Turn a streamed speak envelope into the customer's text as it grows (model-calls.md §8).
-
-    ``feed(delta) -> str``: feed the provider's next ``delta``; get back the
-    customer-facing text that is new ("" when nothing is). A feed costs the
-    length of its delta: the decoder scans only the new characters, carries
-    over only an incomplete escape and the raw pieces of a key being read, and
-    copies no whole text (it keeps the fed deltas as a list, uncopied, for a
-    later ``push`` to compare). One decoder per round; ``text`` is the
-    customer text so far, joined when read.
-
-    ``push(accumulated) -> (text, delta)``: the same decoding, fed the whole
-    text received so far (see ``push``).
-
-    - A JSON object: the decoded value of its top-level ``"message"`` string.
-      Keys before it are skipped with their values; a nested ``"message"`` is
-      never taken; an incomplete escape (``\\``, a partial ``\\uXXXX``, a high
-      surrogate waiting for its pair) is held back. A ``null`` or non-string
-      message gives "".
-    - A leading fence of three or more backticks is skipped to the end of its
-      line; while only backticks have arrived nothing is emitted; one or two
-      backticks are prose. Behind a fence, text that is not an object gives "".
-    - Anything else is prose and passes through verbatim.
-    """
-
-    def __init__(self) -> None:
-        self._restart()
-
-    def _restart(self) -> None:
-        self._source: list[str] = []    # what was fed since the start, for push's extension check
-        self._text: list[str] = []      # the customer text so far, in pieces
-        self._mode = "start"            # start, ticks, prose, fence, fenced, json, message, done
-        self._lead: list[str] = []      # leading whitespace and backticks: prose keeps them verbatim
-        self._ticks = 0                 # backticks in the leading run
-        self._depth = 0
-        self._in_string = False
-        self._escaped = False
-        self._key: list[str] | None = None    # raw pieces of a top-level key being read
-        self._last_key: str | None = None
-        self._expect = "key"            # at depth 1: key, colon, value, inside (a value is being skipped)
-        self._tail = ""                 # the end of the message string held back: an incomplete escape
-
-    @staticmethod
-    def _joined(pieces: list[str]) -> str:
-        """The pieces as one string, kept as the only piece so the next join copies only what is new."""
-        if len(pieces) > 1:
-            pieces[:] = ["".join(pieces)]
-        return pieces[0] if pieces else ""
-
-    @property
-    def text(self) -> str:
-        """The customer-facing text decoded so far."""
-        return self._joined(self._text)
-
-    def feed(self, delta: str) -> str:
-        """Feed the text received since the last call; return the customer-facing text that is new."""
-        if not isinstance(delta, str) or not delta:
-            return ""
-        self._source.append(delta)
-        src = self._tail + delta if self._tail else delta
-        self._tail = ""
-        out: list[str] = []
-        self._scan(src, out)
-        new = "".join(out)
-        if new:
-            self._text.append(new)
-        return new
-
-    def push(self, accumulated: str) -> tuple[str, str]:
-        """Feed everything received so far; return (text so far, new part since the last call).
-
-        When ``accumulated`` does not extend what was fed before, the decoder
-        starts over; when the new text does not extend the previous text, the
-        whole new text is the delta. A push compares and returns whole texts,
-        so it costs the length of ``accumulated``: a stream pushed chunk by
-        chunk is quadratic, where ``feed`` is linear (the engine feeds deltas).
-        """
-        accumulated = accumulated if isinstance(accumulated, str) else ""
-        source = self._joined(self._source)
-        if accumulated.startswith(source):
-            delta = self.feed(accumulated[len(source):])
-            self._source[:] = [accumulated] if accumulated else []     # the caller's string, not a copy
-            return self.text, delta
-        previous = self.text
-        self._restart()
-        self.feed(accumulated)
-        text = self.text
-        return text, (text[len(previous):] if text.startswith(previous) else text)
-
-    def _scan(self, src: str, out: list[str]) -> None:
-        """Read ``src`` (the new characters, after any held-back tail), appending new text to ``out``."""
-        i, n = 0, len(src)
-        while i < n:
-            if self._mode in ("start", "fenced"):
-                j = i
-                while j < n and src[j].isspace():
-                    j += 1
-                if self._mode == "start" and j > i:
-                    self._lead.append(src[i:j])
-                i = j
-                if i >= n:
-                    return
-                if src[i] == "{":
-                    self._mode, self._lead = "json", []
-                elif self._mode == "fenced":
-                    self._mode = "done"
-                elif src[i] == "`":
-                    self._mode = "ticks"
-                else:
-                    self._prose(src, i, out)
-                    return
-            elif self._mode == "ticks":
-                j = i
-                while j < n and src[j] == "`":
-                    j += 1
-                self._ticks += j - i                # counted, not indexed: the run may span feeds
-                self._lead.append(src[i:j])
-                i = j
-                if i >= n:
-                    return                          # only backticks so far: wait
-                if self._ticks < 3:
-                    self._prose(src, i, out)
-                    return
-                self._mode, self._lead = "fence", []
-            elif self._mode == "fence":
-                newline = src.find("\n", i)
-                if newline < 0:
-                    return
-                i, self._mode = newline + 1, "fenced"
-            elif self._mode == "json":
-                i = self._scan_json(src, i)
-            elif self._mode == "message":
-                self._scan_message(src, i, out)
-                return
-            elif self._mode == "prose":
-                out.append(src[i:])
-                return
-            else:                                   # done reads nothing more
-                return
-
-    def _prose(self, src: str, i: int, out: list[str]) -> None:
-        """Not an envelope: everything read so far and everything after passes through verbatim."""
-        out.extend(self._lead)
-        out.append(src[i:])
-        self._mode, self._lead = "prose", []
-
-    def _scan_json(self, src: str, i: int) -> int:
-        """Walk the object's structure until the top-level "message" string starts; return where it stopped."""
-        n = len(src)
-        key_from = 0                                # where this feed's part of the key being read starts
-        while i < n:
-            c = src[i]
-            if self._in_string:
-                if self._escaped:
-                    self._escaped = False
-                elif c == "\\":
-                    self._escaped = True
-                elif c == '"':
-                    self._in_string = False
-                    if self._key is not None:
-                        raw_key = "".join(self._key) + src[key_from:i]
-                        self._last_key, self._key, self._expect = decode_json_string(raw_key), None, "colon"
-                i += 1
-                continue
-            if c.isspace():
-                i += 1
-                continue
-            if self._depth == 1 and self._expect == "value":
-                self._expect = "inside"
-                if self._last_key == "message":
-                    if c == '"':
-                        self._mode = "message"
-                        return i + 1
-                    self._mode = "done"
-                    return i
-            if c == '"':
-                self._in_string = True
-                if self._depth == 1 and self._expect == "key":
-                    self._key, key_from = [], i + 1
-            elif c in "{[":
-                self._depth += 1
-                if self._depth == 1:
-                    self._expect = "key"
-            elif c in "}]":
-                self._depth -= 1
-                if self._depth <= 0:
-                    self._mode = "done"
-                    return i + 1
-            elif c == ":" and self._depth == 1:
-                self._expect = "value"
-            elif c == "," and self._depth == 1:
-                self._expect = "key"
-            i += 1
-        if self._key is not None:                   # the key goes on in the next feed
-            self._key.append(src[key_from:])
-        return n
-
-    def _scan_message(self, src: str, i: int, out: list[str]) -> None:
-        """Decode the message string's characters into ``out``, holding back an incomplete escape."""
-        n = len(src)
-        while i < n:
-            c = src[i]
-            if c == '"':
-                self._mode = "done"
-                return
-            if c != "\\":
-                run = _PLAIN_RUN.match(src, i)
-                assert run is not None      # src[i] is neither '"' nor a backslash
-                out.append(run.group(0))
-                i = run.end()
-                continue
-            if i + 1 >= n:
-                break
-            e = src[i + 1]
-            if e != "u":
-                out.append(_ESCAPES.get(e, e))
-                i += 2
-                continue
-            digits = src[i + 2:i + 6]
-            if len(digits) < 4 and _HEX4.match(digits.ljust(4, "0")):
-                break                                # a partial \uXXXX: wait for the rest
-            if not _HEX4.fullmatch(digits):
-                out.append("u")                      # not an escape after all: keep the text
-                i += 2
-                continue
-            code = int(digits, 16)
-            if 0xD800 <= code < 0xDC00:
-                rest = src[i + 6:i + 12]
-                if len(rest) < 6 and (rest == "" or _PARTIAL_ESCAPE.fullmatch(rest)):
-                    break                            # a high surrogate may be followed by its pair
-                if _LOW_SURROGATE.fullmatch(rest):
-                    low = int(rest[2:], 16)
-                    out.append(chr(0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)))
-                    i += 12
-                    continue
-            out.append(chr(code))
-            i += 6
-        self._tail = src[i:]                         # under 12 characters, read again with the next feed
 
 
 # `python -m falai`: the command line lives in falai_cli; `import falai` never loads it.

@@ -1,0 +1,90 @@
+"""A run's status moves through one function, by one table (runtime.md §4.2-§4.3).
+
+``move_status()`` is the only writer of ``Run.status``; ``RUN_MOVES`` says, for each status and
+event, the status it moves to. These tests hold the table to the spec's statuses, the mover to the
+table, and the engine to the mover.
+"""
+import ast
+import pathlib
+from types import SimpleNamespace
+
+import pytest
+
+import falai
+from falai import RUN_MOVES, RUN_STATUSES, Run, move_status
+
+NOW = "2026-09-20T10:00:00.000Z"
+
+
+def a_run(status, **values):
+    return Run(id="f#k", flow_id="f", anchor="s1", dedupe_key="f:s1:", step_id="a", status=status,
+               trigger={"kind": "start", "key": "k"}, hop=0, started_at="2026-09-20T09:00:00.000Z", **values)
+
+
+def test_every_move_goes_between_the_specs_statuses_and_every_status_has_a_way_out():
+    assert set(RUN_STATUSES) == {"running", "asking", "waiting", "suspended"}
+    for (status, event), to in RUN_MOVES.items():
+        assert status in RUN_STATUSES and to in RUN_STATUSES, (status, event, to)
+    assert {status for status, _ in RUN_MOVES} == set(RUN_STATUSES)
+    assert {to for to in RUN_MOVES.values()} == set(RUN_STATUSES)
+
+
+@pytest.mark.parametrize("move", sorted(RUN_MOVES), ids=lambda move: f"{move[0]}-{move[1]}")
+def test_each_move_sets_the_status_the_table_says(move):
+    status, event = move
+    waiting = {"kind": "timer", "key": "w", "until": NOW, "setAt": NOW} if status == "waiting" else None
+    run = a_run(status, waiting=waiting, suspended_at=NOW if status == "suspended" else None)
+    wait = {"kind": "timer", "key": "w2", "until": NOW, "setAt": NOW}
+    move_status(SimpleNamespace(now_text=NOW), run, event, wait if RUN_MOVES[move] == "waiting" else None)
+    assert run.status == RUN_MOVES[move]
+    assert (run.waiting is None) is (run.status != "waiting")         # a wait only while waiting
+    assert (run.suspended_at == NOW) is (run.status == "suspended")   # suspendedAt only while suspended
+
+
+@pytest.mark.parametrize("status, event", [("waiting", "ask"), ("suspended", "wake"), ("asking", "replied"),
+                                           ("running", "resume"), ("running", "no-such-event")])
+def test_a_move_the_table_does_not_have_raises_and_changes_nothing(status, event):
+    run = a_run(status)
+    with pytest.raises(RuntimeError, match=rf'run "f#k" cannot move from "{status}" on "{event}"'):
+        move_status(SimpleNamespace(now_text=NOW), run, event)
+    assert run == a_run(status)
+
+
+def test_no_function_but_move_status_writes_a_runs_status():
+    """The choke point holds: every ``x.status = ...`` in falai.py is move_status's own (or an error's)."""
+    tree = ast.parse(pathlib.Path(falai.__file__).read_text(encoding="utf-8"))
+    writers = set()
+    for function in ast.walk(tree):
+        if not isinstance(function, ast.FunctionDef):
+            continue
+        for node in ast.walk(function):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+                if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            for target in targets:
+                for part in ast.walk(target):
+                    if isinstance(part, ast.Attribute) and part.attr == "status":
+                        writers.add(function.name)
+    assert writers == {"move_status", "__init__"}       # __init__: ProviderError's HTTP status
+
+
+def test_a_turn_moves_runs_through_the_table(monkeypatch):
+    """A collect step asks, then the answer moves the run on: each change is a move_status call."""
+    seen = []
+    real = falai.move_status
+
+    def spy(turn, run, event, waiting=None):
+        before = run.status
+        real(turn, run, event, waiting)
+        seen.append((before, event, run.status))
+
+    monkeypatch.setattr(falai, "move_status", spy)
+    f = falai.falai().fields({"nome": {"type": "string", "ask": "Pergunte o nome."}})
+    provider = falai.ScriptedProvider(script={"speak": [{"message": "Qual é o seu nome?"}]})
+    agent = f.agent(name="Ana", provider=provider, flows=[
+        {"id": "f", "name": "F", "on": [], "steps": [{"id": "nome", "collect": ["nome"]},
+                                                     {"id": "fim", "say": "Obrigada, {{data.nome}}."}]}])
+    r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
+    assert r.session.runs[0].status == "asking"
+    assert seen == [("running", "move", "running"), ("running", "enter", "running"),
+                    ("running", "ask", "asking"),       # the collect step asks (runtime.md §3.6.3)
+                    ("asking", "ask", "asking")]        # it spoke, the name still pending (§3.8 item 3)
