@@ -50,9 +50,9 @@ from typing import Any, Literal
 import requests
 
 import falai
-from falai import (ENVELOPE_SHAPED, GenerateRequest, Generation, GenerationChunk, ProviderCapabilities,
-                   ProviderError, TokenUsage, ToolCallRequest, classify_error, compact_json, decode_json_string,
-                   lenient_loads, parse_iso, reused, to_ms, unfenced)
+from falai import (GenerateRequest, Generation, GenerationChunk, ProviderCapabilities, ProviderError,
+                   TokenUsage, ToolCallRequest, classify_error, compact_json, parse_iso, reused, to_ms)
+from falai_calls import ENVELOPE_SHAPED, decode_json_string, lenient_loads, unfenced
 
 __all__ = [
     "GeminiProvider", "OpenAICompatibleProvider", "AnthropicProvider", "FallbackProvider",
