@@ -27,8 +27,10 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import falai  # noqa: E402
-from falai import (Generation, Scope, ScriptedProvider, StreamDecoder, find_json_object,  # noqa: E402
-                   js_number, read_round, render, tool_arguments)
+import falai_calls  # noqa: E402
+from falai import Generation, Scope, ScriptedProvider, # noqa: E402
+                   js_number, render
+from falai_calls import StreamDecoder, find_json_object, read_round, tool_arguments
 from falai_providers import (_Accumulator, _parse_envelope, _SseReader, _StreamedChunk,  # noqa: E402
                              parse_tool_args)
 
@@ -68,7 +70,7 @@ def compaction_fallback(size: int) -> None:
                                 compaction={"maxTokens": size // 2})
     history = [{"role": "user" if i % 2 else "assistant", "content": repeat_to("palavra ", 60)}
                for i in range(size // 64)]
-    falai.compact_history(agent, history)
+    falai_calls.compact_history(agent, history)
 
 
 def provider_stream(text: str, chunk: int = 16) -> None:

@@ -60,7 +60,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "live: talks to a real vendor API; runs only when its key is set")
     config.addinivalue_line("markers", "local_model: runs against a real small model on a local llama-server "
                             "(tests/local_model_server.py)")
-    config.addinivalue_line("markers", "protocols(*names): run the module's tests under each agent protocol")
+    config.addinivalue_line("markers", "protocols(*names): the agent protocols the module's tests hold "
+                                       "under; a run takes the one --protocol names (lean by default)")
     config.addinivalue_line("markers", "faults: the production host's fault test (roles as processes); "
                                        "deselect it with -m \"not faults\"")
     config.addinivalue_line("markers", "slow: property tests, examples run as processes and long runs; "
@@ -73,6 +74,7 @@ SLOW_MODULES = {"test_examples.py", "test_production_host.py", "test_host_faults
 
 
 def pytest_collection_modifyitems(config, items):
+    _keep_the_protocol_pass(config, items)
     for item in items:
         is_property = getattr(getattr(item, "obj", None), "is_hypothesis_test", False)
         if is_property or item.path.name in SLOW_MODULES:
@@ -129,15 +131,44 @@ def fake():
     server.close()
 
 
-# issue 11: a module marked ``pytestmark = pytest.mark.protocols("lean", "v4")`` runs every test under each
-# listed protocol (the agent's default is swapped for the test), so conversation tests check that both
-# protocols reach the same judgements and results; ``protocols("v4")`` pins a module that reads v4 prompts.
+# Protocols (docs/guide/development.md, "The protocol passes"). A module marked
+# ``pytestmark = pytest.mark.protocols("lean", "v4")`` holds under either protocol: a run takes the
+# one ``--protocol`` names, "lean" (the default) in the default run; ``pytest --protocol=v4`` is the
+# v4 conformance pass, which runs only those modules, with agents built under "v4" (CI runs it after
+# the default run). ``protocols("v4")`` alone pins a test that reads v4 prompts: it runs in every
+# default run.
+PROTOCOL_NAMES = ("lean", "v4")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--protocol", default="lean", choices=PROTOCOL_NAMES,
+                     help="the agent protocol of the tests that hold under either (default: lean); "
+                          "--protocol=v4 runs only those, as the v4 conformance pass")
+
+
+def _either_protocol(node) -> bool:
+    marker = node.get_closest_marker("protocols")
+    return marker is not None and len(marker.args) > 1
+
+
 def pytest_generate_tests(metafunc):
     marker = metafunc.definition.get_closest_marker("protocols")
     if marker is not None:
         if "protocol" not in metafunc.fixturenames:
             metafunc.fixturenames.append("protocol")
-        metafunc.parametrize("protocol", list(marker.args))
+        names = list(marker.args)
+        if len(names) > 1:
+            names = [metafunc.config.getoption("protocol")]
+        metafunc.parametrize("protocol", names)
+
+
+def _keep_the_protocol_pass(config, items):
+    """Under --protocol=v4, only the tests that hold under either protocol run."""
+    if config.getoption("protocol") == "lean":
+        return
+    kept = [item for item in items if _either_protocol(item)]
+    config.hook.pytest_deselected(items=[item for item in items if not _either_protocol(item)])
+    items[:] = kept
 
 
 @_pytest.fixture(autouse=True)

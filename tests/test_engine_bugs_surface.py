@@ -5,6 +5,7 @@ import logging
 import pytest
 
 import falai as F
+import falai_calls
 from falai import Generation, ScriptedProvider, Tool
 
 FIELDS = {"nome": {"type": "string", "description": "Nome da pessoa"}}
@@ -37,7 +38,7 @@ def test_an_engine_bug_reading_the_speak_reply_raises_instead_of_deferring(monke
     def broken(generation, wire):
         raise KeyError("engine bug")
 
-    monkeypatch.setattr(F, "read_round", broken)
+    monkeypatch.setattr(falai_calls, "read_round", broken)
     agent = agent_with(ScriptedProvider(script={"speak": [{"message": "Oi"}]}))
     with pytest.raises(KeyError, match="engine bug"):
         agent.turn(session_id="s1", message="oi", id="m1")
@@ -65,7 +66,7 @@ def test_a_raising_tool_logs_its_traceback_at_debug(caplog):
         {"message": "", "toolCalls": [{"toolName": "estoque", "arguments": {}}]}, {"message": "Sem estoque."}]})
     agent = F.Agent(name="Ana", provider=provider)
     with caplog.at_level(logging.DEBUG, logger="falai"):
-        gen = F.speak(agent, ask, False)
+        gen = falai_calls.speak(agent, ask, False)
         with pytest.raises(StopIteration) as stop:
             next(gen)
     assert stop.value.value.message == "Sem estoque."
@@ -94,7 +95,7 @@ def test_compaction_checks_only_its_settings_so_a_bug_inside_surfaces(monkeypatc
     def broken(history):
         raise ZeroDivisionError("engine bug")
 
-    monkeypatch.setattr(F, "estimate_tokens", broken)
+    monkeypatch.setattr(falai_calls, "estimate_tokens", broken)
     agent = F.Agent(name="Ana", provider=ScriptedProvider(script={}), compaction={"maxTokens": 1000})
     with pytest.raises(ZeroDivisionError):
-        F.compact_history(agent, [{"role": "user", "content": "oi"}])
+        falai_calls.compact_history(agent, [{"role": "user", "content": "oi"}])

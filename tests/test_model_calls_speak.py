@@ -5,6 +5,8 @@ from datetime import datetime, timezone
 import pytest
 
 import falai as F
+import falai_protocols
+import falai_calls
 from conftest import sections
 from falai import Generation, GenerationChunk, ProviderError, ScriptedProvider, TokenUsage
 
@@ -65,7 +67,7 @@ def drive(gen):
 
 
 def speak(agent, ask, streaming=False):
-    return drive(F.speak(agent, ask, streaming))
+    return drive(falai_calls.speak(agent, ask, streaming))
 
 
 def first_request(ask, reply=None, **options):
@@ -110,14 +112,14 @@ def test_default_guideline_asks_to_collect_when_fields_are_pending():
     """model-calls.md §5.3 item 3: the default when the step has no prompt and fields are pending."""
     request, _ = first_request(talk_ask(step={"id": "quem", "collect": ["empresa"]}, pending=["empresa"]))
     assert sections(request.prompt)["Guideline for your reply (adapt to the conversation)"] == \
-        F.DEFAULT_COLLECT_GUIDELINE
+        falai_protocols.DEFAULT_COLLECT_GUIDELINE
 
 
 def test_default_guideline_answers_in_flow_when_nothing_is_pending():
     """model-calls.md §5.3 item 3: a staying run with nothing pending answers the message."""
     request, _ = first_request(talk_ask(step={"id": "quem", "collect": ["empresa"]}, pending=[]))
     prompt = sections(request.prompt)
-    assert prompt["Guideline for your reply (adapt to the conversation)"] == F.DEFAULT_ANSWER_GUIDELINE
+    assert prompt["Guideline for your reply (adapt to the conversation)"] == falai_calls.DEFAULT_ANSWER_GUIDELINE
     assert "Still to collect" not in prompt
 
 
@@ -263,13 +265,13 @@ def test_envelope_has_message_and_pending_fields_nullable_with_enum_null():
 
 def test_wire_names_alias_invalid_slugs_and_message_by_index():
     """model-calls.md §5.4: field_<index> for a slug that is not a valid name or is "message"."""
-    assert F.wire_names(["empresa", "nome completo", "message"]) == [
+    assert falai_calls.wire_names(["empresa", "nome completo", "message"]) == [
         ("empresa", "empresa"), ("nome completo", "field_1"), ("message", "field_2")]
 
 
 def test_wire_names_skip_a_field_n_a_real_slug_holds():
     """model-calls.md §5.4 (inferred): skip to the next free field_<n>."""
-    assert F.wire_names(["a b", "field_0", "field_1"]) == [
+    assert falai_calls.wire_names(["a b", "field_0", "field_1"]) == [
         ("a b", "field_2"), ("field_0", "field_0"), ("field_1", "field_1")]
 
 

@@ -5,6 +5,7 @@ import logging
 import pytest
 
 import falai as F
+import falai_calls
 from conftest import sections
 from falai import Generation, ProviderError, ScriptedProvider, TokenUsage
 
@@ -60,7 +61,7 @@ def full_ask(**changes):
 
 def call(ask, reply=None, **options):
     agent = make_agent({"understand": [reply if reply is not None else {}]}, **options)
-    judgement = F.understand(agent, ask)
+    judgement = falai_calls.understand(agent, ask)
     return agent.provider.calls[0], judgement
 
 
@@ -127,7 +128,7 @@ def test_identity_varies_without_knowledge_base_leaves_system_none():
 
 def test_knowledge_base_lists_of_lists_and_scalars_in_lists():
     """model-calls.md §2.3: list elements that are lists use their indexes; scalars beside them are bullets."""
-    lines = F.knowledge_lines({"m": [[1, "a"], "solto", {"k": None}], "e": {}, "n": [1.5, True, None]})
+    lines = falai_calls.knowledge_lines({"m": [[1, "a"], "solto", {"k": None}], "e": {}, "n": [1.5, True, None]})
     assert lines == ["- m:", "  - 0: 1", "  - 1: a", "  - solto", "  - k: null", "- e:", "- n: 1.5, true, null"]
 
 
@@ -294,7 +295,7 @@ def test_kept_real_ids_are_never_minted_again():
 
 def test_a_minted_alias_takes_the_name_before_a_later_real_id():
     """model-calls.md §2.8 (inferred): a name is taken once emitted, alias or real id."""
-    table = F.AliasTable()
+    table = falai_calls.AliasTable()
     assert table.alias("a b", "f") == "f1"
     assert table.alias("f1", "f") == "f2"
     assert table.alias("a b", "f") == "f1"                 # same real id, same alias
@@ -355,7 +356,7 @@ def test_malformed_reply_warns_and_judges_nothing_but_counts(caplog):
     agent = make_agent({"understand": ["x" * 300]}, provider=ScriptedProvider(
         script={"understand": ["{not json " + "x" * 300]}, usage=usage))
     with caplog.at_level(logging.WARNING, logger="falai"):
-        judgement = F.understand(agent, full_ask())
+        judgement = falai_calls.understand(agent, full_ask())
     assert (judgement.flows, judgement.mentions, judgement.extract, judgement.branches, judgement.fields) == \
         ({}, {}, {}, {}, {})
     assert judgement.llm_calls == 1 and judgement.usage == usage
@@ -420,7 +421,7 @@ def test_fields_drop_none_and_empty_and_pass_unknown_keys_through():
 def test_usage_of_the_call_is_reported():
     """model-calls.md §7: the understand call's usage rides on the judgement."""
     provider = ScriptedProvider(script={"understand": [REPLY]}, usage=True)
-    judgement = F.understand(make_agent(provider=provider), full_ask())
+    judgement = falai_calls.understand(make_agent(provider=provider), full_ask())
     request = provider.calls[0]
     assert judgement.usage == TokenUsage(len(request.system or "") + len(request.prompt),
                                          len(json.dumps(REPLY, separators=(",", ":"), ensure_ascii=False)), 0)
@@ -432,8 +433,8 @@ def test_nothing_to_judge_makes_no_call():
     """model-calls.md §3.1: no scored flows, mentions, branches or fields: zero calls."""
     ask = F.UnderstandAsk(message="oi", scope=F.Scope(data={}), history=[])
     provider = ScriptedProvider(script={})
-    assert F.needs_understand_call(ask) is False
-    judgement = F.understand(make_agent(provider=provider), ask)
+    assert falai_calls.needs_understand_call(ask) is False
+    judgement = falai_calls.understand(make_agent(provider=provider), ask)
     assert judgement == F.Judgement() and provider.calls == []
 
 
@@ -441,21 +442,21 @@ def test_only_the_floor_flow_to_score_makes_no_call():
     """model-calls.md §3.1: only routing left and the candidates hold only the floor holder's flow."""
     ask = full_ask(candidates=[TRIAGEM], mentions=[], branches=[], fields=[])
     provider = ScriptedProvider(script={})
-    assert F.needs_understand_call(ask) is False
-    assert F.understand(make_agent(provider=provider), ask).llm_calls == 0
+    assert falai_calls.needs_understand_call(ask) is False
+    assert falai_calls.understand(make_agent(provider=provider), ask).llm_calls == 0
     assert provider.calls == []
 
 
 def test_floor_flow_plus_another_candidate_is_judged():
     """model-calls.md §3.1: something to compare the floor flow with."""
-    assert F.needs_understand_call(full_ask(mentions=[], branches=[], fields=[])) is True
+    assert falai_calls.needs_understand_call(full_ask(mentions=[], branches=[], fields=[])) is True
 
 
 def test_a_lone_candidate_without_a_floor_run_is_judged():
     """model-calls.md §3.1: with a catch-all or idle speaker present the lone flow is scored (engine sends it)."""
     ask = full_ask(floor_run=None, floor_flow=None, floor_step=None, candidates=[SUPORTE], mentions=[],
                    branches=[], fields=[])
-    assert F.needs_understand_call(ask) is True
+    assert falai_calls.needs_understand_call(ask) is True
 
 
 @pytest.mark.parametrize("change", [{"mentions": [CONCORRENTE]}, {"fields": ["nome"]},
@@ -463,7 +464,7 @@ def test_a_lone_candidate_without_a_floor_run_is_judged():
 def test_mentions_branches_or_fields_alone_are_judged(change):
     """model-calls.md §3.1: the floor-only shortcut applies only when routing is all that is left."""
     base = dict(candidates=[TRIAGEM], mentions=[], branches=[], fields=[])
-    assert F.needs_understand_call(full_ask(**{**base, **change})) is True
+    assert falai_calls.needs_understand_call(full_ask(**{**base, **change})) is True
 
 
 def test_provider_error_propagates_unchanged():
@@ -471,22 +472,22 @@ def test_provider_error_propagates_unchanged():
     error = ProviderError("down", kind="overload")
     agent = make_agent({"understand": [error]})
     with pytest.raises(ProviderError) as raised:
-        F.understand(agent, full_ask())
+        falai_calls.understand(agent, full_ask())
     assert raised.value is error
 
 
 def test_dry_script_raises_runtime_error():
     """model-calls.md §12: a call nobody scripted raises RuntimeError out of the understand call."""
     with pytest.raises(RuntimeError, match='no scripted "understand" reply left'):
-        F.understand(make_agent({}), full_ask())
+        falai_calls.understand(make_agent({}), full_ask())
 
 
 # §2.9: finding a JSON object -------------------------------------------------------------------
 
 def test_find_json_object_skips_unbalanced_and_non_dict_slices():
     """model-calls.md §2.9: first balanced slice that parses to a dict; braces in strings ignored."""
-    assert F.find_json_object('a { b {"k": "}{", "n": {"x": 1}} c') == {"k": "}{", "n": {"x": 1}}
-    assert F.find_json_object('{"a": "\\"}"} tail') == {"a": '"}'}
-    assert F.find_json_object("{bad} {also bad") is None
-    assert F.find_json_object("no object") is None
-    assert F.find_json_object(None) is None
+    assert falai_calls.find_json_object('a { b {"k": "}{", "n": {"x": 1}} c') == {"k": "}{", "n": {"x": 1}}
+    assert falai_calls.find_json_object('{"a": "\\"}"} tail') == {"a": '"}'}
+    assert falai_calls.find_json_object("{bad} {also bad") is None
+    assert falai_calls.find_json_object("no object") is None
+    assert falai_calls.find_json_object(None) is None

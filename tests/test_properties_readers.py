@@ -11,8 +11,8 @@ import re
 
 from hypothesis import given, strategies as st
 
-from falai import (PLACEHOLDER, JS_PREFIXED, Scope, ScriptedProvider, StreamDecoder, _fill_placeholders, _tidy,
-                   compact_history, falai, find_json_object, js_number, lenient_loads, render)
+from falai import PLACEHOLDER, JS_PREFIXED, Scope, ScriptedProvider, _fill_placeholders, _tidy, falai, js_number, render
+from falai_calls import StreamDecoder, compact_history, find_json_object, lenient_loads
 from fuzz_scenarios import fuzz_settings
 
 READER_SETTINGS = fuzz_settings(400)
@@ -174,7 +174,7 @@ def test_the_stream_decoder_reads_incrementally_what_a_fresh_read_gives(text, st
 
 def reference_compaction_fallback(history, max_tokens, keep):
     """model-calls.md §9.3-§9.4 as written, for a summary call that fails: (history, calls)."""
-    from falai import estimate_tokens
+    from falai_calls import estimate_tokens
     threshold = max_tokens * 0.8
     if estimate_tokens(history) < threshold:
         return history, 0

@@ -8,7 +8,9 @@ import pytest
 
 from fake_model_server import check_anthropic, check_chat, check_gemini
 from falai import FlowConfigurationError, Generation, ScriptedProvider, ScriptError, fake_clock, falai
-from falai import lean_field_item, lean_schema, lean_speak_schema, lexical_top
+from falai import lexical_top
+from falai_calls import lean_field_item
+from falai_protocols import lean_schema, lean_speak_schema
 from falai_providers import _anthropic_native_ok, _anthropic_schema, is_strict_schema
 from request_bodies import (GOLDEN, RICH_SCRIPT, VENDORS, capture, rich_conversation, triage_agent,
                             triage_conversation, wire_bodies)
@@ -150,7 +152,7 @@ def test_lean_keeps_the_agent_constant_text_and_schema_ahead_of_the_history():
     understand = request_kinds(calls, "understand")
     assert len(understand) == 4 and len({c.system for c in understand}) == 1
     assert len({json.dumps(c.schema) for c in understand}) == 1
-    assert "## Flows\n- triagem — Triagem: Quer conhecer o produto." in understand[0].system
+    assert "## Flows\n- triagem: Quer conhecer o produto." in understand[0].system      # the name says no more than the id
     assert "pede orçamento" in understand[0].system and "pede orçamento" not in understand[0].prompt
     speak = request_kinds(calls, "speak")
     assert len({c.system for c in speak}) == 1 and "## Reply\n\"message\": your answer" in speak[0].system
@@ -197,23 +199,26 @@ def test_anthropic_gets_a_breakpoint_at_the_end_of_the_history_under_lean_only()
             assert "cache_control" not in body["messages"][-1]["content"][-1]  # not the per-call prompt
 
 
-def test_a_field_only_call_leaves_routing_out():
-    """The floor's flow is the only candidate: no catalog, no rubric, no flows key (docs/guide/tokens.md)."""
+def test_a_field_only_call_shares_the_routing_calls_system_text_and_schema():
+    """The floor's flow is the only candidate: the call keeps the agent's one system text and schema,
+    so the conversation's prefix stays byte-identical, and says after the history that it scores no
+    flow; a flow listed anyway is not read (docs/guide/tokens.md)."""
     f = falai().fields({"nome": {"type": "string"}, "cidade": {"type": "string"}})
-    flows = [{"id": "f", "on": [{"message": []}], "steps": [{"id": "q", "collect": ["nome", "cidade"],
-                                                              "prompt": "Pergunte."}]}]
-    provider = ScriptedProvider(script={"understand": [{"fields": ["nome: Ana"]}],
+    flows = [{"id": "f", "on": [{"message": ["quero cadastrar"]}],
+              "steps": [{"id": "q", "collect": ["nome", "cidade"], "prompt": "Pergunte."}]}]
+    provider = ScriptedProvider(script={"understand": [{"flows": [{"id": "f", "score": 95}]},
+                                                       {"flows": [{"id": "f", "score": 3}], "fields": ["nome: Ana"]}],
                                         "speak": [{"message": "Nome?"}, {"message": "Cidade?"}]}, strict=True)
     agent = f.agent(name="Ana", provider=provider, flows=flows, clock=fake_clock("2026-09-20T10:00:00.000Z"))
-    r = agent.turn(session_id="s", message="oi", id="m1")
+    r = agent.turn(session_id="s", message="quero cadastrar", id="m1")
     r = agent.turn(session_id="s", session=r.session, message="sou a Ana", id="m2")
     assert r.session.data == {"nome": "Ana"}
-    call = request_kinds(provider.calls, "understand")[0]
-    assert list(call.schema["properties"]) == ["fields"]
-    assert "How to score" not in call.system and "## Flows" not in call.system
-    assert "Flows to score" not in call.prompt and "Details to report" not in call.prompt   # the default: all
-    assert "## Details\n- nome\n- cidade" in call.system
-    assert list(call.v4_schema["properties"]) == ["flows", "fields"]     # v4 still scores the lone floor flow
+    routing, fields_only = request_kinds(provider.calls, "understand")
+    assert (routing.system, routing.schema) == (fields_only.system, fields_only.schema)
+    assert list(fields_only.schema["properties"]) == ["flows", "fields"]
+    assert "Flows to score: none" in fields_only.prompt and "Flows to score" not in routing.prompt
+    assert "## Details\n- nome\n- cidade" in fields_only.system
+    assert list(fields_only.v4_schema["properties"]) == ["flows", "fields"]   # v4 scores the lone floor flow
 
 
 def test_strict_scripts_in_the_v4_form_are_still_checked_under_lean():
@@ -355,11 +360,21 @@ def test_the_understand_schema_bounds_ids_lists_and_scores():
 def test_with_max_candidates_flow_ids_stay_free_strings():
     """An enum of every flow would put the whole catalog back into each call that max_candidates keeps small."""
     from conftest import build
-    from falai import lean_parts
+    from falai_protocols import lean_parts
 
     flows = [{"id": f"f{i}", "on": [{"message": [f"quero {i}"]}], "steps": [{"id": "s", "prompt": "Oi."}]}
              for i in range(3)]
     for limit, enum in ((None, ["f0", "f1", "f2"]), (2, None)):
         agent, _, _ = build(flows, max_candidates=limit)
-        item = lean_parts(agent, True).schema["properties"]["flows"]["items"]["properties"]["id"]
+        item = lean_parts(agent).schema["properties"]["flows"]["items"]["properties"]["id"]
         assert item.get("enum") == enum
+
+
+def test_a_call_that_scores_no_flow_reads_no_flow_score_from_a_lean_reply():
+    """The shared schema lets a field-only reply list flows; the call asked for none, so none is read."""
+    from falai_calls import AliasTable, LeanReading, read_judgement
+    reply = Generation(message="", structured={"flows": [{"id": "f", "score": 80}], "fields": ["nome: Ana"]})
+    asked = {"fields": ["nome"], "field_names": ["nome"]}
+    judged = read_judgement(reply, AliasTable(), LeanReading(routing=False, **asked))
+    assert judged.flows == {} and judged.fields == {"nome": "Ana"}
+    assert read_judgement(reply, AliasTable(), LeanReading(flows={"f"}, **asked)).flows == {"f": 80}

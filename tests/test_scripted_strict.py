@@ -4,6 +4,7 @@ script that runs dry, fails the test with an error naming the call, its kind and
 import pytest
 
 from falai import Generation, ScriptedProvider, ScriptError, Tool, fake_clock, falai
+import falai_calls
 
 
 def agent_with(script, strict=True, **options):
@@ -106,7 +107,7 @@ def test_a_dry_compaction_queue_raises_under_strict_instead_of_dropping_messages
     agent = F.Agent(name="Ana", provider=provider, compaction={"maxTokens": 50, "preserveRecentCount": 2})
     history = [{"role": "user", "content": c * 96} for c in "abcd"] + [{"role": "user", "content": "e"}] * 2
     with pytest.raises(ScriptError, match=r'call #1 \("compaction"\): no scripted "compaction" reply left'):
-        F.compact_history(agent, history)
+        falai_calls.compact_history(agent, history)
 
 
 def test_a_callable_entry_is_checked_on_what_it_returns():

@@ -3,7 +3,7 @@ import json
 
 from hypothesis import given, settings, strategies as st
 
-from falai import StreamDecoder
+from falai_calls import StreamDecoder
 
 
 def feed(pieces):

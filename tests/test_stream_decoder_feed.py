@@ -5,7 +5,9 @@ import json
 
 from hypothesis import given, strategies as st
 
-from falai import Generation, GenerationChunk, GenerateRequest, StreamDecoder, _stream_round
+from falai import Generation, GenerationChunk, GenerateRequest
+from falai_calls import stream_round
+from falai_calls import StreamDecoder
 from fuzz_scenarios import fuzz_settings
 
 # Texts made of the pieces the decoder reacts to, so that envelopes, fences, escapes and prose all come up.
@@ -95,7 +97,7 @@ class Provider:
 
 def drain(provider):
     """The deltas and the Generation of one streamed round."""
-    deltas, rounds = [], _stream_round(provider, GenerateRequest(system="", prompt="", history=[]))
+    deltas, rounds = [], stream_round(provider, GenerateRequest(system="", prompt="", history=[]))
     while True:
         try:
             deltas.append(next(rounds))

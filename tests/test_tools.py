@@ -7,6 +7,8 @@ from datetime import datetime, timezone
 import pytest
 
 import falai as F
+import falai_protocols
+import falai_calls
 from falai import (Generation, ScriptedProvider, Tool, ToolCallRequest, ToolPermissionResult, ToolResult,
                    ToolValidationResult)
 
@@ -45,7 +47,7 @@ def calling(*names_and_args, message=""):
 
 def run_speak(tools, replies, agent_options=None, **ask_changes):
     agent = make_agent({"speak": replies}, **(agent_options or {}))
-    result = drive(F.speak(agent, idle_ask(tools, **ask_changes), False))
+    result = drive(falai_calls.speak(agent, idle_ask(tools, **ask_changes), False))
     return agent.provider, result
 
 
@@ -241,7 +243,7 @@ def test_max_tool_loops_then_exactly_one_wrap_up_round_without_tools():
     assert [bool(c.tools) for c in provider.calls] == [True, True, True, False]
     assert all("## Tools" in c.prompt and "## Wrap up" not in c.prompt for c in provider.calls[:3])
     assert "## Wrap up" in provider.calls[3].prompt and "## Tools" not in provider.calls[3].prompt
-    assert provider.calls[3].prompt.endswith(F.WRAP_UP_SECTION)
+    assert provider.calls[3].prompt.endswith(falai_protocols.WRAP_UP_SECTION)
     assert len(count) == 3                          # the wrap-up round's call was ignored
 
 
@@ -348,7 +350,7 @@ def test_history_items_carry_round_and_index_ids_signatures_and_reasoning():
         Generation(message="Fim.")]})
     agent = make_agent(provider=provider)
     history = [{"role": "assistant", "content": "Oi!"}]
-    drive(F.speak(agent, idle_ask([tool], history=history), False))
+    drive(falai_calls.speak(agent, idle_ask([tool], history=history), False))
     assert provider.calls[0].history == history and history == [{"role": "assistant", "content": "Oi!"}]
     assert provider.calls[2].history == [
         {"role": "assistant", "content": "Oi!"},
@@ -380,7 +382,7 @@ def test_user_item_is_the_speak_prompt_on_a_wake_turn():
     first = provider.calls[0]
     user = provider.calls[1].history[0]
     assert user["role"] == "user"
-    assert first.prompt == user["content"] + "\n\n" + F.TOOLS_SECTION
+    assert first.prompt == user["content"] + "\n\n" + falai_protocols.TOOLS_SECTION
 
 
 def test_tool_ctx_carries_context_run_now_and_the_rounds_history():
@@ -409,7 +411,7 @@ def test_string_arguments_are_parsed_and_bad_ones_become_empty():
             ToolCallRequest(id="4", name="", arguments={}),
             ToolCallRequest(id="5", name="t", arguments=None)]),
         "ok"]})
-    drive(F.speak(make_agent(provider=provider), idle_ask([tool]), False))
+    drive(falai_calls.speak(make_agent(provider=provider), idle_ask([tool]), False))
     assert seen == [{"city": "Rio\nde Janeiro"}, {}, {}, {}]          # the nameless call is dropped
     assert [c["id"] for c in provider.calls[1].history[1]["tool_calls"]] == [
         "call-0-0", "call-0-1", "call-0-2", "call-0-3"]
@@ -440,7 +442,7 @@ def test_safe_calls_of_a_round_run_in_parallel():
              sleeper("b", events, is_concurrency_safe=lambda a: True)]
     agent = make_agent({"speak": [calling(("a", {}), ("b", {})), {"message": "ok"}]})
     started = time.perf_counter()
-    drive(F.speak(agent, idle_ask(tools), False))
+    drive(falai_calls.speak(agent, idle_ask(tools), False))
     assert time.perf_counter() - started < 0.35
     assert tool_contents(agent.provider.calls[1]) == ["a", "b"]
 
@@ -473,11 +475,11 @@ def test_results_stay_in_call_order_whatever_finishes_first():
 def test_concurrency_safe_wins_over_read_only():
     """model-calls.md §6.4: is_concurrency_safe when set, else is_read_only."""
     safe = Tool(id="t", handler=lambda a, c: None, is_concurrency_safe=lambda a: False, is_read_only=lambda a: True)
-    assert F.is_safe_call(safe, {}) is False
-    assert F.is_safe_call(Tool(id="t", handler=lambda a, c: None), {}) is False
-    assert F.is_safe_call(Tool(id="t", handler=lambda a, c: None, is_read_only=lambda a: a.get("r")),
+    assert falai_calls.is_safe_call(safe, {}) is False
+    assert falai_calls.is_safe_call(Tool(id="t", handler=lambda a, c: None), {}) is False
+    assert falai_calls.is_safe_call(Tool(id="t", handler=lambda a, c: None, is_read_only=lambda a: a.get("r")),
                           {"r": True}) is True
-    assert F.is_safe_call(None, {}) is False
+    assert falai_calls.is_safe_call(None, {}) is False
 
 
 def test_a_raising_concurrency_hook_makes_the_call_run_alone(caplog):
@@ -495,7 +497,7 @@ def test_a_raising_concurrency_hook_makes_the_call_run_alone(caplog):
     with caplog.at_level(logging.WARNING, logger="falai"):
         provider, result = run_speak([tool], [calling(("t", {}), ("t", {})), {"message": "ok"}])
     assert threads == [threading.main_thread()] * 2 and result.message == "ok"
-    assert F.is_safe_call(Tool(id="t", handler=handler, is_destructive=broken, is_read_only=lambda a: True), {}) \
+    assert falai_calls.is_safe_call(Tool(id="t", handler=handler, is_destructive=broken, is_read_only=lambda a: True), {}) \
         is False
 
 

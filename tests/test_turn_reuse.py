@@ -6,6 +6,7 @@ import sys
 import threading
 
 import falai as F
+import falai_calls
 from falai import ScriptedProvider, Tool
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -14,7 +15,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 def speak_with_two_safe_calls(agent):
     ask = F.SpeakAsk(input_kind="message", text="oi", scope=F.Scope(data={}, context=None), history=[],
                      now=F.fake_clock("2026-09-20T10:00:00.000Z")(), tools=agent.tools)
-    gen = F.speak(agent, ask, False)
+    gen = falai_calls.speak(agent, ask, False)
     try:
         next(gen)
     except StopIteration as stop:
@@ -99,7 +100,8 @@ def test_the_reply_schemas_are_built_once_per_agent_and_no_turn_changes_them():
 
     from request_bodies import triage_conversation
     from request_bodies import triage_agent
-    from falai import ScriptedProvider, lean_parts, lean_schema, lean_speak_schema
+    from falai import ScriptedProvider
+    from falai_protocols import lean_parts, lean_schema, lean_speak_schema
 
     def unbounded(node):
         """The schema without the bounds a weak model needs (ids as enums, maxItems, score range)."""
@@ -120,7 +122,7 @@ def test_the_reply_schemas_are_built_once_per_agent_and_no_turn_changes_them():
             assert all(r.schema is speak[0].schema for r in speak) and speak[0].schema == lean_speak_schema()
             assert all(r.schema is understand[0].schema for r in understand)
             agent = triage_agent(ScriptedProvider(), protocol="lean")
-            assert understand[0].schema == lean_parts(agent, True).schema      # the agent's flows and fields
+            assert understand[0].schema == lean_parts(agent).schema      # the agent's flows and fields
             assert understand[0].schema["properties"]["flows"]["items"]["properties"]["id"] == \
                 {"type": "string", "enum": [f["id"] for f in agent.flows]}
             assert lean_schema(understand[0].schema["properties"]) == unbounded(understand[0].schema)

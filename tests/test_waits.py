@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 import falai as F
+import falai_calls
 from falai import ProviderError, fake_clock
 
 from conftest import T0, build, lines  # the shared builders
@@ -25,7 +26,7 @@ SEC, MIN, HOUR, DAY = 1000, 60_000, 3_600_000, 86_400_000
 # "unknown", hence provider-unavailable and retryable (model-calls.md §10.2).
 DOWN = RuntimeError("provider down")
 
-real_speak = pytest.mark.skipif(getattr(F.speak, "__module__", "") == "shim",
+real_speak = pytest.mark.skipif(getattr(falai_calls.speak, "__module__", "") == "shim",
                                 reason="needs section 10's real speak (model-calls.md §10.2 classification)")
 
 
@@ -1103,7 +1104,7 @@ def _speak_returning(result):
 def test_a_reset_time_later_than_the_rung_moves_the_wake(monkeypatch):
     """runtime.md §10.2 rule 3: a reset time later than the rung moves the wake to it."""
     reset = MS0 + 10 * MIN
-    monkeypatch.setattr(F, "speak", _speak_returning(
+    monkeypatch.setattr(falai_calls, "speak", _speak_returning(
         F.Deferred(code="provider-unavailable", retryable=True, reset_at_ms=reset, llm_calls=1)))
     agent, _, _ = build([talk_flow()])
     r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
@@ -1113,7 +1114,7 @@ def test_a_reset_time_later_than_the_rung_moves_the_wake(monkeypatch):
 
 def test_a_reset_time_earlier_than_the_rung_is_ignored(monkeypatch):
     """runtime.md §10.2 rule 3: only a later reset time moves the wake."""
-    monkeypatch.setattr(F, "speak", _speak_returning(
+    monkeypatch.setattr(falai_calls, "speak", _speak_returning(
         F.Deferred(code="provider-unavailable", retryable=True, reset_at_ms=MS0 + 10 * SEC, llm_calls=1)))
     agent, _, _ = build([talk_flow()])
     r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
@@ -1122,7 +1123,7 @@ def test_a_reset_time_earlier_than_the_rung_is_ignored(monkeypatch):
 
 def test_a_failure_no_wait_can_fix_ends_the_run_failed_at_once(monkeypatch):
     """runtime.md §10.2 rule 2: not retryable: <talk kind> / failed / <code>, the run ends failed, no wake."""
-    monkeypatch.setattr(F, "speak", _speak_returning(
+    monkeypatch.setattr(falai_calls, "speak", _speak_returning(
         F.Deferred(code="provider-auth", retryable=False, llm_calls=1)))
     agent, _, _ = build([talk_flow()])
     r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
