@@ -160,7 +160,7 @@ SECTION_KEYS = frozenset({"flows", "mentions", "extract", "branches", "fields"})
 
 
 def log_call(request: GenerateRequest, generation: Generation) -> None:
-    """debug=True: one DEBUG line per model call, what was asked and what came back (issue 9)."""
+    """debug=True: one DEBUG line per model call, what was asked and what came back."""
     if not log.isEnabledFor(DEBUG):
         return
     usage = generation.usage
@@ -1048,13 +1048,13 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
         offer = bool(ask.tools) and round_no < loops
         request = plan.round_request(ask, history, declarations if offer else None, round_no)
         calls += 1
-        try:                       # only the provider's part: an engine bug below must surface (issue 12)
+        try:                       # only the provider's part: an engine bug below must surface
             if streaming:                       # the decoder runs between the provider's chunks, so inside
                 generation = provided_generation((yield from stream_round(agent.provider, request)))
             else:
                 generation = provided_generation(agent.provider.generate(request))
         except ScriptError:
-            raise                  # a wrong test script, not a provider failure (issue 9)
+            raise                  # a wrong test script, not a provider failure
         except Exception as error:
             code, retryable, reset_at_ms = classify_deferral(error)
             log.warning("speak: call %d failed (%s): %s", calls, code, error_text(error))
