@@ -108,7 +108,8 @@ PUBLIC_ELSEWHERE = {
 # The names outside __all__ that the sibling modules (falai_*.py) import from falai. A sibling
 # imports from falai, at its top, only names without a leading underscore: the public API and
 # these. falai reaches a sibling only through its module object, imported in the function that
-# calls it, so ``import falai`` loads no sibling and any module may be imported first.
+# calls it (or, for one every turn calls, at the bottom of this file, after every definition), so
+# any module may be imported first.
 # tests/test_imports.py holds every sibling to this tuple. Renaming one of these breaks a sibling.
 FOR_SIBLING_MODULES = (
     "ABSENT", "BLOB_NESTING", "FIELD_FORMATS", "MAX_DURATION", "MAX_NESTING",

@@ -1,4 +1,4 @@
-"""falai's command line: see and try flows without writing Python (issue 14).
+"""falai's command line: see and try flows without writing Python.
 
     falai validate FILE... [--registry REG] [--strict] [--json]
     falai schema [--registry REG]
@@ -57,7 +57,7 @@ from falai import (
 )
 from falai_checks import Checks, check_flow_shape, flow_frame
 
-# Exit statuses of validate (and of every command that reads files): issue 14.
+# Exit statuses of validate (and of every command that reads files).
 OK, PROBLEMS, UNUSABLE = 0, 1, 2
 
 
@@ -1352,7 +1352,7 @@ def prompt_line(prompt: str, out: TextIO) -> str:
     return text
 
 
-# The inspector page: one static file, no build step, nothing fetched from outside (issue 14).
+# The inspector page: one static file, no build step, nothing fetched from outside.
 INSPECT_PAGE = r"""<!doctype html>
 <html lang="en">
 <head>

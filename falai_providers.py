@@ -11,7 +11,7 @@ Four providers implement the seam of ``falai.py`` (providers.md §1):
 Sections, in the order a call flows through them:
    1. Helpers ................ schema_prompt, is_strict_schema, parse_tool_args,
                                to_gemini_openapi_schema, the lenient envelope parse
-   2. The capability table ... what each model accepts: thinking, sampling, JSON modes (issue 7)
+   2. The capability table ... what each model accepts: thinking, sampling, JSON modes
    3. Messages ............... the normalized message list (providers.md §2.3)
    4. Reading ................ SSE framing (data: and bare lines), read timeouts, depth (§3.7)
    5. HTTP errors ............ the waits and reset times a failed response names (§8.1)
@@ -101,7 +101,7 @@ _NOT_STRICT_KEYS = frozenset({"$ref", "allOf"})
 
 def _mentions_key(value: Any, keys: frozenset[str]) -> bool:
     """Whether a dict anywhere in ``value`` has one of ``keys``: a walk with a stack, as every speak request
-    of an OpenAI-compatible provider walks its schema (issue 12)."""
+    of an OpenAI-compatible provider walks its schema."""
     stack = [value]
     while stack:
         item = stack.pop()
@@ -175,7 +175,7 @@ def parse_tool_args(raw: Any, tool_name: str | None = None) -> dict:
 
 
 def _too_deep_arguments(tool_name: str | None) -> dict:
-    """Arguments nested past MAX_JSON_DEPTH are a broken call: read as ``{}`` (issue 7 item 9)."""
+    """Arguments nested past MAX_JSON_DEPTH are a broken call: read as ``{}``."""
     log.warning('[falai_providers] tool "%s": arguments nest deeper than %d levels; read as {}',
                 tool_name or "?", MAX_JSON_DEPTH)
     return {}
@@ -381,7 +381,7 @@ def to_gemini_openapi_schema(schema: Any) -> dict:
             out["enum"] = [v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in values]
         elif values:
             # Gemini takes `enum` on STRING only: 400 "enum: only allowed for STRING type"
-            # (diegosouzapw/OmniRoute#760). The values still reach the model, as text (issue 7).
+            # (diegosouzapw/OmniRoute#760). The values still reach the model, as text.
             allowed = "Allowed values: " + ", ".join(json.dumps(v, ensure_ascii=False) for v in values) + "."
             out["description"] = f'{out["description"]} {allowed}' if out.get("description") else allowed
     if kind == "OBJECT":
@@ -400,7 +400,7 @@ def to_gemini_openapi_schema(schema: Any) -> dict:
 def _parse_envelope(text: str) -> Any:
     """Lenient parse of a structured reply (providers.md §3.6); ``None`` when it does not parse.
 
-    A reply nested past MAX_JSON_DEPTH does not parse either (issue 7 item 9).
+    A reply nested past MAX_JSON_DEPTH does not parse either.
     """
     try:
         value = lenient_loads(unfenced(text))
@@ -412,7 +412,7 @@ def _parse_envelope(text: str) -> Any:
 # 2. The capability table #####################################################
 #
 # What each model accepts, so a provider never sends a value the model is
-# documented to refuse (issue 7). One row per model-id pattern (fnmatch globs,
+# documented to refuse. One row per model-id pattern (fnmatch globs,
 # matched against the id in lower case; the first row that matches wins), each
 # citing its source. A model no row matches gets UNKNOWN_MODEL: nothing
 # optional is sent. A provider's ``model_caps`` option overrides rows, e.g.
@@ -701,7 +701,7 @@ def _normalize_messages(request: GenerateRequest,
 
     With ``fragments``, a plain text history item (``{"role": "user" | "assistant",
     "content": text}``, text not blank) is its fragment instead: the vendor's wire
-    form of it (issue 12); without, the lead is ``[]`` and its text ``""``."""
+    form of it; without, the lead is ``[]`` and its text ``""``."""
     messages: list[dict] = []
     if isinstance(request.system, str) and request.system.strip():
         messages.append({"role": "system", "content": request.system})
@@ -724,7 +724,7 @@ def _normalize_messages(request: GenerateRequest,
                 if fragment is not None:
                     messages.append(fragment)
                     continue
-            # The common plain text item, taken the way the branches below take it (issue 12).
+            # The common plain text item, taken the way the branches below take it.
             role, text = item.get("role"), item.get("content")
             if (role == "user" or role == "assistant") and type(text) is str:
                 if fragments is not None and text:
@@ -811,7 +811,7 @@ class _SseReader:
 
     ``feed(bytes)`` returns the payload texts completed so far; ``finish()`` the rest.
     It reads line by line and touches each character once, so a reply of any size
-    and any split costs time linear in its length (issue 8). Besides ``data:``
+    and any split costs time linear in its length. Besides ``data:``
     events it takes the bare framing python-genai also accepts (``_api_client.py``,
     its stream iterator): lines that are not SSE fields are gathered until their
     braces balance, then form one payload. So a bare JSON line, a bare error after
@@ -1094,7 +1094,7 @@ def _reset_header_ms(value: str, now_ms: int) -> int | None:
 
 
 def _server_wait(headers: Any, body: str, now_ms: int) -> tuple[int | None, int | None]:
-    """(retry_after_ms, reset_at_ms) named by a failed response (providers.md §8.1, issue 7).
+    """(retry_after_ms, reset_at_ms) named by a failed response (providers.md §8.1).
 
     ``retry_after_ms`` comes from the first of ``retry-after-ms`` (read first by
     both Stainless SDKs, openai-python and anthropic-sdk-python ``_base_client.py``),
@@ -1289,13 +1289,13 @@ def _check_options(owner: str, config: Any) -> dict:
     return dict(config)
 
 
-FRAGMENTS_KEPT = 10_000          # plain history items whose wire form one provider keeps (issue 12)
-LEADS_KEPT = 256                 # conversations whose opening plain items one provider keeps (issue 12)
-CAPS_KEPT = 64                   # models whose capability row one provider keeps (issue 12)
+FRAGMENTS_KEPT = 10_000          # plain history items whose wire form one provider keeps
+LEADS_KEPT = 256                 # conversations whose opening plain items one provider keeps
+CAPS_KEPT = 64                   # models whose capability row one provider keeps
 
 
 class _Fragment(dict):
-    """A plain text history item in a vendor's wire form, with its JSON text worked out once (issue 12).
+    """A plain text history item in a vendor's wire form, with its JSON text worked out once.
 
     The same object goes into every body that holds the item, in this call and in
     later turns, so nothing may change one once built; ``_body_text`` writes its
@@ -1328,7 +1328,7 @@ def _item_text(item: dict) -> str:
 
 
 class _Fragments:
-    """A provider's fragments of the plain text items it has sent, by role and text (issue 12).
+    """A provider's fragments of the plain text items it has sent, by role and text.
 
     Keyed by content, not by the item: the engine hands each turn a fresh copy of
     the history, equal item by item. At most FRAGMENTS_KEPT are kept; when full,
@@ -1425,7 +1425,7 @@ class _HttpProvider:
             raise ValueError(f"[{owner}] api_key is empty: the provider cannot authenticate. Pass "
                              f'api_key=os.environ["{key_variable}"] and check the variable is set.')
         if api_key is not None and not _KEY_CHARS.fullmatch(api_key):
-            # The message leaves the key out: it must never reach a log (issue 7).
+            # The message leaves the key out: it must never reach a log.
             raise ValueError(f"[{owner}] api_key contains whitespace, a control character or a non-ASCII "
                              "character inside it, so it cannot travel in an HTTP header. Copy the key again "
                              f"from the vendor's console into {key_variable}.")
@@ -1538,7 +1538,7 @@ class _HttpProvider:
                     yield _StreamedChunk(delta, accumulator.pieces)
             refusal = self._refusal(state, accumulator)
             if refusal is not None:
-                raise refusal                                     # issue 7: one request, no retry
+                raise refusal                                     # one request, no retry
             if accumulator.is_empty():
                 raise (self._cut_error(plan, accumulator) if accumulator.finish == "length"
                        else self._empty_error(state, accumulator))      # §3.5 rule 1, per attempt
@@ -1553,7 +1553,7 @@ class _HttpProvider:
             final = self._final_chunk(plan, model, accumulator)
         except ProviderError:
             raise
-        except Exception as exc:            # §1.6 rule 3, issue 7 item 9
+        except Exception as exc:            # §1.6 rule 3: a broken payload is an upstream fault
             raise self._sanitized(self._wrap(exc)) from None
         yield final
         return None
@@ -1588,7 +1588,7 @@ class _HttpProvider:
             options["effort"] = request.effort
         if options.get("effort") is None and request.schema_name == "understand" \
                 and self.understand_effort is not None:
-            options["effort"] = self.understand_effort      # issue 7: as little thinking as the model allows
+            options["effort"] = self.understand_effort      # as little thinking as the model allows
             options["quiet"] = True                          # not the user's choice: no warning when dropped
         if options.get("effort") is not None and options["effort"] not in EFFORTS:
             raise ProviderError(f'{self.name}: effort {options["effort"]!r} is not one of {", ".join(EFFORTS)}',
@@ -1605,7 +1605,7 @@ class _HttpProvider:
 
     def _retryable(self, error: ProviderError) -> bool:
         if error.kind in ("aborted", "content"):
-            return False            # a refusal or a block is the answer: one request (issue 7)
+            return False            # a refusal or a block is the answer: one request
         if error.should_retry is not None:
             return error.should_retry
         return error.is_transient
@@ -1652,7 +1652,7 @@ class _HttpProvider:
         return error
 
     def _scrub(self, text: str) -> str:
-        """``text`` with the key replaced in every form an error text may carry it (issue 7 item 8)."""
+        """``text`` with the key replaced in every form an error text may carry it."""
         for form in self._secret_forms:
             if form in text:
                 text = text.replace(form, "[redacted]")
@@ -1713,7 +1713,7 @@ class _HttpProvider:
                 except ProviderError:
                     raise
                 except Exception as exc:
-                    # A payload of the wrong shape (issue 7 item 9): an upstream fault, like a broken stream.
+                    # A payload of the wrong shape: an upstream fault, like a broken stream.
                     raise ProviderError(f"{self.name}: unreadable reply payload ({type(exc).__name__}: "
                                         f"{self._scrub(str(exc))[:200]})", provider=self.name,
                                         kind="overload") from None
@@ -1853,7 +1853,7 @@ class _HttpProvider:
     # -- final assembly (§3.5) --------------------------------------------------
 
     def _refusal(self, state: dict, accumulator: _Accumulator) -> ProviderError | None:
-        """A refusal or moderation block the stream carried, as kind ``content`` (issue 7 item 5)."""
+        """A refusal or moderation block the stream carried, as kind ``content``."""
         return None
 
     def _empty_error(self, state: dict, accumulator: _Accumulator) -> ProviderError:
@@ -1923,7 +1923,7 @@ class _HttpProvider:
 
     def _body_text(self, body: dict, plan: _Plan | None = None) -> str:
         """``compact_json(body)``, byte for byte, writing each kept fragment's text as it is, and the plan's
-        kept lead as its one text (issue 12)."""
+        kept lead as its one text."""
         name = self._history_key_of(body)
         if name is None or name not in body:
             return compact_json(body)
@@ -1962,7 +1962,7 @@ class _HttpProvider:
 
     def _caps(self, vendor: str, model: str, unknown: ModelCaps = UNKNOWN_MODEL) -> ModelCaps:
         """The model's capability row, looked up once per model: every request reads it, and the table and
-        the provider's ``model_caps`` (checked when it was built) do not change (issue 12)."""
+        the provider's ``model_caps`` (checked when it was built) do not change."""
         return reused(self._caps_kept, (vendor, model, unknown),
                       lambda: model_caps(vendor, model, self.model_caps, unknown), CAPS_KEPT)
 
@@ -2161,7 +2161,7 @@ class GeminiProvider(_HttpProvider):
     def _contents(self, messages: list[dict], model: str) -> tuple[list[str], list[dict]]:
         """The system texts, for ``systemInstruction``, and the ``contents`` (providers.md §4.4).
 
-        A plain text history item arrives as this provider's fragment of it (issue 12).
+        A plain text history item arrives as this provider's fragment of it.
         """
         system: list[str] = []
         contents: list[dict] = []
@@ -2690,7 +2690,7 @@ class OpenAICompatibleProvider(_HttpProvider):
 
     def _wire_messages(self, plan: _Plan) -> list[dict]:
         """The plan's messages in wire form: a fragment is wire already, and the kept lead's run of them is
-        copied whole (in C) rather than looked at one by one (issue 12)."""
+        copied whole (in C) rather than looked at one by one."""
         return _spliced(plan.messages, plan.lead, lambda m: m if type(m) is _Fragment else self._message(m),
                         plan.lead)
 
@@ -2727,7 +2727,7 @@ class OpenAICompatibleProvider(_HttpProvider):
         if effort is None or self.effort_dialect == "off":
             return {}
         if options.get("quiet") and (self.effort_dialect != "openai" or caps == PASS_THROUGH):
-            return {}       # the understand default only goes to a model the table knows (issue 7 item 2)
+            return {}       # the understand default only goes to a model the table knows
         if self.effort_dialect == "openai":
             level = _level_for(caps, effort, {e: e for e in ("low", "medium", "high")}) \
                 if caps.thinking == "reasoning" else None
@@ -2976,7 +2976,7 @@ class OpenAICompatibleProvider(_HttpProvider):
         delta = choice.get("delta") or choice.get("message") or {}
         event: dict = {"type": "delta"}
         if isinstance(delta.get("refusal"), str) and delta["refusal"]:
-            # openai-python chat_completion_chunk.py ChoiceDelta.refusal: the model declined (issue 7).
+            # openai-python chat_completion_chunk.py ChoiceDelta.refusal: the model declined.
             state.setdefault("refusal", []).append(delta["refusal"])   # joined once, in _refusal
         if isinstance(delta.get("content"), str) and delta["content"]:
             event["content"] = delta["content"]
@@ -3165,7 +3165,7 @@ def _anthropic_native_ok(schema: Any) -> bool:
 
 
 class AnthropicProvider(_HttpProvider):
-    """Anthropic's Messages API with streaming (providers.md §6, issue 7).
+    """Anthropic's Messages API with streaming (providers.md §6).
 
     The common options only. ``max_tokens`` is required by the API and defaults
     to 8192. What is sent follows the capability table: extended thinking with
@@ -3281,7 +3281,7 @@ class AnthropicProvider(_HttpProvider):
 
     @staticmethod
     def _mark_history_end(messages: list[dict], has_prompt: bool) -> None:
-        """A cache breakpoint on the history's last block, the one before the per-call prompt (issue 11):
+        """A cache breakpoint on the history's last block, the one before the per-call prompt:
         the system block alone is often below the 1,024-token minimum, the system plus the history is not,
         and it is the same prefix on the next call of the conversation."""
         blocks = [block for message in messages for block in message["content"]]
@@ -3373,7 +3373,7 @@ class AnthropicProvider(_HttpProvider):
                     state["open_thinking"]["thinking"].append(delta["thinking"])
                 yield {"type": "delta", "reasoning": delta["thinking"]}
             elif delta.get("type") == "signature_delta" and state["open_thinking"] is not None:
-                # The signature the next tool round must send back (issue 7 item 4).
+                # The signature the next tool round must send back.
                 state["open_thinking"]["signature"].append(str(delta.get("signature") or ""))
             elif delta.get("type") == "input_json_delta" and state["open_tool"] is not None \
                     and delta.get("partial_json"):

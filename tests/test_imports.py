@@ -139,12 +139,36 @@ def test_type_checkers_see_every_name_that_lives_elsewhere():
     assert seen == falai.PUBLIC_ELSEWHERE
 
 
-def test_import_falai_leaves_the_sibling_modules_unloaded():
-    """``import falai`` is the engine alone: a sibling loads when a name of it is first used."""
+# What a turn never needs: ``import falai`` leaves these unloaded until one of their names is used.
+LOADED_ON_USE = ("falai_checks", "falai_spec", "falai_testing", "falai_stores", "falai_providers", "falai_cli",
+                 "falai_host")
+
+
+def _siblings_falai_imports_at_its_bottom():
+    """The siblings falai.py imports at module level, each after every definition (the module object only)."""
+    import ast
+    body = ast.parse(open(falai.__file__, encoding="utf-8").read()).body
+    bottom = set()
+    for index, node in enumerate(body):
+        if isinstance(node, ast.Import) and any(alias.name.startswith("falai_") for alias in node.names):
+            later = body[index + 1:]
+            assert all(isinstance(item, (ast.Import, ast.If)) for item in later), \
+                f"falai.py imports {node.names[0].name} before a definition: import it after every definition"
+            bottom.update(alias.name for alias in node.names)
+        assert not (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("falai_")), \
+            "falai.py reaches a sibling through its module object, never ``from falai_x import``"
+    return bottom
+
+
+def test_import_falai_loads_no_sibling_but_the_ones_it_imports_at_its_bottom():
+    """``import falai`` is the engine: a sibling loads when a name of it is first used, except one falai
+    itself calls on every turn and imports at its bottom; never the checks, JSON, testing kit or stores."""
+    bottom = _siblings_falai_imports_at_its_bottom()
+    assert not bottom & set(LOADED_ON_USE)
     code = ("import sys; import falai; "
             f"print(','.join(m for m in {SIBLINGS!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
-    assert out.stdout.strip() == ""
+    assert set(filter(None, out.stdout.strip().split(","))) == bottom
 
 
 TURN = """
