@@ -1775,11 +1775,7 @@ class Agent:
         import falai_calls      # here, not at import: the model calls load with the first agent
         self.model_calls = falai_calls.for_protocol(protocol)
         self.max_candidates = max_candidates
-        self._flow_facts: dict[int, tuple[dict, FlowFacts]] = {}   # flow_facts(), built on first use
-        self._understanding = _Understanding()   # the understand side's reuse, built on first use (issue 12)
-        self._tool_pool: Any = None      # tool_pool(), created on the first batch of safe tool calls
-        self._turn_parts: dict = {}      # what the turn path reads and the agent never changes, built on first use
-        self._tool_pool_lock = threading.Lock()
+        self.compiled = Compiled(self)   # what the turn works out once from this configuration
         if debug:
             log.setLevel(DEBUG)
         flow_by_id: dict[str, dict] = {}
@@ -1856,6 +1852,69 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, flows={[f.get('id') for f in self.flows if isinstance(f, dict)]!r})"
+
+
+class Compiled:
+    """What an agent works out once from its frozen configuration and keeps, each on first use:
+    each flow's facts and words, its flows by trigger kind, the fields a list of flows can fill,
+    its silence flows, and the thread pool for safe tool calls.
+
+    One per agent (``agent.compiled``). The engine asks through these methods; nothing reaches
+    into what they keep. Flows are the agent's own read-only copies, kept as long as the agent,
+    so their ids name them. The model calls keep their own parts (falai_calls).
+    """
+
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
+        self._flow_facts: dict[int, tuple[dict, FlowFacts]] = {}
+        self._flow_words: dict[int, frozenset[str]] = {}
+        self._by_trigger: FlowsByTrigger | None = None
+        self._harvest: dict[tuple, tuple[str, ...]] = {}
+        self._silence_flows: list[tuple[dict, dict]] | None = None
+        self._tool_pool: Any = None
+        self._tool_pool_lock = threading.Lock()
+
+    def flow_facts(self, flow: dict) -> FlowFacts:
+        """What routing reads of one of the agent's flows."""
+        kept = self._flow_facts.get(id(flow))
+        if kept is not None and kept[0] is flow:
+            return kept[1]
+        facts = work_out_flow_facts(flow)
+        self._flow_facts[id(flow)] = (flow, facts)     # the flow is kept, so its id is not reused
+        return facts
+
+    def flow_words(self, flow: dict) -> frozenset[str]:
+        """The words of one of the agent's flows, for the lexical prefilter."""
+        words = self._flow_words.get(id(flow))
+        if words is None:
+            words = self._flow_words[id(flow)] = _flow_words(flow)
+        return words
+
+    def flows_by_trigger(self) -> FlowsByTrigger:
+        """The agent's flows listed by trigger kind."""
+        if self._by_trigger is None:
+            self._by_trigger = work_out_flows_by_trigger(self._agent)
+        return self._by_trigger
+
+    def harvest(self, flows: list, work_out: Callable[[], tuple[str, ...]]) -> tuple[str, ...]:
+        """The "anywhere" fields ``flows`` can fill, by ``work_out()`` once per list of flows; at
+        most UNDERSTAND_PLANS_KEPT lists are kept (a bound on memory, not a policy)."""
+        return reused(self._harvest, tuple(map(id, flows)), work_out, UNDERSTAND_PLANS_KEPT)
+
+    def silence_flows(self) -> list[tuple[dict, dict]]:
+        """(flow, its first silence trigger) of each flow whose silence is a duration."""
+        if self._silence_flows is None:
+            self._silence_flows = work_out_silence_flows(self._agent)
+        return self._silence_flows
+
+    def tool_pool(self) -> Any:
+        """The agent's one thread pool for safe tool calls, created on first use and capped."""
+        with self._tool_pool_lock:
+            if self._tool_pool is None:
+                from concurrent.futures import ThreadPoolExecutor   # lazily: many agents never batch
+                self._tool_pool = ThreadPoolExecutor(max_workers=TOOL_POOL_WORKERS,
+                                                     thread_name_prefix="falai-tool")
+            return self._tool_pool
 
 
 def given_keywords(**keywords: Any) -> dict:
@@ -2281,34 +2340,72 @@ def copy_session(session: Session) -> Session:
                    last_assistant_at=session.last_assistant_at, v=session.v, **values)
 
 
+@dataclass(frozen=True, slots=True)
+class TurnGiven:
+    """What a turn is given and never changes: the agent, the checked input, the turn's one instant,
+    and the host's context, anchors, claims and silenced (runtime.md §2, §3.1)."""
+    agent: Agent
+    input: TurnInput
+    now: datetime
+    now_text: str             # the turn's one instant as blob text, stamped on lines, claims, runs
+    session_id: str
+    context: Any
+    anchors: dict
+    held_claims: dict
+    active_claims: frozenset[str]
+    silenced: str | None      # the reason, whichever form the host gave (runtime.md §9)
+    understand_when_silenced: bool
+    skip_mode: bool
+    trigger_key: str
+
+
+def turn_given(agent: Agent, given: TurnInput, now: datetime, session: Session) -> TurnGiven:
+    """What a turn is given, read once at its start; ``session`` is the turn's copy."""
+    now_text = iso(now)
+    silenced = given.silenced
+    return TurnGiven(
+        agent=agent, input=given, now=now, now_text=now_text, session_id=given.session_id,
+        context=given.context, anchors=given.anchors,
+        held_claims=given.claims.get("held") or {},
+        active_claims=frozenset(given.claims.get("active") or []),
+        silenced=silenced if isinstance(silenced, str) else silenced.get("reason") if silenced else None,
+        understand_when_silenced=isinstance(silenced, dict) and bool(silenced.get("understand")),
+        skip_mode=isinstance(silenced, dict) and bool(silenced.get("skip")),
+        trigger_key=trigger_key_of(given, session, now_text))
+
+
+def trigger_key_of(given: TurnInput, session: Session, now_text: str) -> str:
+    """The input's trigger key (runtime.md §2.3)."""
+    if given.kind == "message":
+        return given.id or instant_key(session, given.at or now_text)
+    # read_turn_input sets the field each kind names
+    if given.kind == "wake":
+        assert given.wake is not None
+        return given.wake
+    if given.kind == "event":
+        assert given.key is not None
+        return given.key
+    assert given.start is not None
+    return given.start["key"]
+
+
 class Turn:
-    """The state of one turn in flight: the session copy, what was produced, and the floor.
+    """One turn in flight: what it was given (``given``, read-only) and what it changes: the
+    session copy and the history, what it produces, where it is, the floor and the speaker.
 
     ``phase`` says where the turn is (runtime.md §3); run_turn alone moves it.
     """
 
     def __init__(self, agent: Agent, given: TurnInput):
-        self.agent = agent
-        self.input = given
-        self.now = check_instant(agent.clock(), "the agent's clock reading", "Check the clock.")
-        self.now_text = iso(self.now)      # the turn's one instant as blob text, stamped on lines, claims, runs
-        self.session_id = given.session_id
+        now = check_instant(agent.clock(), "the agent's clock reading", "Check the clock.")
         try:
             self.session = copy_session(given.session) if given.session else Session(id=given.session_id)
         except RecursionError:   # a Session built by hand far past BLOB_NESTING; no store would save it
             assert given.session is not None    # a fresh Session never nests that deep
             raise InvalidSessionError(given.session.id, f"it nests deeper than {BLOB_NESTING} levels "
                                       f"(a value may nest {MAX_NESTING}; docs/guide/limits.md)") from None
-        self.context = given.context
-        self.anchors = given.anchors
-        self.held_claims = given.claims.get("held") or {}
-        self.active_claims = set(given.claims.get("active") or [])
-        silenced = given.silenced
-        self.silenced = silenced if isinstance(silenced, str) else silenced.get("reason") if silenced else None
-        self.understand_when_silenced = isinstance(silenced, dict) and bool(silenced.get("understand"))
-        self.skip_mode = isinstance(silenced, dict) and bool(silenced.get("skip"))
+        self.given = turn_given(agent, given, now, self.session)     # read-only from here on
         self.history = given.history if given.history is not None else list(self.session.history or [])
-        self.trigger_key = self._trigger_key()
         # what the turn produces
         self.messages: list[OutboundMessage] = []
         self.schedule: list[ScheduleEntry] = []
@@ -2334,27 +2431,13 @@ class Turn:
         self.queue: list[Run] = []           # runs to move in phases 5 and 7, in order (runtime.md §3.6)
         self.compacted = False               # compaction runs once, before the first model call (§3)
 
-    def _trigger_key(self) -> str:
-        given = self.input
-        if given.kind == "message":
-            return given.id or instant_key(self.session, given.at or self.now_text)
-        # read_turn_input sets the field each kind names
-        if given.kind == "wake":
-            assert given.wake is not None
-            return given.wake
-        if given.kind == "event":
-            assert given.key is not None
-            return given.key
-        assert given.start is not None
-        return given.start["key"]
-
     @property
     def is_message(self) -> bool:
-        return self.input.kind == "message"
+        return self.given.input.kind == "message"
 
     def unanswered_message(self) -> bool:
         """Ingest is over, the turn is a message, not silenced, not yet spoken or answered (runtime.md §4.7 rule 5)."""
-        return (self.phase not in ("ingest", "settle") and self.is_message and self.silenced is None
+        return (self.phase not in ("ingest", "settle") and self.is_message and self.given.silenced is None
                 and not self.spoke)
 
     def live(self, run: Run) -> bool:
@@ -2370,15 +2453,15 @@ class Turn:
         return None
 
     def scope(self, run: Run | None = None) -> Scope:
-        return Scope(data=self.session.data, context=self.context, input=run.input if run else None)
+        return Scope(data=self.session.data, context=self.given.context, input=run.input if run else None)
 
     def pred_ctx(self, run: Run | None, input: Any = None, silenced: Any = "turn") -> PredCtx:
-        return PredCtx(context=self.context, data=self.session.data,
+        return PredCtx(context=self.given.context, data=self.session.data,
                        input=run.input if run is not None and input is None else input,
-                       run=run, silenced=self.silenced if silenced == "turn" else silenced, now=self.now)
+                       run=run, silenced=self.given.silenced if silenced == "turn" else silenced, now=self.given.now)
 
     def holds(self, predicate: Any, run: Run | None, input: Any = None) -> bool:
-        return judge(predicate, self.pred_ctx(run, input), self.agent.conditions)
+        return judge(predicate, self.pred_ctx(run, input), self.given.agent.conditions)
 
     def count(self, llm_calls: int, usage: TokenUsage | None) -> None:
         self.llm_calls += llm_calls
@@ -2390,7 +2473,7 @@ class Turn:
             return
         self.compacted = True
         import falai_calls
-        self.history, calls, usage = falai_calls.compact_history(self.agent, self.history)
+        self.history, calls, usage = falai_calls.compact_history(self.given.agent, self.history)
         self.count(calls, usage)
 
     def result(self, changed: bool) -> TurnResult:
@@ -2400,31 +2483,36 @@ class Turn:
 
 
 def run_turn(agent: Agent, kwargs: dict, streaming: bool) -> Generator[str, None, TurnResult]:
-    """The one pipeline behind turn() and turn_stream(): yields deltas, returns the TurnResult."""
+    """The one pipeline behind turn() and turn_stream(): yields deltas, returns the TurnResult.
+
+    ``turn.given`` never changes. What each phase changes of the rest (the session copy, its runs,
+    the history, what the turn produces, the floor) is said on its line; a run's status moves only
+    through move_status(), by RUN_MOVES.
+    """
     given = read_turn_input(kwargs)
-    turn = Turn(agent, given)
-    ignored = ingest(turn)                                   # phases 1-2
+    turn = Turn(agent, given)                  # copies the session: the input session is never changed
+    ignored = ingest(turn)      # 1-2: inputs, last-at times, woken runs and their moves, the floor
     if ignored is not None:
         write_line(turn, None, "wait", "skipped", code=ignored.code, key=ignored.key,
-                   detail=ignored.detail)
+                   detail=ignored.detail)                    # an ignored input changes nothing else
         return turn.result(changed=False)
     if turn.is_message:
         turn.phase = "understand"
-        understood = understand_message(turn)               # phase 3
+        understood = understand_message(turn)   # 3: no session or run; compacts the history once
         turn.phase = "decide"
-        decide(turn, understood)                            # phase 4
+        decide(turn, understood)                # 4: field values, started and resumed runs, the floor
     turn.phase = "run"
-    run_phase(turn)                                          # phase 5
+    run_phase(turn)                             # 5: runs move (steps, data, waits), messages, lines
     turn.phase = "speak"
-    speaker = choose_speaker(turn)
+    speaker = choose_speaker(turn)              # 6: a due fixed question or a skip line; the call
     spoken = None
-    if speaker is not None:                                  # phase 6
+    if speaker is not None:
         ask = speak_ask(turn, speaker)
         turn.compact_once()
         import falai_calls
-        spoken = yield from falai_calls.speak(agent, ask, streaming)
+        spoken = yield from falai_calls.speak(agent, ask, streaming)   # ... itself changes nothing
     turn.phase = "settle"
-    settle(turn, speaker, spoken)                            # phase 7
+    settle(turn, speaker, spoken)       # 7: the reply, its fields, the speaker's run, resumes, wakes
     # What the turn produced first: comparing the sessions walks the whole blob, a long history included.
     changed = bool(turn.messages or turn.schedule or turn.outcomes or turn.skipped) or (
         given.session is None or turn.session != given.session)
@@ -2443,7 +2531,7 @@ class Ignored:
 
 def ingest(turn: Turn) -> Ignored | None:
     """Apply the input to the session copy; returns what was ignored, if the input is."""
-    given = turn.input
+    given = turn.given.input
     if given.kind == "wake" and given.session is None:
         assert given.wake is not None           # read_turn_input sets the field each kind names
         return Ignored("no-session", given.wake)
@@ -2452,11 +2540,11 @@ def ingest(turn: Turn) -> Ignored | None:
             return Ignored("duplicate-input", given.id)
         if given.id:
             turn.session.inputs = [*turn.session.inputs, given.id][-INPUTS_KEPT:]
-        elif turn.trigger_key != (given.at or turn.now_text):
+        elif turn.given.trigger_key != (given.at or turn.given.now_text):
             # An id-less message sharing its instant took a numbered key: kept, so the next one
             # in that instant takes the next number (instant_key).
-            turn.session.inputs = [*turn.session.inputs, turn.trigger_key][-INPUTS_KEPT:]
-        turn.session.last_user_at = iso(parse_iso(given.at)) if given.at else turn.now_text
+            turn.session.inputs = [*turn.session.inputs, turn.given.trigger_key][-INPUTS_KEPT:]
+        turn.session.last_user_at = iso(parse_iso(given.at)) if given.at else turn.given.now_text
         resolve_reply_waits(turn)
     elif given.kind == "wake":
         assert given.wake is not None
@@ -2464,16 +2552,16 @@ def ingest(turn: Turn) -> Ignored | None:
             return ingest_silence_wake(turn, given.wake)
         return ingest_run_wake(turn, given.wake)
     elif given.kind == "event":
-        if given.event not in turn.agent.events and not any(
+        if given.event not in turn.given.agent.events and not any(
                 (run.waiting or {}).get("event") == given.event for run in turn.session.runs):
             assert given.key is not None    # nothing waits on it and no trigger names it: say so
             return Ignored("unknown-event", given.key, given.event)
         ingest_event(turn, given)
     else:
         assert given.start is not None
-        flow = turn.agent.flow_by_id.get(given.start["flow"])
+        flow = turn.given.agent.flow_by_id.get(given.start["flow"])
         if flow is None:
-            skip(turn, given.start["flow"], turn.session_id, given.start["key"], "flow-gone")
+            skip(turn, given.start["flow"], turn.given.session_id, given.start["key"], "flow-gone")
         else:
             start_run(turn, flow, "start", given.start["key"], payload=given.start.get("input"), hop=given.hop)
     return None
@@ -2552,9 +2640,9 @@ def ingest_silence_wake(turn: Turn, key: str) -> Ignored | None:
     body = key[len("silence:"):]
     ms = body.rsplit(":", 1)[-1]
     flow_id = unescape_key_part(body.split(":", 1)[0])    # the flow id part has no ":" (key_part)
-    flow = turn.agent.flow_by_id.get(flow_id)
+    flow = turn.given.agent.flow_by_id.get(flow_id)
     if flow is None:
-        skip(turn, flow_id, turn.session_id, ms, "flow-gone")
+        skip(turn, flow_id, turn.given.session_id, ms, "flow-gone")
         return None
     last = turn.session.last_assistant_at
     if last is None or str(to_ms(parse_iso(last))) != ms or customer_wrote_since(turn, flow_id, last):
@@ -2570,13 +2658,13 @@ def ingest_silence_wake(turn: Turn, key: str) -> Ignored | None:
 def ingest_event(turn: Turn, given: TurnInput) -> None:
     """An event: stamp its direction, release event waits, start event triggers (runtime.md §3.2)."""
     assert given.key is not None                # read_turn_input sets the field each kind names
-    definition = turn.agent.events.get(given.event)
+    definition = turn.given.agent.events.get(given.event)
     direction = getattr(definition, "direction", None)
     if direction == "inbound":
-        turn.session.last_user_at = turn.now_text
+        turn.session.last_user_at = turn.given.now_text
         resolve_reply_waits(turn)
     elif direction == "outbound":
-        turn.session.last_assistant_at = turn.now_text
+        turn.session.last_assistant_at = turn.given.now_text
     for run in list(turn.session.runs):
         waiting = run.waiting or {}
         if waiting.get("kind") != "event" or waiting.get("event") != given.event:
@@ -2587,7 +2675,7 @@ def ingest_event(turn: Turn, given: TurnInput) -> None:
             continue
         advance(turn, run, go(turn, run, "wait", "ok", step.get("then"), code="event-arrived"))
         take_floor_in_ingest(turn, run)
-    for flow in turn.agent.flows:
+    for flow in turn.given.agent.flows:
         for trigger in flow.get("on") or []:
             if trigger.get("event") == given.event and start_run(
                     turn, flow, "event", given.key, trigger=trigger, payload=given.payload, hop=given.hop):
@@ -2600,9 +2688,9 @@ def customer_wrote_since(turn: Turn, flow_id: str, since: str) -> bool:
     last_user = turn.session.last_user_at
     if last_user is not None and parse_iso(last_user) > moment:
         return True
-    flow = turn.agent.flow_by_id.get(flow_id) or {}
+    flow = turn.given.agent.flow_by_id.get(flow_id) or {}
     name = flow.get("anchor") or "session"
-    inbound = (turn.anchors.get(name) or {}).get("lastInboundAt") if name != "session" else None
+    inbound = (turn.given.anchors.get(name) or {}).get("lastInboundAt") if name != "session" else None
     return inbound is not None and parse_iso(inbound) > moment
 
 
@@ -2621,20 +2709,21 @@ def qualifies(turn: Turn, flow: dict, trigger: dict | None, kind: str) -> bool:
     """A trigger's ``if`` holds for a draft run and its ``repeat`` allows a start (runtime.md §3.4)."""
     if trigger is None:
         return False
-    return (trigger.get("if") is None or turn.holds(trigger["if"], draft_run(turn, flow, kind, turn.trigger_key))) \
-        and repeat_allows(turn, flow, trigger, kind, turn.trigger_key)
+    key = turn.given.trigger_key
+    return (trigger.get("if") is None or turn.holds(trigger["if"], draft_run(turn, flow, kind, key))) \
+        and repeat_allows(turn, flow, trigger, kind, key)
 
 
 def eligibility(turn: Turn, floor: Run | None) -> Eligibility:
-    listed = flows_by_trigger(turn.agent)
-    claim_free = not turn.session.claims and not turn.held_claims     # then no repeat refuses (runtime.md §6.1)
+    listed = flows_by_trigger(turn.given.agent)
+    claim_free = not turn.session.claims and not turn.given.held_claims     # then no repeat refuses (runtime.md §6.1)
     found = Eligibility(eligible=qualifying(turn, listed.phrased, claim_free),
                         catch_alls=qualifying(turn, listed.catch_alls, claim_free))
     # A phrased mention is asked when its repeat allows; its if is judged when it starts (runtime.md §3.5).
     found.mentions = list(listed.asked_mentions.flows) if claim_free else [
         flow for flow, trigger in zip(listed.asked_mentions.flows, listed.asked_mentions.triggers)
-        if repeat_allows(turn, flow, trigger, "mention", turn.trigger_key)]
-    found.unscored = (floor is None and len(found.eligible) == 1 and turn.agent.idle == "silent"
+        if repeat_allows(turn, flow, trigger, "mention", turn.given.trigger_key)]
+    found.unscored = (floor is None and len(found.eligible) == 1 and turn.given.agent.idle == "silent"
                       and not found.catch_alls)
     return found
 
@@ -2656,18 +2745,18 @@ class FlowFacts:
 
 
 def flow_facts(agent: Agent, flow: dict) -> FlowFacts:
-    """The FlowFacts of one of the agent's flows, worked out on first use (issue 12)."""
-    cached = agent._flow_facts.get(id(flow))
-    if cached is not None and cached[0] is flow:
-        return cached[1]
+    """The FlowFacts of one of the agent's flows, worked out on first use."""
+    return agent.compiled.flow_facts(flow)
+
+
+def work_out_flow_facts(flow: dict) -> FlowFacts:
+    """What routing reads of a flow: its message triggers, its mention trigger, what it collects."""
     slugs = list(flow.get("collect") or [])
     for step in flow.get("steps") or []:
         if is_talk(step):
             slugs.extend(step.get("collect") or [])
-    facts = FlowFacts(message_trigger(flow, phrased=True), message_trigger(flow, phrased=False),
-                      first_trigger(flow, "mention"), tuple(unique_slugs(slugs)))
-    agent._flow_facts[id(flow)] = (flow, facts)     # the flow is kept, so its id is never reused meanwhile
-    return facts
+    return FlowFacts(message_trigger(flow, phrased=True), message_trigger(flow, phrased=False),
+                     first_trigger(flow, "mention"), tuple(unique_slugs(slugs)))
 
 
 @dataclass(slots=True)
@@ -2693,33 +2782,25 @@ class FlowsByTrigger:
     own: frozenset
 
 
-@dataclass(slots=True)
-class _Understanding:
-    """What the understand side of a turn reuses across turns: the agent's flows and fields never change,
-    so what depends only on them, or on which flows and fields a turn asks about, is built once (issue 12)."""
-    by_trigger: FlowsByTrigger | None = None
-    harvest: dict = field(default_factory=dict)
-    words: dict = field(default_factory=dict)
-
-
 def flows_by_trigger(agent: Agent) -> FlowsByTrigger:
     """The agent's FlowsByTrigger, worked out on first use."""
-    listed = agent._understanding.by_trigger
-    if listed is None:
-        facts = [(flow, flow_facts(agent, flow)) for flow in agent.flows]
-        mentions = [(flow, f.mention) for flow, f in facts if f.mention is not None]
-        listed = FlowsByTrigger(TriggerList.of([(flow, f.phrased) for flow, f in facts if f.phrased is not None]),
-                                TriggerList.of([(flow, f.catch_all) for flow, f in facts if f.catch_all is not None]),
-                                TriggerList.of(mentions),
-                                TriggerList.of([(flow, t) for flow, t in mentions if t["mention"]]),
-                                frozenset(map(id, agent.flows)))
-        agent._understanding.by_trigger = listed
-    return listed
+    return agent.compiled.flows_by_trigger()
+
+
+def work_out_flows_by_trigger(agent: Agent) -> FlowsByTrigger:
+    """Each kind of trigger and the agent's flows that have one (runtime.md §3.4)."""
+    facts = [(flow, flow_facts(agent, flow)) for flow in agent.flows]
+    mentions = [(flow, f.mention) for flow, f in facts if f.mention is not None]
+    return FlowsByTrigger(TriggerList.of([(flow, f.phrased) for flow, f in facts if f.phrased is not None]),
+                          TriggerList.of([(flow, f.catch_all) for flow, f in facts if f.catch_all is not None]),
+                          TriggerList.of(mentions),
+                          TriggerList.of([(flow, t) for flow, t in mentions if t["mention"]]),
+                          frozenset(map(id, agent.flows)))
 
 
 def reused(cache: dict, key: Any, build: Callable[[], Any], bound: int | None = None) -> Any:
     """``cache[key]``, built by ``build()`` on a miss; a full cache is emptied first (a bound, not a policy).
-    Without a bound, the keys are a fixed few names (an agent's ``_turn_parts``)."""
+    Without a bound, the keys are a fixed few names."""
     value = cache.get(key)
     if value is None:
         if bound is not None and len(cache) >= bound:
@@ -2747,19 +2828,19 @@ def understand_message(turn: Turn) -> Understood:
     """Phase 3: work out what the model may judge and make at most one call (runtime.md §3.4)."""
     floor = floor_of(turn)
     found = eligibility(turn, floor)
-    if turn.silenced is not None and not turn.understand_when_silenced:
+    if turn.given.silenced is not None and not turn.given.understand_when_silenced:
         return Understood(Judgement(), found)
-    assert turn.input.message is not None      # understand runs for a message only
-    ask = UnderstandAsk(message=turn.input.message, scope=turn.scope(), history=turn.history,
+    assert turn.given.input.message is not None      # understand runs for a message only
+    ask = UnderstandAsk(message=turn.given.input.message, scope=turn.scope(), history=turn.history,
                         mentions=list(found.mentions))
     floor_flow = flow_of(turn, floor) if floor is not None else None
     if floor is not None and floor_flow is not None:
         ask_floor(turn, ask, floor, floor_flow)
     scored = [] if found.unscored else found.eligible          # item 4: the single-flow shortcut scores none
-    bound = turn.agent.max_candidates
+    bound = turn.given.agent.max_candidates
     if bound is not None and len(scored) > bound:
-        scored = lexical_top(turn.input.message, scored, bound,      # docs/guide/tokens.md
-                             lambda flow: flow_words(turn.agent, flow))
+        scored = lexical_top(turn.given.input.message, scored, bound,      # docs/guide/tokens.md
+                             lambda flow: flow_words(turn.given.agent, flow))
     lead = [floor_flow] if floor_flow else []
     ask.candidates = lead + [flow for flow in scored if flow is not floor_flow]     # each flow once
     asked_flows = found.eligible if found.unscored else scored      # a bound asks only its flows' fields
@@ -2771,7 +2852,7 @@ def understand_message(turn: Turn) -> Understood:
         return Understood(Judgement(), found)
     turn.compact_once()
     ask.history = turn.history
-    return Understood(falai_calls.understand(turn.agent, ask), found)
+    return Understood(falai_calls.understand(turn.given.agent, ask), found)
 
 
 def ask_floor(turn: Turn, ask: UnderstandAsk, floor: Run, flow: dict) -> None:
@@ -2782,7 +2863,7 @@ def ask_floor(turn: Turn, ask: UnderstandAsk, floor: Run, flow: dict) -> None:
     if step is None or not is_talk(step):
         return
     ask.floor_step = step
-    ask.floor_pending = model_fields(turn.agent.fields, pending_fields(turn, step, floor))
+    ask.floor_pending = model_fields(turn.given.agent.fields, pending_fields(turn, step, floor))
     if floor.status == "asking" and not turn.floor_from_ingest:
         ask.branches = [AskedBranch(floor.id, step["id"], index, branch["when"])
                         for index, branch in enumerate(step.get("branches") or []) if branch.get("when") is not None]
@@ -2826,10 +2907,7 @@ def _flow_words(flow: dict) -> frozenset[str]:
 
 def flow_words(agent: Agent, flow: dict) -> frozenset[str]:
     """``_flow_words`` of one of the agent's flows, worked out once (its phrases are never rendered)."""
-    words = agent._understanding.words.get(id(flow))
-    if words is None:
-        words = agent._understanding.words[id(flow)] = _flow_words(flow)
-    return words
+    return agent.compiled.flow_words(flow)
 
 
 def unique_slugs(slugs: Iterable[str]) -> list[str]:
@@ -2840,16 +2918,16 @@ def harvestable(turn: Turn, flows: list) -> list[str]:
     """The unknown "anywhere" fields of the agent's ``flows``, each once: each flow's collect, then each talk
     step's collect (runtime.md §3.4 item 7). What the flows give is worked out once per list (issue 12)."""
     def anywhere() -> tuple[str, ...]:
-        fields = turn.agent.fields
-        slugs = (slug for flow in flows for slug in flow_facts(turn.agent, flow).slugs)
+        fields = turn.given.agent.fields
+        slugs = (slug for flow in flows for slug in flow_facts(turn.given.agent, flow).slugs)
         return tuple(slug for slug in dict.fromkeys(slugs)
                      if slug in fields and extract_mode(fields[slug]) == "anywhere")
 
-    slugs = reused(turn.agent._understanding.harvest, tuple(map(id, flows)), anywhere, UNDERSTAND_PLANS_KEPT)
+    slugs = turn.given.agent.compiled.harvest(flows, anywhere)
     known = {slug for slug, value in turn.session.data.items() if is_known(value)}
     if not known:
         return list(slugs)
-    fields = turn.agent.fields      # a correctable known field stays asked: it may be corrected
+    fields = turn.given.agent.fields      # a correctable known field stays asked: it may be corrected
     return [slug for slug in slugs if slug not in known or fields[slug].get("correctable") is True]
 
 
@@ -2861,15 +2939,15 @@ def decide(turn: Turn, understood: Understood) -> None:
     route, route_trigger = None, None
     if not turn.floor_from_ingest:
         route, route_trigger = choose_route(turn, judgement, found, asker)
-    mentions = flows_by_trigger(turn.agent).mentions
+    mentions = flows_by_trigger(turn.given.agent).mentions
     for flow, trigger in zip(mentions.flows, mentions.triggers):
         if not trigger["mention"]:
-            start_run(turn, flow, "mention", turn.trigger_key, trigger=trigger)
+            start_run(turn, flow, "mention", turn.given.trigger_key, trigger=trigger)
         elif flow in found.mentions and judgement.mentions.get(flow["id"]) is True:   # asked ones only
             values = judgement.extract.get(flow["id"])
             payload = ({k: v for k, v in values.items() if v is not None and v != ""}
                        if trigger.get("extract") and isinstance(values, dict) else None)
-            start_run(turn, flow, "mention", turn.trigger_key, trigger=trigger, payload=payload)
+            start_run(turn, flow, "mention", turn.given.trigger_key, trigger=trigger, payload=payload)
     routed = None
     if route is not None:
         routed = next((run for run in turn.session.runs if run.flow_id == route["id"] and run.status == "suspended"),
@@ -2877,7 +2955,7 @@ def decide(turn: Turn, understood: Understood) -> None:
         if routed is not None:
             move_status(turn, routed, "routed")
         else:
-            routed = start_run(turn, route, "message", turn.trigger_key, trigger=route_trigger)
+            routed = start_run(turn, route, "message", turn.given.trigger_key, trigger=route_trigger)
         if routed is not None:
             turn.floor_run = routed
     if asker is not None and routed is None and not turn.floor_from_ingest:
@@ -2905,18 +2983,18 @@ def choose_route(turn: Turn, judgement: Judgement, found: Eligibility,
 
     if asker is not None:
         top = best([flow for flow in found.eligible if flow["id"] != asker.flow_id])
-        asker_flow = turn.agent.flow_by_id.get(asker.flow_id)
+        asker_flow = turn.given.agent.flow_by_id.get(asker.flow_id)
         asker_score = score(asker_flow) if asker_flow else 0
         if top is not None and score(top) >= ROUTE_MIN_SCORE and score(top) >= asker_score + ROUTE_OVER_ASKER:
-            return top, flow_facts(turn.agent, top).phrased
+            return top, flow_facts(turn.given.agent, top).phrased
         return None, None
     if found.unscored:
-        return found.eligible[0], flow_facts(turn.agent, found.eligible[0]).phrased
+        return found.eligible[0], flow_facts(turn.given.agent, found.eligible[0]).phrased
     top = best(found.eligible)
     if top is not None and score(top) >= ROUTE_MIN_SCORE:
-        return top, flow_facts(turn.agent, top).phrased
+        return top, flow_facts(turn.given.agent, top).phrased
     if found.catch_alls:
-        return found.catch_alls[0], flow_facts(turn.agent, found.catch_alls[0]).catch_all
+        return found.catch_alls[0], flow_facts(turn.given.agent, found.catch_alls[0]).catch_all
     return None, None
 
 
@@ -2924,7 +3002,7 @@ def write_value(turn: Turn, slug: str, raw: Any) -> None:
     """Write one model-given field value through its checks (runtime.md §3.5.1)."""
     if raw is None or raw == "":
         return
-    definition = turn.agent.fields.get(slug)
+    definition = turn.given.agent.fields.get(slug)
     if definition is None:
         write_line(turn, None, "collect", "skipped", code="unknown-field", detail=slug)
         return
@@ -2957,7 +3035,7 @@ def run_phase(turn: Turn) -> None:
         judge_resumed_branches(turn, resumed)
     turn.queue = list(turn.session.runs)
     drain(turn)
-    if turn.is_message and turn.silenced is None:
+    if turn.is_message and turn.given.silenced is None:
         for _ in range(len(turn.session.runs)):
             if turn.talk_request is not None or turn.spoke:
                 break
@@ -2985,7 +3063,7 @@ def judge_resumed_branches(turn: Turn, run: Run) -> None:
 
 def choose_speaker(turn: Turn) -> Run | str | None:
     """The talk step's run, "idle", or None (runtime.md §3.6.6); sends a due fixed question."""
-    if turn.silenced is not None:
+    if turn.given.silenced is not None:
         return None
     run = turn.talk_request
     if run is not None:
@@ -2997,7 +3075,7 @@ def choose_speaker(turn: Turn) -> Run | str | None:
         if send_fixed_question(turn, run, step):
             return None
         return run
-    if (turn.is_message and turn.asker() is None and turn.agent.idle != "silent" and not turn.spoke):
+    if (turn.is_message and turn.asker() is None and turn.given.agent.idle != "silent" and not turn.spoke):
         return "idle"
     if turn.is_message and turn.asker() is None and not turn.spoke:
         explain_silence(turn)
@@ -3012,12 +3090,12 @@ def explain_silence(turn: Turn) -> None:
     if turn.started or any(line.run_id is not None for line in turn.outcomes):
         return
     def allowed(flow: dict, trigger: dict) -> bool:
-        draft = draft_run(turn, flow, "message", turn.trigger_key)
+        draft = draft_run(turn, flow, "message", turn.given.trigger_key)
         return trigger.get("if") is None or turn.holds(trigger["if"], draft)
 
-    spent = [flow["id"] for flow, trigger in message_triggers(turn.agent)
+    spent = [flow["id"] for flow, trigger in message_triggers(turn.given.agent)
              if allowed(flow, trigger)
-             and not repeat_allows(turn, flow, trigger, "message", turn.trigger_key)]
+             and not repeat_allows(turn, flow, trigger, "message", turn.given.trigger_key)]
     if spent:
         write_line(turn, None, "idle", "skipped", code="repeat-spent", detail=", ".join(spent))
     else:
@@ -3035,14 +3113,14 @@ def message_triggers(agent: Agent) -> list[tuple[dict, dict]]:
 
 def speak_ask(turn: Turn, speaker: Run | str) -> SpeakAsk:
     """The speak request for a talk step or the idle speaker (runtime.md §3.7, model-calls.md §5.1)."""
-    agent = turn.agent
-    text = turn.input.message if turn.is_message else None
+    agent = turn.given.agent
+    text = turn.given.input.message if turn.is_message else None
     if speaker == "idle":
         idle = agent.idle
         assert isinstance(idle, dict)       # an idle "silent" never speaks (choose_speaker)
         instructions = kept_instructions(turn, [*agent.instructions, *(idle.get("instructions") or [])], None)
-        return SpeakAsk(input_kind=turn.input.kind, text=text, scope=turn.scope(), history=turn.history,
-                        now=turn.now, instructions=instructions, tools=offered_tools(agent, idle.get("tools")))
+        return SpeakAsk(input_kind=turn.given.input.kind, text=text, scope=turn.scope(), history=turn.history,
+                        now=turn.given.now, instructions=instructions, tools=offered_tools(agent, idle.get("tools")))
     run = speaker
     assert isinstance(run, Run)
     flow = flow_of(turn, run)
@@ -3051,8 +3129,8 @@ def speak_ask(turn: Turn, speaker: Run | str) -> SpeakAsk:
     listed = step.get("tools") if step.get("tools") is not None else flow.get("tools")
     instructions = kept_instructions(
         turn, [*agent.instructions, *(flow.get("instructions") or []), *(step.get("instructions") or [])], run)
-    return SpeakAsk(input_kind=turn.input.kind, text=text, scope=turn.scope(run), history=turn.history,
-                    now=turn.now, run=run, flow=flow, step=step,
+    return SpeakAsk(input_kind=turn.given.input.kind, text=text, scope=turn.scope(run), history=turn.history,
+                    now=turn.given.now, run=run, flow=flow, step=step,
                     pending=model_fields(agent.fields, pending_fields(turn, step, run)),
                     instructions=instructions, tools=offered_tools(agent, listed))
 
@@ -3063,7 +3141,7 @@ def kept_instructions(turn: Turn, instructions: list, run: Run | None) -> list:
         return instructions
     ctx = turn.pred_ctx(run, silenced=None)
     return [item for item in instructions
-            if item.get("if") is None or judge(item["if"], ctx, turn.agent.conditions)]
+            if item.get("if") is None or judge(item["if"], ctx, turn.given.agent.conditions)]
 
 
 def offered_tools(agent: Agent, listed: list | None) -> list:
@@ -3087,7 +3165,7 @@ def settle(turn: Turn, speaker: Run | str | None, spoken: Spoken | Deferred | No
     elif isinstance(spoken, Spoken):
         turn.count(spoken.llm_calls, spoken.usage)
         if speaker == "idle":
-            key = f"idle:{turn.trigger_key}"
+            key = f"idle:{turn.given.trigger_key}"
             emit(turn, spoken.message, "ai", key)
             merge_patch(turn.session.data, spoken.data)
             write_line(turn, None, "idle", "ok", key=key, llm_calls=spoken.llm_calls)
@@ -3096,7 +3174,7 @@ def settle(turn: Turn, speaker: Run | str | None, spoken: Spoken | Deferred | No
             settle_talk(turn, speaker, spoken)
     drain(turn)
     if turn.spoke:
-        turn.session.last_assistant_at = turn.now_text
+        turn.session.last_assistant_at = turn.given.now_text
     resume(turn)
     arm_silence_wakes(turn)
 
@@ -3148,7 +3226,7 @@ def defer_talk(turn: Turn, run: Run, failure: Deferred) -> None:
         write_line(turn, run, kind, "failed", code=failure.code, key=key)
         end_run(turn, run, "failed")
         return
-    at = turn.now + timedelta(milliseconds=duration_ms(RETRY_LADDER[attempt]))
+    at = turn.given.now + timedelta(milliseconds=duration_ms(RETRY_LADDER[attempt]))
     if failure.reset_at_ms is not None and to_ms(at) < failure.reset_at_ms <= to_ms(LATEST):
         at = from_ms(failure.reset_at_ms)     # a reset past the supported range keeps the ladder's time
     park(turn, run, f"{key}:retry:{to_ms(at)}", at)
@@ -3159,16 +3237,19 @@ def defer_talk(turn: Turn, run: Run, failure: Deferred) -> None:
 # Silence wakes and pending_wakes (runtime.md §7.5, §14) ---------------------------------------
 
 def silence_flows(agent: Agent) -> list[tuple[dict, dict]]:
-    """(flow, its first silence trigger) of each flow whose silence is a duration; once per agent (issue 12)."""
-    return reused(agent._turn_parts, "silence flows", lambda: [
-        (flow, trigger) for flow in agent.flows for trigger in [first_trigger(flow, "silence")]
-        if trigger is not None and is_duration(trigger.get("silence"))])
+    """(flow, its first silence trigger) of each flow whose silence is a duration; once per agent."""
+    return agent.compiled.silence_flows()
+
+
+def work_out_silence_flows(agent: Agent) -> list[tuple[dict, dict]]:
+    return [(flow, trigger) for flow in agent.flows for trigger in [first_trigger(flow, "silence")]
+            if trigger is not None and is_duration(trigger.get("silence"))]
 
 
 def arm_silence_wakes(turn: Turn) -> None:
     """Schedule each silence flow's wake when the assistant's last word moved (runtime.md §7.5)."""
-    previous = turn.input.session.last_assistant_at if turn.input.session else None
-    if turn.session.last_assistant_at == previous or not silence_flows(turn.agent):
+    previous = turn.given.input.session.last_assistant_at if turn.given.input.session else None
+    if turn.session.last_assistant_at == previous or not silence_flows(turn.given.agent):
         return
     replaces_ms = str(to_ms(parse_iso(previous))) if previous else None
     turn.schedule.extend(silence_wakes(turn, replaces_ms))
@@ -3180,14 +3261,14 @@ def silence_wakes(turn: Turn, replaces_ms: str | None = None) -> list[ScheduleEn
     With ``replaces_ms`` each entry names the wake of that earlier silence as the one it replaces.
     """
     session = turn.session
-    if session.last_assistant_at is None or not silence_flows(turn.agent):
+    if session.last_assistant_at is None or not silence_flows(turn.given.agent):
         return []
     said = parse_iso(session.last_assistant_at)
     if session.last_user_at is not None and parse_iso(session.last_user_at) > said:
         return []
     ms = str(to_ms(said))
     entries = []
-    for flow, trigger in silence_flows(turn.agent):
+    for flow, trigger in silence_flows(turn.given.agent):
         draft = draft_run(turn, flow, "silence", ms)
         if trigger.get("if") is not None and not turn.holds(trigger["if"], draft):
             continue
@@ -3196,7 +3277,7 @@ def silence_wakes(turn: Turn, replaces_ms: str | None = None) -> list[ScheduleEn
         at = later(said, duration_ms(trigger["silence"]))      # said is blob text: it may be any instant
         if trigger.get("businessHours"):
             at = business_time(turn, at)
-        prefix = f"silence:{key_part(flow['id'])}:{turn.session_id}:"
+        prefix = f"silence:{key_part(flow['id'])}:{turn.given.session_id}:"
         entries.append(ScheduleEntry(key=f"{prefix}{ms}", at=at,
                                      replaces=f"{prefix}{replaces_ms}" if replaces_ms else None))
     return entries
@@ -3249,7 +3330,7 @@ def step_kind(step: dict | None) -> str:
 
 
 def flow_of(turn: Turn, run: Run) -> dict | None:
-    return turn.agent.flow_by_id.get(run.flow_id)
+    return turn.given.agent.flow_by_id.get(run.flow_id)
 
 
 def find_step(flow: dict | None, step_id: str | None) -> dict | None:
@@ -3295,7 +3376,7 @@ def message_key(turn: Turn, run: Run, key: str) -> str:
     The trigger key makes it unique and the same on a replay. A deliberate
     difference from the TypeScript original, which reuses the key.
     """
-    return f"{key}:re:{turn.trigger_key}" if visit_spoke(run, key) else key
+    return f"{key}:re:{turn.given.trigger_key}" if visit_spoke(run, key) else key
 
 
 def visit_spoke(run: Run, key: str) -> bool:
@@ -3321,7 +3402,7 @@ def write_line(turn: Turn, run: Run | None, kind: str, status: str, *, code: str
                key: str | None = None, detail: str | None = None, next: str | None = None,
                until: str | None = None, llm_calls: int | None = None) -> StepOutcome:
     """Write one outcome line on the turn and, for a run, on the run's last 50."""
-    line = StepOutcome(kind=kind, status=status, at=turn.now_text, code=code,
+    line = StepOutcome(kind=kind, status=status, at=turn.given.now_text, code=code,
                        message=OUTCOME_MESSAGES[code] if code else None, key=key, detail=detail,
                        next=next, until=until, llm_calls=llm_calls)
     if run is not None:
@@ -3361,8 +3442,8 @@ def anchor_of(turn: Turn, flow: dict) -> str:
     """The session id, or the host anchor key the flow names (runtime.md §6.3)."""
     name = flow.get("anchor") or "session"
     if name == "session":
-        return turn.session_id
-    return (turn.anchors.get(name) or {}).get("key") or turn.session_id
+        return turn.given.session_id
+    return (turn.given.anchors.get(name) or {}).get("key") or turn.given.session_id
 
 
 def repeat_of(trigger: dict | None, kind: str) -> Any:
@@ -3408,18 +3489,18 @@ def dedupe_key(flow: dict, anchor: str, repeat: Any, trigger_key: str) -> str:
 
 def claim_refusal(turn: Turn, key: str, repeat: Any) -> str | None:
     """The skip code a held claim gives (runtime.md §5 rule 3), or None."""
-    held = (turn.session.claims.get(key) or {}).get("at") or turn.held_claims.get(key)
+    held = (turn.session.claims.get(key) or {}).get("at") or turn.given.held_claims.get(key)
     if held is None:
         return None
     if isinstance(repeat, dict):
         cooldown = timedelta(milliseconds=duration_ms(repeat["cooldown"]))
-        return "cooldown" if turn.now - parse_iso(held) < cooldown else None
+        return "cooldown" if turn.given.now - parse_iso(held) < cooldown else None
     return "already-claimed"
 
 
 def repeat_allows(turn: Turn, flow: dict, trigger: dict | None, kind: str, trigger_key: str) -> bool:
     """The claim test of a start, without writing (runtime.md §6.1)."""
-    if not turn.session.claims and not turn.held_claims:
+    if not turn.session.claims and not turn.given.held_claims:
         return True                 # no claim is held, so none refuses (spares the key on every flow, issue 12)
     repeat = repeat_of(trigger, kind)
     return claim_refusal(turn, dedupe_key(flow, anchor_of(turn, flow), repeat, trigger_key), repeat) is None
@@ -3430,7 +3511,7 @@ def draft_run(turn: Turn, flow: dict, kind: str, trigger_key: str) -> Run:
     anchor = anchor_of(turn, flow)
     return Run(id=f"{flow['id']}#{trigger_key}", flow_id=flow["id"], anchor=anchor,
                dedupe_key=claim_prefix(flow["id"], anchor), step_id=None, status="running",
-               trigger={"kind": kind, "key": trigger_key}, hop=0, started_at=turn.now_text)
+               trigger={"kind": kind, "key": trigger_key}, hop=0, started_at=turn.given.now_text)
 
 
 def start_run(turn: Turn, flow: dict, kind: str, trigger_key: str, *, trigger: dict | None = None,
@@ -3441,7 +3522,7 @@ def start_run(turn: Turn, flow: dict, kind: str, trigger_key: str, *, trigger: d
     claim = dedupe_key(flow, anchor, repeat, trigger_key)
     run = Run(id=f"{flow['id']}#{trigger_key}", flow_id=flow["id"], anchor=anchor, dedupe_key=claim,
               step_id=None, status="running", trigger={"kind": kind, "key": trigger_key}, hop=hop,
-              started_at=turn.now_text, input=payload)
+              started_at=turn.given.now_text, input=payload)
     if payload is not None:
         run.trigger["payload"] = payload
     if trigger is not None and trigger.get("if") is not None and not turn.holds(trigger["if"], run, payload):
@@ -3454,12 +3535,12 @@ def start_run(turn: Turn, flow: dict, kind: str, trigger_key: str, *, trigger: d
                      if other.flow_id == flow["id"] and other.anchor == anchor), None)
         if live is not None and live.status == "waiting" and live.step_id is None:
             end_run(turn, live, "replaced")
-        elif live is not None or live_pair(flow["id"], anchor) in turn.active_claims:
+        elif live is not None or live_pair(flow["id"], anchor) in turn.given.active_claims:
             refusal = "already-running"
     if refusal is not None:
         skip(turn, flow["id"], anchor, trigger_key, refusal)
         return None
-    turn.session.claims[claim] = {"at": turn.now_text}
+    turn.session.claims[claim] = {"at": turn.given.now_text}
     if repeat == "always":
         prune_always_claims(turn, claim_prefix(flow["id"], anchor))
     if not keep_data:
@@ -3468,10 +3549,10 @@ def start_run(turn: Turn, flow: dict, kind: str, trigger_key: str, *, trigger: d
     turn.session.runs.append(run)
     turn.started.append(StartedRun(run_id=run.id, flow_id=run.flow_id, anchor=anchor, dedupe_key=claim))
     if kind == "event" and trigger is not None:
-        at = turn.now + timedelta(milliseconds=duration_ms(trigger["after"]) if trigger.get("after") else 0)
+        at = turn.given.now + timedelta(milliseconds=duration_ms(trigger["after"]) if trigger.get("after") else 0)
         if trigger.get("businessHours"):
             at = business_time(turn, at)
-        if trigger.get("after") or at > turn.now:
+        if trigger.get("after") or at > turn.given.now:
             park(turn, run, f"{run.id}:start:{to_ms(at)}", at)
             write_line(turn, run, "wait", "waiting", code="awaiting-trigger", until=iso(at))
     return run
@@ -3493,9 +3574,9 @@ def prune_always_claims(turn: Turn, prefix: str) -> None:
 
 def business_time(turn: Turn, at: datetime) -> datetime:
     """Snap a time forward with the agent's business_hours, when it has one (runtime.md §7.7)."""
-    if turn.agent.business_hours is None:
+    if turn.given.agent.business_hours is None:
         return at
-    snapped = turn.agent.business_hours(at, BusinessHoursCtx(context=turn.context))
+    snapped = turn.given.agent.business_hours(at, BusinessHoursCtx(context=turn.given.context))
     return check_instant(snapped, "the time business_hours returned", "Return a working moment inside it.")
 
 
@@ -3555,7 +3636,7 @@ def move_status(turn: Turn, run: Run, event: str, waiting: dict | None = None) -
     elif run.status == "waiting":
         run.waiting = None
     if to == "suspended":
-        run.suspended_at = turn.now_text
+        run.suspended_at = turn.given.now_text
     elif run.status == "suspended":
         run.suspended_at = None
     run.status = to
@@ -3604,7 +3685,8 @@ def move_run(turn: Turn, run: Run) -> None:
 def premise_failure(turn: Turn, run: Run, flow: dict) -> str | None:
     """The code that ends a run whose premise no longer holds, or None (runtime.md §3.6.2)."""
     kind = run.trigger.get("kind")
-    if kind == "silence" and turn.input.kind == "wake" and customer_wrote_since(turn, run.flow_id, run.started_at):
+    if kind == "silence" and turn.given.input.kind == "wake" \
+            and customer_wrote_since(turn, run.flow_id, run.started_at):
         return "customer-replied"
     if flow.get("while") is not None:
         return None if turn.holds(flow["while"], run) else "premise-changed"
@@ -3636,7 +3718,7 @@ def end_run(turn: Turn, run: Run, reason: str, *, code: str | None = None, kind:
 
 def park(turn: Turn, run: Run, key: str, at: datetime, kind: str = "timer", event: str | None = None) -> None:
     """Park a run until its wake (runtime.md §7.1)."""
-    waiting = {"kind": kind, "key": key, "until": iso(at), "setAt": turn.now_text}
+    waiting = {"kind": kind, "key": key, "until": iso(at), "setAt": turn.given.now_text}
     if event is not None:
         waiting["event"] = event
     move_status(turn, run, "park", waiting)
@@ -3703,9 +3785,9 @@ def chain(turn: Turn, run: Run, target: dict) -> None:
     child_id = render(target["flow"], turn.scope(run))
     key = step_key(run)
     end_run(turn, run, "flow")
-    flow = turn.agent.flow_by_id.get(child_id)
+    flow = turn.given.agent.flow_by_id.get(child_id)
     if flow is None:
-        skip(turn, child_id, turn.session_id, key, "flow-gone")
+        skip(turn, child_id, turn.given.session_id, key, "flow-gone")
         return
     payload = copy.deepcopy(target["input"]) if target.get("input") is not None else run.input   # not the Agent's
     start_child(turn, run, flow, key, payload, keep_data=False)
@@ -3868,7 +3950,7 @@ def run_talk_step(turn: Turn, run: Run, step: dict, resuming: bool) -> Go | None
         if resuming:
             return go(turn, run, kind, "ok", then, key=key)
         return go(turn, run, kind, "skipped", then, code="already-known", key=key)
-    if turn.silenced is not None:
+    if turn.given.silenced is not None:
         if resuming:
             move_status(turn, run, "ask")
             return None
@@ -3886,10 +3968,10 @@ def run_talk_step(turn: Turn, run: Run, step: dict, resuming: bool) -> Go | None
 
 def silenced_step(turn: Turn, run: Run, kind: str, then: Any, key: str) -> Go | None:
     """A silenced talk or say step: skip mode moves on, otherwise the run ends (runtime.md §3.6.3, §9)."""
-    assert turn.silenced is not None
-    if turn.skip_mode:
-        return go(turn, run, kind, "skipped", then, code="silenced", detail=turn.silenced, key=key)
-    end_run(turn, run, "skipped", code="silenced", kind=kind, detail=turn.silenced)
+    assert turn.given.silenced is not None
+    if turn.given.skip_mode:
+        return go(turn, run, kind, "skipped", then, code="silenced", detail=turn.given.silenced, key=key)
+    end_run(turn, run, "skipped", code="silenced", kind=kind, detail=turn.given.silenced)
     return None
 
 
@@ -3915,13 +3997,13 @@ def run_say_step(turn: Turn, run: Run, flow: dict, step: dict) -> Go | None:
     """
     key = step_key(run)
     then = step.get("then")
-    if turn.silenced is not None:
+    if turn.given.silenced is not None:
         return silenced_step(turn, run, "say", then, key)
     if step.get("once"):
-        claim = f"{key_part(flow['id'])}:{key_part(step['id'])}:{turn.session_id}"
-        if claim in turn.session.claims or claim in turn.held_claims:
+        claim = f"{key_part(flow['id'])}:{key_part(step['id'])}:{turn.given.session_id}"
+        if claim in turn.session.claims or claim in turn.given.held_claims:
             return go(turn, run, "say", "skipped", then, code="already-sent", key=key)
-        turn.session.claims[claim] = {"at": turn.now_text}
+        turn.session.claims[claim] = {"at": turn.given.now_text}
     emit(turn, render(step["say"], turn.scope(run)), "verbatim", key, run=run, media=copy.deepcopy(step.get("media")))
     return go(turn, run, "say", "ok", then, key=key)
 
@@ -3956,12 +4038,12 @@ def run_do_step(turn: Turn, run: Run, step: dict) -> Go | None:
     """
     name = step["do"]
     key = step_key(run)
-    action = turn.agent.actions.get(name)
+    action = turn.given.agent.actions.get(name)
     if action is None:
         which, value, detail, spoke = "failed", f'unknown action "{name}"', None, False
     else:
-        ctx = ActionCtx(context=turn.context, data=turn.session.data, input=run.input, run=run, key=key,
-                        dedupe_key=run.dedupe_key, silenced=turn.silenced, now=turn.now)
+        ctx = ActionCtx(context=turn.given.context, data=turn.session.data, input=run.input, run=run, key=key,
+                        dedupe_key=run.dedupe_key, silenced=turn.given.silenced, now=turn.given.now)
         try:
             which, value, detail, spoke = read_action_result(
                 name, action.run(render_deep(step.get("with") or {}, turn.scope(run)), ctx))
@@ -3985,7 +4067,7 @@ def run_do_step(turn: Turn, run: Run, step: dict) -> Go | None:
     if which == "failed":
         target = step.get("onFail") if step.get("onFail") is not None else then
         return go(turn, run, "do", "failed", target, code="action-failed", key=key, detail=text_or_none(value))
-    at = turn.now + timedelta(milliseconds=duration_ms(value))
+    at = turn.given.now + timedelta(milliseconds=duration_ms(value))
     park(turn, run, f"{run.id}:{run.step_id}:{to_ms(at)}", at)
     write_line(turn, run, "do", "deferred", code="action-deferred", key=key, detail=text_or_none(detail),
                until=iso(at))
@@ -4008,7 +4090,7 @@ def run_timer_wait(turn: Turn, run: Run, flow: dict, step: dict) -> Go | None:
     if ms <= SHORT_WAIT_MS and speaks_next(flow, step, then):
         turn.pending_delay_ms += ms
         return go(turn, run, "wait", "ok", then, code="inline-delay", detail=f"{ms}ms", key=key)
-    at = turn.now + timedelta(milliseconds=ms)
+    at = turn.given.now + timedelta(milliseconds=ms)
     if step.get("businessHours"):
         at = business_time(turn, at)
     park(turn, run, f"{run.id}:{run.step_id}:{to_ms(at)}", at)
@@ -4032,7 +4114,7 @@ def speaks_next(flow: dict, step: dict, then: Any) -> bool:
 def run_event_wait(turn: Turn, run: Run, step: dict) -> None:
     """Event ``wait`` step: park until the event or ``upTo`` (default 30d), never snapped (runtime.md §3.6.3)."""
     wait = step["wait"]
-    at = turn.now + timedelta(milliseconds=duration_ms(wait.get("upTo") or DEFAULT_UP_TO))
+    at = turn.given.now + timedelta(milliseconds=duration_ms(wait.get("upTo") or DEFAULT_UP_TO))
     park(turn, run, f"{run.id}:{run.step_id}:{to_ms(at)}", at, kind="event", event=wait["event"])
     write_line(turn, run, "wait", "waiting", code="awaiting-event", detail=wait["event"], key=step_key(run),
                until=iso(at))
@@ -4128,12 +4210,7 @@ class Deferred:
 
 def tool_pool(agent: Agent) -> Any:
     """The agent's one thread pool for safe tool calls, created on first use and capped (issue 12)."""
-    with agent._tool_pool_lock:
-        if agent._tool_pool is None:
-            from concurrent.futures import ThreadPoolExecutor   # lazily: many agents never batch a call
-            pool = ThreadPoolExecutor(max_workers=TOOL_POOL_WORKERS, thread_name_prefix="falai-tool")
-            object.__setattr__(agent, "_tool_pool", pool)     # the agent's one cache set after it is built
-        return agent._tool_pool
+    return agent.compiled.tool_pool()
 
 
 

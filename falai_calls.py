@@ -4,10 +4,10 @@ The engine (falai.py, sections 8-9) decides *what* the model judges and *who* sp
 turns that into provider calls and reads the replies back (docs/spec/model-calls.md). The engine
 uses four functions:
 
-    needs_understand_call(ask) -> bool       model-calls.md §3.1 zero-call rules
-    understand(agent, ask) -> Judgement      one "understand" call (raises on provider failure)
-    speak(agent, ask, streaming)             generator: yields deltas, returns Spoken | Deferred
-    compact_history(agent, history)          -> Compacted(history, llm_calls, usage), model-calls.md §9
+needs_understand_call(ask) -> bool       model-calls.md §3.1 zero-call rules understand(agent, ask)
+-> Judgement      one "understand" call (raises on provider failure) speak(agent, ask, streaming)
+generator: yields deltas, returns Spoken | Deferred compact_history(agent, history)          ->
+Compacted(history, llm_calls, usage), model-calls.md §9
 
 How a request is laid out is the protocol's (falai_protocols: ``Lean``, ``V4``), behind the
 ``ModelCalls`` seam below; everything else here is shared by both.
@@ -16,7 +16,8 @@ Sections: the protocol seam; shared building blocks (model-calls.md §2); the un
 (§3) and reading its reply; the speak call (§5) and its tool rounds (§6); compaction (§9); the
 envelope stream decoder (§8).
 
-SPDX-License-Identifier: MIT. Copyright (c) 2026 The falai for Python authors; full text in LICENSE.
+SPDX-License-Identifier: MIT. Copyright (c) 2026 The falai for Python authors; full text in
+LICENSE.
 """
 
 from __future__ import annotations
@@ -31,11 +32,12 @@ from typing import Any, NamedTuple
 
 from falai import (
     DEBUG, FIELD_ENVELOPES_KEPT, MAX_NESTING, UNDERSTAND_PLANS_KEPT, UNSERIALIZABLE, Agent,
-    Deferred, GenerateRequest, Generation, Judgement, ProviderError, Scope, ScriptError, SpeakAsk, Spoken,
-    TokenUsage, Tool, ToolCtx, ToolResult, UnderstandAsk, add_usage, closed_object, coerce_field,
-    compact_json, error_text, field_description, first_trigger, flows_by_trigger, is_known, js_number,
-    js_number_text, log, log_swallowed, merge_patch, nests_deeper, nullable_envelope, read_boolean, render,
-    reused, split_phrases, tool_pool, triggers_of, value_text,
+    Deferred, GenerateRequest, Generation, Judgement, ProviderError, Scope, ScriptError, SpeakAsk,
+    Spoken, TokenUsage, Tool, ToolCtx, ToolResult, UnderstandAsk, add_usage, closed_object,
+    coerce_field, compact_json, error_text, field_description, first_trigger, flows_by_trigger,
+    is_known, js_number, js_number_text, log, log_swallowed, merge_patch, nests_deeper,
+    nullable_envelope, read_boolean, render, reused, split_phrases, tool_pool, triggers_of,
+    value_text,
 )
 from falai_checks import check_compaction
 
@@ -48,17 +50,18 @@ from falai_checks import check_compaction
 
 @dataclass(slots=True)
 class SpeakCall:
-    """One speak call as a protocol lays it out: what each of its rounds shares (model-calls.md §5)."""
+    """One speak call as a protocol lays it out: what its rounds share (model-calls.md §5)."""
     wire: list[tuple[str, str]]     # (slug, wire name) of each pending field
     system: str | None
     prompt: str                     # the prompt without the round's section
     schema: dict                    # the reply schema sent
-    v4_schema: dict | None          # the v4 envelope for a ScriptedProvider's strict check, when not sent
+    v4_schema: dict | None          # the v4 envelope, unsent, for a ScriptedProvider's strict check
     tools_section: str | None       # the section of a round that offers tools
     wrap_up: str                    # the section of a round after tool results that offers none
     cache_history: bool             # whether the provider may mark the history as a cached prefix
 
-    def round_request(self, ask: SpeakAsk, history: list, tools: list | None, round_no: int) -> GenerateRequest:
+    def round_request(self, ask: SpeakAsk, history: list, tools: list | None,
+                      round_no: int) -> GenerateRequest:
         """The request of one round; ``tools`` are the declarations it offers, None for none."""
         section = self.tools_section if tools else self.wrap_up if round_no > 0 else None
         return GenerateRequest(system=self.system, prompt=join_sections(self.prompt, section),
@@ -91,12 +94,12 @@ class ModelCalls:
     name = ""
 
     def __init__(self) -> None:
-        self._envelopes: dict = {}          # ids of candidates and mentions, branches, fields -> Envelope
-        self._field_envelopes: dict = {}    # an asked (alias, slug) list or a pending list -> its schema
+        self._envelopes: dict = {}          # what a call asks (ids, branches, fields) -> Envelope
+        self._field_envelopes: dict = {}    # asked (alias, slug) or pending list -> its schema
         self._speak_system: Any = _NOT_BUILT  # (system, whether the Identity varies), on first use
 
     def understand_request(self, agent: Agent, ask: UnderstandAsk) -> UnderstandCall:
-        """The understand request for ``ask`` (model-calls.md §3) and what reading its reply needs."""
+        """The understand request for ``ask`` (model-calls.md §3), and how to read its reply."""
         raise NotImplementedError
 
     def read_understanding(self, call: UnderstandCall, generation: Generation) -> Judgement:
@@ -116,23 +119,30 @@ class ModelCalls:
     def understand_envelope(self, agent: Agent, ask: UnderstandAsk, scope: Scope) -> Envelope:
         """The v4 envelope of this call: built once for each set of asked items of the agent's own
         flows (both protocols use its aliases)."""
-        branches = [(f"{run_id}/{step_id}/{index}", render(when, scope) if isinstance(when, str) else str(when))
+        branches = [(f"{run_id}/{step_id}/{index}",
+                     render(when, scope) if isinstance(when, str) else str(when))
                     for run_id, step_id, index, when in ask.branches]
         own = flows_by_trigger(agent).own
         candidates, mentions = tuple(map(id, ask.candidates)), tuple(map(id, ask.mentions))
         if not (own.issuperset(candidates) and own.issuperset(mentions)):
-            return new_envelope(agent, ask, branches)      # a hand-made ask: its flows may change meanwhile
-        # The agent's flows live as long as it does, so their ids name them; a rendered when is part of the key.
+            return new_envelope(agent, ask, branches)      # a hand-made ask: its flows may change
+        # The agent's flows live as long as it does, so their ids name them; a rendered when is part
+        # of the key.
         key = (candidates, mentions, tuple(branches), tuple(ask.fields))
-        return reused(self._envelopes, key, lambda: new_envelope(agent, ask, branches), UNDERSTAND_PLANS_KEPT)
+        return reused(self._envelopes, key, lambda: new_envelope(agent, ask, branches),
+                      UNDERSTAND_PLANS_KEPT)
 
     def fields_envelope(self, agent: Agent, fields: list[tuple[str, str]]) -> dict:
-        """The nullable envelope of the asked fields under their aliases (§2.7), built once per list."""
+        """The nullable envelope of the asked fields under their aliases (§2.7), built once per
+        list."""
         return reused(self._field_envelopes, tuple(fields), lambda: nullable_envelope(
-            {alias: agent.fields.get(slug) or {"type": "string"} for alias, slug in fields}), FIELD_ENVELOPES_KEPT)
+            {alias: agent.fields.get(slug) or {"type": "string"} for alias, slug in fields}),
+            FIELD_ENVELOPES_KEPT)
 
-    def speak_reply_shape(self, agent: Agent, pending: list[str]) -> tuple[list[tuple[str, str]], dict]:
-        """The wire names of the pending fields and the speak envelope over them, built once per list."""
+    def speak_reply_shape(self, agent: Agent,
+                          pending: list[str]) -> tuple[list[tuple[str, str]], dict]:
+        """The wire names of the pending fields and the speak envelope over them, built once per
+        list."""
         def build() -> tuple[list[tuple[str, str]], dict]:
             wire = wire_names(pending)
             return wire, speak_envelope(agent, wire)
@@ -160,22 +170,25 @@ SECTION_KEYS = frozenset({"flows", "mentions", "extract", "branches", "fields"})
 
 
 def log_call(request: GenerateRequest, generation: Generation) -> None:
-    """debug=True: one DEBUG line per model call, what was asked and what came back (issue 9)."""
+    """debug=True: one DEBUG line per model call, what was asked and what came back."""
     if not log.isEnabledFor(DEBUG):
         return
     usage = generation.usage
-    counted = (f"{usage.prompt_tokens} in / {usage.completion_tokens} out tokens" if usage is not None
-               else "usage not reported")
-    structured = ", ".join(generation.structured) if isinstance(generation.structured, dict) else "none"
+    counted = (f"{usage.prompt_tokens} in / {usage.completion_tokens} out tokens"
+               if usage is not None else "usage not reported")
+    structured = (", ".join(generation.structured) if isinstance(generation.structured, dict)
+                  else "none")
     chars = len(generation.message) if isinstance(generation.message, str) else 0
-    log.debug('model call "%s": %d history items, %d prompt chars, %d tools offered -> %d reply chars, '
-              "structured keys: %s, %d tool calls, %s", request.schema_name, len(request.history),
+    log.debug('model call "%s": %d history items, %d prompt chars, %d tools offered -> %d reply '
+              "chars, structured keys: %s, %d tool calls, %s", request.schema_name,
+              len(request.history),
               len(request.prompt), len(request.tools or []), chars, structured,
               len(generation.tool_calls or []), counted)
 
 
 def join_sections(*sections: str | None) -> str:
-    """Drop None and blank sections, join the rest with one blank line, strip (model-calls.md §2.2)."""
+    """Drop None and blank sections, join the rest with a blank line, strip (model-calls.md
+    §2.2)."""
     return "\n\n".join([text for text in sections if text is not None and text.strip()]).strip()
 
 
@@ -212,7 +225,8 @@ def knowledge_lines(kb: dict, depth: int = 0) -> list[str]:
         if isinstance(value, dict):
             lines.append(f"{pad}- {key}:")
             lines += knowledge_lines(value, depth + 1)
-        elif isinstance(value, (list, tuple)) and any(isinstance(v, (dict, list, tuple)) for v in value):
+        elif (isinstance(value, (list, tuple))
+              and any(isinstance(v, (dict, list, tuple)) for v in value)):
             lines.append(f"{pad}- {key}:")
             for item in value:
                 if isinstance(item, dict):
@@ -229,7 +243,8 @@ def knowledge_lines(kb: dict, depth: int = 0) -> list[str]:
 
 
 def identity_varies(agent: Agent) -> bool:
-    """Persona or goal is a template, so Identity changes with the turn's data (model-calls.md §2.3)."""
+    """Persona or goal is a template, so Identity changes with the turn's data (model-calls.md
+    §2.3)."""
     return any(isinstance(text, str) and "{{" in text for text in (agent.persona, agent.goal))
 
 
@@ -264,7 +279,8 @@ def stable_prefix(agent: Agent, scope: Scope) -> tuple[str | None, str | None]:
 
 
 def field_line(name: str, definition: dict | None) -> str:
-    """``<name> (<type>)[ [a | b]][: <description>]``; a slug with no definition prints alone (§2.5)."""
+    """``<name> (<type>)[ [a | b]][: <description>]``; a slug with no definition prints alone
+    (§2.5)."""
     if not isinstance(definition, dict):
         return name
     if definition.get("type") == "array":
@@ -310,7 +326,8 @@ def unfenced(text: str) -> str:
 
 
 def decode_json_string(raw: str) -> str:
-    """The body of a JSON string literal (without its quotes) decoded; as it is when it does not decode."""
+    """The body of a JSON string literal (without its quotes) decoded; as it is when it does not
+    decode."""
     try:
         return json.loads(f'"{raw}"', strict=False)
     except ValueError:
@@ -323,7 +340,8 @@ _JSON_SPACE = re.compile(r"[ \t\n\r]*")
 _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 _JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 _JSON_WORD = re.compile(r"null|true|false|NaN|Infinity|-Infinity")
-# A "{" that can open an object: "}" or a key and its ":" follow (the lookahead keeps starts overlapping).
+# A "{" that can open an object: "}" or a key and its ":" follow (the lookahead keeps starts
+# overlapping).
 _OBJECT_START = re.compile(r'\{(?=[ \t\n\r]*(?:\}|"[^"\\]*(?:\\.[^"\\]*)*"[ \t\n\r]*:))', re.S)
 
 
@@ -336,7 +354,8 @@ def _json_scalar_end(text: str, i: int) -> int | None:
     if found is not None:
         if len(found.group(0)) > 640 and not (found.group(1) or found.group(2)):
             try:
-                int(found.group(0))  # json refuses an integer beyond int's digit limit, so does this walk
+                # json refuses an integer beyond int's digit limit, so does this walk
+                int(found.group(0))
             except ValueError:
                 return None
         return found.end()
@@ -353,7 +372,8 @@ def _walk_json_object(text: str, start: int, failed: set, walked: dict) -> None:
     a few bad escapes besides), so ``failed`` never holds an object json would read.
     """
     n = len(text)
-    stack: list[list[Any]] = [[start, "}", 0]]     # open containers: opening position, closer, height so far
+    # the open containers: opening position, closer, height so far
+    stack: list[list[Any]] = [[start, "}", 0]]
     expect = "key_or_close"
     i = start + 1
     while True:
@@ -413,7 +433,7 @@ def find_json_object(text: Any) -> dict | None:
         return None
     failed: set[int] = set()
     walked: dict[int, tuple[int, int]] = {}
-    depth_budget = None                  # the deepest nesting json.loads manages from here, once known
+    depth_budget = None             # the deepest nesting json.loads manages from here, once known
     for match in _OBJECT_START.finditer(text):
         start = match.start()
         if start in failed:
@@ -428,7 +448,8 @@ def find_json_object(text: Any) -> dict | None:
         try:
             value = lenient_loads(text[start:end])
         except RecursionError:
-            # Every json.loads below runs at this same stack depth, so one budget holds for them all.
+            # Every json.loads below runs at this same stack depth, so one budget holds for them
+            # all.
             low, high = 0, height - 1
             while low < high:
                 middle = (low + high + 1) // 2
@@ -447,7 +468,8 @@ def find_json_object(text: Any) -> dict | None:
 
 
 def tool_arguments(raw: Any) -> dict:
-    """A tool call's arguments: a dict as is; a string stripped, unfenced and parsed; else {} (§2.9)."""
+    """A tool call's arguments: a dict as is; a string stripped, unfenced and parsed; else {}
+    (§2.9)."""
     if isinstance(raw, dict):
         return raw
     if not isinstance(raw, str):
@@ -554,22 +576,23 @@ class Envelope:
     ment: list                      # (alias, flow) of each mention
     branches: list                  # (alias, rendered when) of each branch
     fields: list                    # (alias, slug) of each field
-    cand_templated: bool = False    # a candidate's description or phrases render with the turn's scope
-    ment_templated: bool = False    # a mention's description or phrases render with the turn's scope
-    parts: dict = field(default_factory=dict)   # prompt parts built from the envelope alone, by name
+    cand_templated: bool = False    # a candidate's description or phrases render with the scope
+    ment_templated: bool = False    # a mention's description or phrases render with the scope
+    parts: dict = field(default_factory=dict)   # prompt parts built from the envelope alone
 
 
 def new_envelope(agent: Agent, ask: UnderstandAsk, branches: list[tuple[str, str]]) -> Envelope:
-    """The aliases, minted in the order of §2.8, and the schema of §3.3. The candidates are each flow once
-    (understand_message lists them so, and flow ids are unique)."""
+    """The aliases, minted in the order of §2.8, and the schema of §3.3. The candidates are each
+    flow once (understand_message lists them so, and flow ids are unique)."""
     aliases = AliasTable()
     cand = [(aliases.alias(f["id"], "f"), f) for f in ask.candidates]
     ment = [(aliases.alias(f["id"], "f"), f) for f in ask.mentions]
     asked = [(aliases.alias(real, "q"), when) for real, when in branches]
     fields = [(aliases.alias(slug, "d"), slug) for slug in ask.fields]
-    return Envelope(understand_schema(agent, cand, ment, asked, fields), aliases, cand, ment, asked, fields,
-                     cand_templated=any(templated(*flow_texts(f, "message")) for _, f in cand),
-                     ment_templated=any(templated(*flow_texts(f, "mention")) for _, f in ment))
+    return Envelope(understand_schema(agent, cand, ment, asked, fields), aliases, cand, ment, asked,
+                    fields,
+                    cand_templated=any(templated(*flow_texts(f, "message")) for _, f in cand),
+                    ment_templated=any(templated(*flow_texts(f, "mention")) for _, f in ment))
 
 
 def understand_schema(agent: Agent, cand: list, ment: list, branches: list, fields: list) -> dict:
@@ -583,9 +606,11 @@ def understand_schema(agent: Agent, cand: list, ment: list, branches: list, fiel
             for alias, f in cand})
     if ment:
         properties["mentions"] = closed_object({
-            alias: {"type": ["boolean", "null"], "description": f"true when the customer brought up {flow_name(f)}"}
+            alias: {"type": ["boolean", "null"],
+                    "description": f"true when the customer brought up {flow_name(f)}"}
             for alias, f in ment})
-        extracts = {alias: nullable_envelope(mention_extract(f)) for alias, f in ment if mention_extract(f)}
+        extracts = {alias: nullable_envelope(mention_extract(f)) for alias, f in ment
+                    if mention_extract(f)}
         if extracts:
             properties["extract"] = closed_object(extracts)
     if branches:
@@ -596,9 +621,11 @@ def understand_schema(agent: Agent, cand: list, ment: list, branches: list, fiel
     return closed_object(properties)
 
 
-def envelope_part(envelope: Envelope, name: str, build: Callable[[], Any], varies: bool = False) -> Any:
-    """A prompt part built from the envelope alone: built on first use and kept, unless a template in it
-    renders with the turn's scope (``varies``); then built on every call. A kept part is never mutated."""
+def envelope_part(envelope: Envelope, name: str, build: Callable[[], Any],
+                  varies: bool = False) -> Any:
+    """A prompt part built from the envelope alone: built on first use and kept, unless a template
+    in it renders with the turn's scope (``varies``); then built on every call. A kept part is
+    never mutated."""
     if varies:
         return build()
     if name not in envelope.parts:
@@ -607,7 +634,8 @@ def envelope_part(envelope: Envelope, name: str, build: Callable[[], Any], varie
 
 
 def latest_message_section(message: Any) -> str:
-    """``## Customer's latest message``, verbatim between triple quotes (§3.4 item 9), in both protocols."""
+    """``## Customer's latest message``, verbatim between triple quotes (§3.4 item 9), in both
+    protocols."""
     return f'## Customer\'s latest message\n"""\n{message}\n"""'
 
 
@@ -617,8 +645,8 @@ class LeanReading:
     flows: set = field(default_factory=set)             # real ids of this call's candidates
     mentions: dict = field(default_factory=dict)        # real mention flow id -> its extracts
     fields: list = field(default_factory=list)          # the slugs asked for this call
-    field_names: list = field(default_factory=list)     # those slugs and their aliases, longest first
-    routing: bool = True        # whether the call asked for flow scores: a listed flow is read only then
+    field_names: list = field(default_factory=list)     # those slugs and aliases, longest first
+    routing: bool = True        # whether the call asked for flow scores: only then is one read
 
 
 def templated(*texts: Any) -> bool:
@@ -638,7 +666,8 @@ def mention_phrase_lines(flow: dict, scope: Scope) -> list[str]:
 
 
 def lean_extract_value(definition: Any, raw: Any) -> Any:
-    """A lean extract value (always text) as the parameter's declared type; kept as text when it does not read."""
+    """A lean extract value (always text) as the parameter's declared type; kept as text when it
+    does not read."""
     definition = definition if isinstance(definition, dict) else {}
     if definition.get("type") in ("number", "integer", "boolean"):
         status, value = coerce_field({"type": definition["type"]}, raw)
@@ -646,7 +675,8 @@ def lean_extract_value(definition: Any, raw: Any) -> Any:
     return raw
 
 
-def read_lean_sections(reply: dict, aliases: AliasTable, asked: LeanReading, judgement: Judgement) -> None:
+def read_lean_sections(reply: dict, aliases: AliasTable, asked: LeanReading,
+                       judgement: Judgement) -> None:
     """The list-form sections of a reply (docs/guide/tokens.md): only what holds is listed.
 
     An id is a real id of this call, else an alias of it. Sparse means: a flow not listed is
@@ -672,11 +702,13 @@ def read_lean_sections(reply: dict, aliases: AliasTable, asked: LeanReading, jud
     for name, _ in ids("branches"):
         judgement.branches[aliases.real(name)] = True
     for flow_id, definitions in asked.mentions.items():
-        if definitions and judgement.mentions.get(flow_id) is True and flow_id not in judgement.extract:
-            judgement.extract[flow_id] = {}       # a strict v4 reply would have sent every value null
+        if (definitions and judgement.mentions.get(flow_id) is True
+                and flow_id not in judgement.extract):
+            judgement.extract[flow_id] = {}     # a strict v4 reply would have sent every value null
     for name, item in ids("extract"):
         flow_id = real(name, asked.mentions)
-        param, raw = (item.get("name"), item.get("value")) if isinstance(item, dict) else (None, None)
+        param, raw = ((item.get("name"), item.get("value")) if isinstance(item, dict)
+                      else (None, None))
         definitions = asked.mentions.get(flow_id) or {}
         if not isinstance(param, str) or not is_known(raw) or not is_finite_json(raw):
             continue                    # NaN and Infinity are dropped as in the v4 form (inferred)
@@ -695,8 +727,9 @@ def read_lean_sections(reply: dict, aliases: AliasTable, asked: LeanReading, jud
 
 
 def lean_field_item(item: Any, names: Iterable[str]) -> tuple[str, Any] | None:
-    """(id, value) of a lean ``fields`` item: a ``"<id>: <value>"`` string whose id is the longest of
-    ``names`` it starts with (a value may hold a colon), or an ``{"id","value"}`` object; None otherwise."""
+    """(id, value) of a lean ``fields`` item: a ``"<id>: <value>"`` string whose id is the longest
+    of ``names`` it starts with (a value may hold a colon), or an ``{"id","value"}`` object; None
+    otherwise."""
     if isinstance(item, dict):
         return (item["id"], item.get("value")) if isinstance(item.get("id"), str) else None
     if not isinstance(item, str):
@@ -752,7 +785,8 @@ def read_score(value: Any) -> int | float | None:
 
 
 def is_finite_json(value: Any) -> bool:
-    """False when a float anywhere inside ``value`` is NaN or infinite (looked at without recursion)."""
+    """False when a float anywhere inside ``value`` is NaN or infinite (looked at without
+    recursion)."""
     todo = [value]
     while todo:
         item = todo.pop()
@@ -765,7 +799,8 @@ def is_finite_json(value: Any) -> bool:
     return True
 
 
-def read_judgement(generation: Generation, aliases: AliasTable, lean: LeanReading | None = None) -> Judgement:
+def read_judgement(generation: Generation, aliases: AliasTable,
+                   lean: LeanReading | None = None) -> Judgement:
     """Read an understand reply section by section, mapping aliases back (model-calls.md §3.5).
 
     A section that is a list is the lean reply form (docs/guide/tokens.md), read by
@@ -776,10 +811,11 @@ def read_judgement(generation: Generation, aliases: AliasTable, lean: LeanReadin
     reply = _judgement_reply(generation)
     if reply is None:
         text = generation.message if isinstance(generation.message, str) else ""
-        log.warning("understand: the reply is not a usable judgement; nothing is judged this turn: %r",
+        log.warning("understand: the reply is not a usable judgement; nothing is judged this turn: "
+                    "%r",
                     text[:200])
         return judgement
-    if any(isinstance(value, list) for value in reply.values()):    # only the lean form has list sections
+    if any(isinstance(value, list) for value in reply.values()):    # only the lean form has lists
         read_lean_sections(reply, aliases, lean or LeanReading(), judgement)
     for key, value in _section(reply, "flows").items():
         score = read_score(value)
@@ -841,7 +877,8 @@ def speak_envelope(agent: Agent, wire: list[tuple[str, str]]) -> dict:
 
 
 def instruction_line(instruction: dict, scope: Scope) -> str | None:
-    """``- [<kind>] [Always] <prompt>[ (apply only when: a OR b)]``, None when the prompt renders empty (§5.2)."""
+    """``- [<kind>] [Always] <prompt>[ (apply only when: a OR b)]``, None when the prompt renders
+    empty (§5.2)."""
     prompt = instruction.get("prompt")
     text = render(prompt, scope).strip() if isinstance(prompt, str) else ""
     if not text:
@@ -856,7 +893,8 @@ def instruction_line(instruction: dict, scope: Scope) -> str | None:
 def instructions_section(instructions: list, scope: Scope) -> str | None:
     if not instructions:
         return None
-    lines = [line for line in (instruction_line(i, scope) for i in instructions if isinstance(i, dict)) if line]
+    lines = [line for line in (instruction_line(i, scope) for i in instructions
+                               if isinstance(i, dict)) if line]
     return "## Instructions\n" + "\n".join(lines) if lines else None
 
 
@@ -867,10 +905,10 @@ def input_section(ask: SpeakAsk) -> str | None:
         return f'## Customer\'s latest message\n"{text}"' if text else None
     last = ask.history[-1] if ask.history else None
     if isinstance(last, dict) and last.get("role") == "user":
-        return ("## Situation\nThe customer's last message, in the conversation above, has no answer yet. "
-                "Answer it now.")
-    return ("## Situation\nThere is no new message from the customer: you speak first. Open naturally; do not "
-            "answer a question nobody asked.")
+        return ("## Situation\nThe customer's last message, in the conversation above, has no "
+                "answer yet. Answer it now.")
+    return ("## Situation\nThere is no new message from the customer: you speak first. Open "
+            "naturally; do not answer a question nobody asked.")
 
 
 @dataclass(slots=True)
@@ -883,7 +921,8 @@ class ToolCall:
 
 @dataclass(slots=True)
 class ToolOutput:
-    """One call's result: what the model reads, and the data patch or None (model-calls.md §6.3, §6.6)."""
+    """One call's result: what the model reads, and the data patch or None (model-calls.md §6.3,
+    §6.6)."""
     text: str
     data: dict | None = None
 
@@ -905,7 +944,8 @@ def read_round(generation: Generation, wire: list[tuple[str, str]]) -> Round:
     never reach the customer.
     """
     raw = generation.message if isinstance(generation.message, str) else ""
-    parsed = generation.structured if isinstance(generation.structured, dict) else find_json_object(raw)
+    structured = generation.structured
+    parsed = structured if isinstance(structured, dict) else find_json_object(raw)
     if parsed is not None:
         message = parsed["message"] if isinstance(parsed.get("message"), str) else ""
         fields = {slug: parsed[name] for slug, name in wire if is_known(parsed.get(name))}
@@ -924,8 +964,10 @@ def read_round(generation: Generation, wire: list[tuple[str, str]]) -> Round:
         name = get("name")
         if isinstance(name, str) and name:
             calls.append(ToolCall(name, tool_arguments(get("arguments")), get("thought_signature")))
-    reasoning = generation.reasoning if isinstance(generation.reasoning, str) and generation.reasoning else None
-    details = generation.reasoning_details if isinstance(generation.reasoning_details, list) else None
+    reasoning = generation.reasoning
+    reasoning = reasoning if isinstance(reasoning, str) and reasoning else None
+    details = generation.reasoning_details
+    details = details if isinstance(details, list) else None
     return Round(message, fields, calls, reasoning, details)
 
 
@@ -956,20 +998,22 @@ def classify_deferral(error: BaseException) -> tuple[str, bool, int | None]:
 
 
 def provided_generation(generation: Any) -> Generation:
-    """What a host-written provider's ``generate`` returned, checked to be a Generation (providers.md §1.4).
+    """What a host-written provider's ``generate`` returned, checked to be a Generation
+    (providers.md §1.4).
 
     The engine reads the reply outside the provider's ``try``, so a provider
     that returns something else fails here, as a provider failure.
-    """
+"""
     if not isinstance(generation, Generation):
-        raise TypeError(f"provider.generate returned {type(generation).__name__}, not a Generation. "
-                        "Return falai.Generation(message=...).")
+        raise TypeError(f"provider.generate returned {type(generation).__name__}, not a "
+                        "Generation. Return falai.Generation(message=...).")
     if generation.usage is not None and not isinstance(generation.usage, TokenUsage):
-        raise TypeError(f"provider.generate returned usage {type(generation.usage).__name__}, not a TokenUsage. "
-                        "Return falai.TokenUsage(...) or None.")
+        raise TypeError(f"provider.generate returned usage {type(generation.usage).__name__}, not "
+                        "a TokenUsage. Return falai.TokenUsage(...) or None.")
     if not isinstance(generation.tool_calls, (list, tuple)) and generation.tool_calls is not None:
-        raise TypeError(f"provider.generate returned tool_calls {type(generation.tool_calls).__name__}, "
-                        "not a list. Return a list of ToolCallRequest.")
+        raise TypeError("provider.generate returned tool_calls "
+                        f"{type(generation.tool_calls).__name__}, not a list. Return a list of "
+                        "ToolCallRequest.")
     return generation
 
 
@@ -992,7 +1036,7 @@ def stream_round(provider: Any, request: GenerateRequest) -> Generator[str, None
             delta = decoder.feed(chunk.delta)
         elif isinstance(chunk.accumulated, str):
             raw[:] = [chunk.accumulated]
-            _, delta = decoder.push(chunk.accumulated)  # no delta (the final chunk, a custom provider)
+            _, delta = decoder.push(chunk.accumulated)  # no delta (the final chunk, a host's)
         else:
             raw.append(chunk.delta or "")
             fed = isinstance(chunk.delta, str) and chunk.delta
@@ -1011,12 +1055,14 @@ def stream_round(provider: Any, request: GenerateRequest) -> Generator[str, None
             details = chunk.reasoning_details
         if chunk.metadata:
             metadata = chunk.metadata
-    return Generation(message="".join(raw), structured=structured, tool_calls=tool_calls, usage=usage,
+    return Generation(message="".join(raw), structured=structured, tool_calls=tool_calls,
+                      usage=usage,
                       reasoning=reasoning, reasoning_details=details, metadata=metadata)
 
 
 def _overlay(data: dict, patch: dict) -> dict:
-    """``session.data`` overlaid with the call's patches; a key patched to None is left out (§6.6)."""
+    """``session.data`` overlaid with the call's patches; a key patched to None is left out
+    (§6.6)."""
     view = dict(data)
     merge_patch(view, patch)
     return view
@@ -1033,7 +1079,8 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
     """
     protocol = agent.model_calls
     plan = protocol.speak_request(agent, ask)
-    declarations = [{"name": t.id, "description": t.description, "parameters": t.parameters} for t in ask.tools]
+    declarations = [{"name": t.id, "description": t.description, "parameters": t.parameters}
+                    for t in ask.tools]
     tools_by_id: dict[str, Tool] = {}
     for tool in ask.tools:
         tools_by_id.setdefault(tool.id, tool)
@@ -1048,18 +1095,19 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
         offer = bool(ask.tools) and round_no < loops
         request = plan.round_request(ask, history, declarations if offer else None, round_no)
         calls += 1
-        try:                       # only the provider's part: an engine bug below must surface (issue 12)
-            if streaming:                       # the decoder runs between the provider's chunks, so inside
+        try:                       # only the provider's part: an engine bug below must surface
+            if streaming:               # the decoder runs between the provider's chunks, so inside
                 generation = provided_generation((yield from stream_round(agent.provider, request)))
             else:
                 generation = provided_generation(agent.provider.generate(request))
         except ScriptError:
-            raise                  # a wrong test script, not a provider failure (issue 9)
+            raise                  # a wrong test script, not a provider failure
         except Exception as error:
             code, retryable, reset_at_ms = classify_deferral(error)
             log.warning("speak: call %d failed (%s): %s", calls, code, error_text(error))
             log_swallowed(f"speak: call {calls}")
-            return Deferred(code=code, retryable=retryable, reset_at_ms=reset_at_ms, llm_calls=calls, usage=usage)
+            return Deferred(code=code, retryable=retryable, reset_at_ms=reset_at_ms,
+                            llm_calls=calls, usage=usage)
         log_call(request, generation)
         reply = protocol.read_speak_reply(plan, generation)
         usage = add_usage(usage, generation.usage)
@@ -1067,19 +1115,20 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
         message = reply.message
         if not offer or not reply.calls:
             break
-        ctx = ToolCtx(context=ask.scope.context, data=_overlay(ask.scope.data, data), history=list(history),
-                      run=ask.run, now=ask.now)
+        ctx = ToolCtx(context=ask.scope.context, data=_overlay(ask.scope.data, data),
+                      history=list(history), run=ask.run, now=ask.now)
         results = run_tool_calls(agent, tools_by_id, reply.calls, ctx)
-        if round_no == 0 and not (history and isinstance(history[-1], dict) and history[-1].get("role") == "user"):
-            # model-calls.md §6.7 rule 1: the message text, else the speak prompt. A blank message text counts
-            # as "else" (inferred): providers drop a blank user item, and no conversation may open with the
-            # model's own function call (providers.md §2.2).
+        last = history[-1] if history else None
+        if round_no == 0 and not (isinstance(last, dict) and last.get("role") == "user"):
+            # model-calls.md §6.7 rule 1: the message text, else the speak prompt. A blank message
+            # text counts as "else" (inferred): providers drop a blank user item, and no
+            # conversation may open with the model's own function call (providers.md §2.2).
             text = (ask.text or "").strip() if ask.input_kind == "message" else ""
             history.append({"role": "user", "content": ask.text if text else plan.prompt})
         history.append(_assistant_item(round_no, reply))
         for i, (call, output) in enumerate(zip(reply.calls, results)):
-            history.append({"role": "tool", "tool_call_id": f"call-{round_no}-{i}", "name": call.name,
-                            "content": output.text})
+            history.append({"role": "tool", "tool_call_id": f"call-{round_no}-{i}",
+                            "name": call.name, "content": output.text})
         for output in results:
             if output.data:
                 data.update(output.data)
@@ -1119,7 +1168,8 @@ def tool_payload(payload: dict) -> str:
 
 
 def tool_value_text(value: Any, limit: Any = None) -> str:
-    """What the model reads from a tool's ``value``, cut at ``limit`` characters (model-calls.md §6.5)."""
+    """What the model reads from a tool's ``value``, cut at ``limit`` characters (model-calls.md
+    §6.5)."""
     if value is None:
         text = '{"ok":true}'
     elif isinstance(value, str):
@@ -1160,10 +1210,11 @@ def _copy_args(arguments: dict) -> dict:
 
 
 def run_tool(tool: Tool | None, name: str, arguments: dict, ctx: ToolCtx) -> ToolOutput:
-    """One call through its gates (model-calls.md §6.3): what the model reads, and the data patch or None.
+    """One call through its gates (model-calls.md §6.3): what the model reads, and the data patch or
+    None.
 
     Never raises: a hook or handler that raises becomes ``{"error": ...}``.
-    """
+"""
     if tool is None:
         return ToolOutput(tool_payload({"error": f'Tool "{name}" is not available.'}))
     args = _copy_args(arguments)
@@ -1171,7 +1222,8 @@ def run_tool(tool: Tool | None, name: str, arguments: dict, ctx: ToolCtx) -> Too
         if tool.validate_input is not None:
             valid, error, corrected = _verdict(tool.validate_input(args, ctx), "valid", "error")
             if not valid:
-                payload = {"error": f"Validation failed: {'invalid input' if error is None else error}"}
+                payload = {"error": "Validation failed: "
+                                    f"{'invalid input' if error is None else error}"}
                 if corrected is not None:
                     payload["correctedInput"] = corrected
                 return ToolOutput(tool_payload(payload))
@@ -1199,7 +1251,8 @@ def run_tool(tool: Tool | None, name: str, arguments: dict, ctx: ToolCtx) -> Too
         log.warning('tool "%s" returned data that is not a dict; ignored', tool.id)
         data = None
     if data is not None and nests_deeper(data, MAX_NESTING + 1):
-        log.warning('tool "%s" returned data nested deeper than %d levels; ignored', tool.id, MAX_NESTING)
+        log.warning('tool "%s" returned data nested deeper than %d levels; ignored', tool.id,
+                    MAX_NESTING)
         data = None
     return ToolOutput(tool_value_text(value, tool.max_result_size_chars), data)
 
@@ -1216,12 +1269,14 @@ def is_safe_call(tool: Tool | None, arguments: dict) -> bool:
         if tool.is_read_only is not None:
             return bool(tool.is_read_only(arguments))
     except Exception as error:
-        log.warning('tool "%s": a concurrency hook raised (%s); the call runs alone', tool.id, error_text(error))
+        log.warning('tool "%s": a concurrency hook raised (%s); the call runs alone', tool.id,
+                    error_text(error))
         log_swallowed(f'tool "{tool.id}" concurrency hook')
     return False
 
 
-def run_tool_calls(agent: Agent, tools_by_id: dict, calls: list[ToolCall], ctx: ToolCtx) -> list[ToolOutput]:
+def run_tool_calls(agent: Agent, tools_by_id: dict, calls: list[ToolCall],
+                   ctx: ToolCtx) -> list[ToolOutput]:
     """Run a round's calls in batches, results in call order (model-calls.md §6.4).
 
     A run of consecutive safe calls runs together on the agent's tool pool (at
@@ -1241,7 +1296,8 @@ def run_tool_calls(agent: Agent, tools_by_id: dict, calls: list[ToolCall], ctx: 
             results[i] = run_tool(tools[i], calls[i].name, calls[i].arguments, ctx)
         else:
             pool = tool_pool(agent)
-            futures = [pool.submit(run_tool, tools[k], calls[k].name, calls[k].arguments, ctx) for k in range(i, end)]
+            futures = [pool.submit(run_tool, tools[k], calls[k].name, calls[k].arguments, ctx)
+                       for k in range(i, end)]
             for k, future in zip(range(i, end), futures):
                 results[k] = future.result()
         i = end
@@ -1251,8 +1307,8 @@ def run_tool_calls(agent: Agent, tools_by_id: dict, calls: list[ToolCall], ctx: 
 # Compaction (model-calls.md §9) ---------------------------------------------------------------
 
 SUMMARY_MARKER = "[Conversation Summary]\n"
-SUMMARY_REQUEST = ("Summarize the conversation below concisely. Keep the key facts, the decisions made and the "
-                   "context needed to continue it; leave out small talk.")
+SUMMARY_REQUEST = ("Summarize the conversation below concisely. Keep the key facts, the decisions "
+                   "made and the context needed to continue it; leave out small talk.")
 
 
 def _content_text(item: Any) -> str:
@@ -1278,7 +1334,8 @@ def _is_tool_item(item: Any) -> bool:
 
 
 class Compacted(NamedTuple):
-    """What compaction returns (model-calls.md §9): a NamedTuple, so ``history, calls, usage = ...`` reads it."""
+    """What compaction returns (model-calls.md §9): a NamedTuple, so ``history, calls, usage = ...``
+    reads it."""
     history: list
     llm_calls: int              # 1 when a summary call was made (even a failed one), else 0
     usage: TokenUsage | None
@@ -1295,7 +1352,7 @@ def compact_history(agent: Agent, history: list) -> Compacted:
     config = agent.compaction
     if not isinstance(config, dict) or config.get("enabled") is False or not history:
         return Compacted(history, 0, None)
-    try:                        # construction checked it; this catches one swapped in since (inferred)
+    try:                    # construction checked it; this catches one swapped in since (inferred)
         check_compaction(config)
     except ValueError as error:
         log.warning("compaction: skipped (%s)", error_text(error))
@@ -1315,7 +1372,8 @@ def _compact(agent: Agent, config: dict, history: list) -> Compacted:
         text = _content_text(budgeted[i])
         if _is_tool_item(budgeted[i]) and len(text) > limit:
             budgeted[i] = {**budgeted[i],
-                           "content": f"{text[:limit]}\n\n[Truncated: {len(text)} chars total, showing first {limit}]"}
+                           "content": f"{text[:limit]}\n\n[Truncated: {len(text)} chars total, "
+                                      f"showing first {limit}]"}
     if estimate_tokens(budgeted) < threshold:
         return Compacted(budgeted, 0, None)
     micro = list(budgeted)
@@ -1329,16 +1387,19 @@ def _compact(agent: Agent, config: dict, history: list) -> Compacted:
     if edge == 0:  # nothing older than the window to summarize: a call would buy nothing (inferred)
         return Compacted(micro, 0, None)
     older, window = micro[:edge], micro[edge:]
-    transcript = "\n".join(f"[{item.get('role') if isinstance(item, dict) else ''}]: {_content_text(item)}"
+    transcript = "\n".join(f"[{item.get('role') if isinstance(item, dict) else ''}]: "
+                           f"{_content_text(item)}"
                            for item in older)
-    request = GenerateRequest(system=None, prompt=f"{SUMMARY_REQUEST}\n\n{transcript}", history=[], context={},
-                              schema=None, schema_name="compaction", tools=None, max_output_tokens=1024)
+    request = GenerateRequest(system=None, prompt=f"{SUMMARY_REQUEST}\n\n{transcript}", history=[],
+                              context={}, schema=None, schema_name="compaction", tools=None,
+                              max_output_tokens=1024)
     try:
         generation = provided_generation(agent.provider.generate(request))
     except ScriptError:
         raise
     except Exception as error:
-        log.warning("compaction: the summary call failed (%s); dropping the oldest messages instead",
+        log.warning("compaction: the summary call failed (%s); dropping the oldest messages "
+                    "instead",
                     error_text(error))
         log_swallowed("compaction: the summary call")
         kept = list(window)
@@ -1351,7 +1412,8 @@ def _compact(agent: Agent, config: dict, history: list) -> Compacted:
         return Compacted(added[::-1] + kept, 1, None)
     log_call(request, generation)
     summary = generation.message if isinstance(generation.message, str) else ""
-    return Compacted([{"role": "system", "content": SUMMARY_MARKER + summary}] + window, 1, generation.usage)
+    summary_item = {"role": "system", "content": SUMMARY_MARKER + summary}
+    return Compacted([summary_item] + window, 1, generation.usage)
 
 
 # 11. Streaming ################################################################################
@@ -1397,19 +1459,20 @@ class StreamDecoder:
         self._source: list[str] = []    # what was fed since the start, for push's extension check
         self._text: list[str] = []      # the customer text so far, in pieces
         self._mode = "start"            # start, ticks, prose, fence, fenced, json, message, done
-        self._lead: list[str] = []      # leading whitespace and backticks: prose keeps them verbatim
+        self._lead: list[str] = []      # leading whitespace and backticks: prose keeps them
         self._ticks = 0                 # backticks in the leading run
         self._depth = 0
         self._in_string = False
         self._escaped = False
         self._key: list[str] | None = None    # raw pieces of a top-level key being read
         self._last_key: str | None = None
-        self._expect = "key"            # at depth 1: key, colon, value, inside (a value is being skipped)
-        self._tail = ""                 # the end of the message string held back: an incomplete escape
+        self._expect = "key"            # at depth 1: key, colon, value, inside (a value skipped)
+        self._tail = ""                 # the message string's end held back: an incomplete escape
 
     @staticmethod
     def _joined(pieces: list[str]) -> str:
-        """The pieces as one string, kept as the only piece so the next join copies only what is new."""
+        """The pieces as one string, kept as the only piece so the next join copies only what is
+        new."""
         if len(pieces) > 1:
             pieces[:] = ["".join(pieces)]
         return pieces[0] if pieces else ""
@@ -1420,7 +1483,7 @@ class StreamDecoder:
         return self._joined(self._text)
 
     def feed(self, delta: str) -> str:
-        """Feed the text received since the last call; return the customer-facing text that is new."""
+        """Feed the text received since the last call; return the new customer-facing text."""
         if not isinstance(delta, str) or not delta:
             return ""
         self._source.append(delta)
@@ -1446,7 +1509,7 @@ class StreamDecoder:
         source = self._joined(self._source)
         if accumulated.startswith(source):
             delta = self.feed(accumulated[len(source):])
-            self._source[:] = [accumulated] if accumulated else []     # the caller's string, not a copy
+            self._source[:] = [accumulated] if accumulated else []  # the caller's string itself
             return self.text, delta
         previous = self.text
         self._restart()
@@ -1455,7 +1518,8 @@ class StreamDecoder:
         return text, (text[len(previous):] if text.startswith(previous) else text)
 
     def _scan(self, src: str, out: list[str]) -> None:
-        """Read ``src`` (the new characters, after any held-back tail), appending new text to ``out``."""
+        """Read ``src`` (the new characters, after any held-back tail), appending new text to
+        ``out``."""
         i, n = 0, len(src)
         while i < n:
             if self._mode in ("start", "fenced"):
@@ -1512,9 +1576,10 @@ class StreamDecoder:
         self._mode, self._lead = "prose", []
 
     def _scan_json(self, src: str, i: int) -> int:
-        """Walk the object's structure until the top-level "message" string starts; return where it stopped."""
+        """Walk the object's structure until the top-level "message" string starts; return where it
+        stopped."""
         n = len(src)
-        key_from = 0                                # where this feed's part of the key being read starts
+        key_from = 0                        # where this feed's part of the key being read starts
         while i < n:
             c = src[i]
             if self._in_string:
@@ -1526,7 +1591,8 @@ class StreamDecoder:
                     self._in_string = False
                     if self._key is not None:
                         raw_key = "".join(self._key) + src[key_from:i]
-                        self._last_key, self._key, self._expect = decode_json_string(raw_key), None, "colon"
+                        self._last_key = decode_json_string(raw_key)
+                        self._key, self._expect = None, "colon"
                 i += 1
                 continue
             if c.isspace():
@@ -1563,7 +1629,8 @@ class StreamDecoder:
         return n
 
     def _scan_message(self, src: str, i: int, out: list[str]) -> None:
-        """Decode the message string's characters into ``out``, holding back an incomplete escape."""
+        """Decode the message string's characters into ``out``, holding back an incomplete
+        escape."""
         n = len(src)
         while i < n:
             c = src[i]
@@ -1602,7 +1669,7 @@ class StreamDecoder:
                     continue
             out.append(chr(code))
             i += 6
-        self._tail = src[i:]                         # under 12 characters, read again with the next feed
+        self._tail = src[i:]                # under 12 characters, read again with the next feed
 
 
 # The protocols subclass ModelCalls: imported after every definition, so that either module may be

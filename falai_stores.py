@@ -43,9 +43,8 @@ DEFAULT_TABLE = "falai_sessions"
 
 
 def _first_column(row: Any) -> Any:
-    """The first column of a fetched row, whether the driver gives tuples or mappings (a dict row
-    factory).
-    """
+    """The first column of a fetched row, whether the driver gives tuples or mappings (a dict
+    row factory)."""
     if hasattr(row, "values") and not isinstance(row, (tuple, list)):
         return next(iter(row.values()))
     return row[0]
@@ -294,8 +293,9 @@ class MemoryStore:
 # SQL stores ##################################################################
 
 class _SqlStore:
-    """What SQLiteStore and PostgresStore share: one row per session, saved by compare-and-swap
-    (§3.1).
+    """What SQLiteStore and PostgresStore share: one row per session, saved by compare-and-swap.
+
+    persistence.md §3.1.
 
     A subclass names its driver's parameter marker and provides ``_run(work)``,
     which runs ``work(cursor)`` under its lock and transaction rules, and
@@ -307,7 +307,7 @@ class _SqlStore:
     connection: Any               # the driver's connection: sqlite3's or psycopg's
     _lock: threading.Lock
     _PARAM = "?"
-    _CREATE = ""                 # the CREATE TABLE IF NOT EXISTS statement; "" means "never create"
+    _CREATE = ""            # the CREATE TABLE IF NOT EXISTS statement; "" means "never create"
     _table_ready = True
 
     def _run(self, work: Callable[[Any], Any]) -> Any:
@@ -318,15 +318,13 @@ class _SqlStore:
 
     def _ensure_table(self, cursor: Any) -> None:
         """Create the table on the store's first call (SQLite); a no-op once a call has
-        succeeded.
-        """
+        succeeded."""
         if self._CREATE and not self._table_ready:
             cursor.execute(self._CREATE.format(table=self.table))
 
     def load(self, session_id: str) -> Session | None:
         """The stored session, or None; a row that is not a v4 session for this id raises
-        InvalidSessionError.
-        """
+        InvalidSessionError."""
         check_session_id(session_id)
 
         def read(cursor) -> Any:
@@ -336,17 +334,15 @@ class _SqlStore:
 
         try:
             row = self._run(read)
-        # a driver that parses JSONB itself (psycopg) on a row nested too deep
-        except RecursionError:
+        except RecursionError:      # a driver that parses JSONB itself (psycopg), a row too deep
             raise InvalidSessionError(session_id,
                                       f"it nests deeper than {BLOB_NESTING} levels") from None
-        self._table_ready = True  # only once a call got through: a rolled-back CREATE is made again
+        self._table_ready = True     # only once a call got through: a rolled-back CREATE is redone
         return None if row is None else decode_session_row(_first_column(row), session_id)
 
     def save(self, session: Session, expected_version: int) -> Session:
         """Insert at 0, or update only from ``expected_version``; a stale save raises
-        SessionConflictError.
-        """
+        SessionConflictError."""
         check_expected_version(expected_version)
         text = encode_session_row(session, expected_version)
 
@@ -426,16 +422,16 @@ class SQLiteStore(_SqlStore):
                text: str) -> bool:
         now = store_now_text()
         if expected_version == 0:
-            cursor.execute(f"INSERT OR IGNORE INTO {self.table} (id, version, blob, created_at, "
-                           "updated_at) VALUES (?, ?, ?, ?, ?)", (session_id, 1, text, now, now))
+            cursor.execute(f"INSERT OR IGNORE INTO {self.table} "
+                           "(id, version, blob, created_at, updated_at) VALUES (?, ?, ?, ?, ?)",
+                           (session_id, 1, text, now, now))
         else:
-            cursor.execute(f"UPDATE {self.table} SET version = ?, blob = ?, "
-                           "updated_at = ? WHERE id = ? AND version = ?",
+            cursor.execute(f"UPDATE {self.table} SET version = ?, blob = ?, updated_at = ? "
+                           "WHERE id = ? AND version = ?",
                            (expected_version + 1, text, now, session_id, expected_version))
         if cursor.rowcount > 0:
             return True
-        # end the statement's implicit transaction before the conflict read
-        self.connection.commit()
+        self.connection.commit()   # end the implicit transaction before the conflict read
         return False
 
     def _run(self, work):
@@ -490,25 +486,25 @@ class PostgresStore(_SqlStore):
         """Create the table when it is missing."""
         self._run(lambda c: c.execute(
             f"CREATE TABLE IF NOT EXISTS {self.table} (id VARCHAR(255) PRIMARY KEY, "
-            "version INTEGER NOT NULL, blob JSONB NOT NULL, "
-            "created_at TIMESTAMPTZ NOT NULL DEFAULT NOW(), "
+            "version INTEGER NOT NULL, "
+            "blob JSONB NOT NULL, created_at TIMESTAMPTZ NOT NULL DEFAULT NOW(), "
             "updated_at TIMESTAMPTZ NOT NULL DEFAULT NOW())"))
 
     def _write(self, cursor: Any, session_id: str, expected_version: int, text: str) -> bool:
         if expected_version == 0:
-            cursor.execute(f"INSERT INTO {self.table} (id, version, blob) VALUES (%s, %s, "
-                           "%s::jsonb) ON CONFLICT (id) DO NOTHING RETURNING version",
-                           (session_id, 1, text))
+            cursor.execute(f"INSERT INTO {self.table} (id, version, blob) "
+                           "VALUES (%s, %s, %s::jsonb) "
+                           "ON CONFLICT (id) DO NOTHING RETURNING version", (session_id, 1, text))
         else:
             cursor.execute(f"UPDATE {self.table} SET version = %s, blob = %s::jsonb, "
-                           "updated_at = NOW() WHERE id = %s AND version = %s RETURNING version",
+                           "updated_at = NOW() "
+                           "WHERE id = %s AND version = %s RETURNING version",
                            (expected_version + 1, text, session_id, expected_version))
         return cursor.fetchone() is not None
 
     def _run(self, work):
         """Run ``work(cursor)`` under the lock; with ``commit=True``, commit after it or roll
-        back.
-        """
+        back."""
         with self._lock:
             cursor = self.connection.cursor()
             try:
@@ -518,8 +514,8 @@ class PostgresStore(_SqlStore):
                     with contextlib.suppress(Exception):   # the original error is the one to report
                         self.connection.rollback()
                 if _is_undefined_table(error):
-                    raise RuntimeError(f'PostgresStore: table "{self.table}" does not exist. Call '
-                                       "store.initialize() once, or create the table in a "
+                    raise RuntimeError(f'PostgresStore: table "{self.table}" does not exist. '
+                                       "Call store.initialize() once, or create the table in a "
                                        "migration.") from error
                 raise
             finally:

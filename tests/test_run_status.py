@@ -14,6 +14,7 @@ import falai
 from falai import RUN_MOVES, RUN_STATUSES, Run, move_status
 
 NOW = "2026-09-20T10:00:00.000Z"
+A_TURN = SimpleNamespace(given=SimpleNamespace(now_text=NOW))     # all move_status reads of a turn
 
 
 def a_run(status, **values):
@@ -35,7 +36,7 @@ def test_each_move_sets_the_status_the_table_says(move):
     waiting = {"kind": "timer", "key": "w", "until": NOW, "setAt": NOW} if status == "waiting" else None
     run = a_run(status, waiting=waiting, suspended_at=NOW if status == "suspended" else None)
     wait = {"kind": "timer", "key": "w2", "until": NOW, "setAt": NOW}
-    move_status(SimpleNamespace(now_text=NOW), run, event, wait if RUN_MOVES[move] == "waiting" else None)
+    move_status(A_TURN, run, event, wait if RUN_MOVES[move] == "waiting" else None)
     assert run.status == RUN_MOVES[move]
     assert (run.waiting is None) is (run.status != "waiting")         # a wait only while waiting
     assert (run.suspended_at == NOW) is (run.status == "suspended")   # suspendedAt only while suspended
@@ -46,7 +47,7 @@ def test_each_move_sets_the_status_the_table_says(move):
 def test_a_move_the_table_does_not_have_raises_and_changes_nothing(status, event):
     run = a_run(status)
     with pytest.raises(RuntimeError, match=rf'run "f#k" cannot move from "{status}" on "{event}"'):
-        move_status(SimpleNamespace(now_text=NOW), run, event)
+        move_status(A_TURN, run, event)
     assert run == a_run(status)
 
 
@@ -88,3 +89,16 @@ def test_a_turn_moves_runs_through_the_table(monkeypatch):
     assert seen == [("running", "move", "running"), ("running", "enter", "running"),
                     ("running", "ask", "asking"),       # the collect step asks (runtime.md §3.6.3)
                     ("asking", "ask", "asking")]        # it spoke, the name still pending (§3.8 item 3)
+
+
+def test_what_a_turn_is_given_is_read_only():
+    """A turn splits what it was given (``turn.given``, frozen) from what it changes."""
+    import dataclasses
+    agent = falai.Agent(name="Ana", provider=falai.ScriptedProvider(script={}),
+                        clock=falai.fake_clock(NOW))
+    turn = falai.Turn(agent, falai.read_turn_input({"session_id": "s1", "message": "oi", "id": "m1"}))
+    assert (turn.given.agent, turn.given.now_text, turn.given.trigger_key) == (agent, NOW, "m1")
+    for name in ("now_text", "silenced", "trigger_key", "agent"):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(turn.given, name, None)
+    assert turn.session.runs == [] and turn.phase == "ingest"     # the state it changes starts here

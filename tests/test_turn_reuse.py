@@ -35,12 +35,12 @@ def test_safe_tool_calls_run_on_one_capped_pool_per_agent_created_on_first_use()
     provider = ScriptedProvider(script={"speak": [calls, {"message": "Pronto."}, calls, {"message": "De novo."}]})
     agent = F.Agent(name="Ana", provider=provider,
                     tools=[Tool(id=name, handler=handler, is_read_only=lambda a: True) for name in ("a", "b")])
-    assert agent._tool_pool is None
+    assert agent.compiled._tool_pool is None
     assert speak_with_two_safe_calls(agent).message == "Pronto."
-    pool = agent._tool_pool
+    pool = agent.compiled._tool_pool
     assert pool is not None and pool._max_workers == F.TOOL_POOL_WORKERS
     assert speak_with_two_safe_calls(agent).message == "De novo."
-    assert agent._tool_pool is pool
+    assert agent.compiled._tool_pool is pool
     assert len(threads) == 4 and all(name.startswith("falai-tool") for name in threads)
 
 
@@ -50,7 +50,7 @@ def test_a_call_that_is_not_safe_never_starts_the_pool():
                                                   {"message": "Pronto."}]})
     agent = F.Agent(name="Ana", provider=provider, tools=[Tool(id="a", handler=lambda a, c: {"value": 1})])
     assert speak_with_two_safe_calls(agent).message == "Pronto."
-    assert agent._tool_pool is None
+    assert agent.compiled._tool_pool is None
 
 
 def test_flow_facts_are_worked_out_once_per_flow():
@@ -145,3 +145,23 @@ def test_the_built_in_providers_never_change_a_request():
         for request in requests:
             wire_bodies(request)
         assert [(r.system, r.prompt, r.history, r.schema, r.tools, r.v4_schema) for r in requests] == before
+
+
+def test_what_an_agent_works_out_once_is_kept_by_its_compiled_parts():
+    """One object per agent keeps its flow facts, flows by trigger and silence flows; it is part of
+    the agent's frozen configuration, so it cannot be swapped out."""
+    flows = [{"id": "f", "name": "F", "on": [{"message": ["oi"]}, {"silence": "10m"}],
+              "steps": [{"id": "a", "say": "A"}]}]
+    agent = F.Agent(name="Ana", provider=ScriptedProvider(script={}), flows=flows)
+    listed = F.flows_by_trigger(agent)
+    assert F.flows_by_trigger(agent) is listed and [flow["id"] for flow in listed.phrased.flows] == ["f"]
+    assert F.silence_flows(agent) is F.silence_flows(agent) and F.silence_flows(agent)[0][0] is agent.flows[0]
+    assert agent.compiled.tool_pool() is agent.compiled.tool_pool()
+    other = F.Agent(name="Ana", provider=ScriptedProvider(script={}), flows=flows)
+    assert F.flows_by_trigger(other) is not listed      # per agent, never shared
+    try:
+        agent.compiled = other.compiled
+    except AttributeError as error:
+        assert "build a new Agent" in str(error)
+    else:
+        raise AssertionError("agent.compiled was replaced")
