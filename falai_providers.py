@@ -653,16 +653,16 @@ def model_caps(vendor: str, model: str, overrides: dict | None = None,
     table = vendor
     if "/" in model_id:
         prefix, model_id = model_id.split("/", 1)
-        table = {"google": "gemini", "anthropic": "anthropic", "openai": "openai"}.get(prefix,
-                                                                                       vendor)
+        table = {"google": "gemini", "anthropic": "anthropic",
+                 "openai": "openai"}.get(prefix, vendor)
     row = unknown
     for pattern, caps in MODEL_TABLE.get(table, ()):
         if fnmatch.fnmatchcase(model_id, pattern):
             row = caps
             break
     for pattern, fields in (overrides or {}).items():
-        if fnmatch.fnmatchcase(model_id, pattern.lower()) or fnmatch.fnmatchcase(model.strip(),
-                                                                                 pattern):
+        if fnmatch.fnmatchcase(model_id, pattern.lower()) \
+                or fnmatch.fnmatchcase(model.strip(), pattern):
             row = dataclasses.replace(row, **fields)
     return row
 
@@ -687,8 +687,7 @@ def _check_model_caps(owner: str, overrides: Any) -> dict:
             raise ValueError(f'[{owner}] model_caps[{pattern!r}]["sampling"] is '
                              f'{fields["sampling"]!r}: use "any", "one" or "none".')
         if "thinking" in fields and fields["thinking"] not in (None, "budget", "level", "enabled",
-                                                               "adaptive",
-                                                                "reasoning"):
+                                                               "adaptive", "reasoning"):
             raise ValueError(f'[{owner}] model_caps[{pattern!r}]["thinking"] is '
                              f'{fields["thinking"]!r}: use None, "budget", "level", "enabled", '
                              '"adaptive" or "reasoning".')
@@ -733,8 +732,8 @@ def _level_for(caps: ModelCaps, effort: str, names: dict[str, str]) -> str | Non
 # (providers.md §2.3), then maps that list to its own wire (§2.4).
 
 def _normalize_messages(request: GenerateRequest,
-                        fragments: _Fragments | None = None) -> tuple[list[dict], list[_Fragment],
-                                                                      str]:
+                        fragments: _Fragments | None = None
+                        ) -> tuple[list[dict], list[_Fragment], str]:
     """The normalized messages of §2.3, with the kept lead they open the history with and its JSON
     text.
 
@@ -1008,8 +1007,8 @@ def _read_timeout_in(exc: BaseException) -> bool:
         if not isinstance(e, BaseException) or e in seen:
             continue
         seen.append(e)
-        if isinstance(e, requests.exceptions.Timeout) or type(e).__name__ in ("ReadTimeoutError",
-                                                                              "timeout"):
+        if isinstance(e, requests.exceptions.Timeout) \
+                or type(e).__name__ in ("ReadTimeoutError", "timeout"):
             return True
         if isinstance(e, TimeoutError):
             return True
@@ -2045,8 +2044,8 @@ class _HttpProvider:
     def _parse(self, payload: dict, state: dict) -> Iterator[dict]:
         raise NotImplementedError
 
-    def _classify(self, status: int | None, text: str, data: Any) -> tuple[str, str | None,
-                                                                           int | None]:
+    def _classify(self, status: int | None, text: str,
+                  data: Any) -> tuple[str, str | None, int | None]:
         """(kind, vendor code, vendor retry wait) of a failure; generic rules of §8.3."""
         return classify_error(status=status, body=text), None, None
 
@@ -2411,8 +2410,8 @@ class GeminiProvider(_HttpProvider):
                                  kind="content", code=str(state["blocked"]))
         return super()._empty_error(state, accumulator)
 
-    def _classify(self, status: int | None, text: str, data: Any) -> tuple[str, str | None,
-                                                                           int | None]:
+    def _classify(self, status: int | None, text: str,
+                  data: Any) -> tuple[str, str | None, int | None]:
         error = data.get("error") if isinstance(data, dict) else None
         error = error if isinstance(error, dict) else {}
         code = error.get("status") if isinstance(error.get("status"), str) else None
@@ -3146,8 +3145,8 @@ class OpenAICompatibleProvider(_HttpProvider):
         return ProviderError(self._scrub(f"{self.name}: the model refused: {refusal[:300]}"),
                              provider=self.name, kind="content", code="refusal")
 
-    def _classify(self, status: int | None, text: str, data: Any) -> tuple[str, str | None,
-                                                                           int | None]:
+    def _classify(self, status: int | None, text: str,
+                  data: Any) -> tuple[str, str | None, int | None]:
         error = data.get("error") if isinstance(data, dict) else None
         code = None
         if isinstance(error, dict):
@@ -3633,11 +3632,11 @@ class AnthropicProvider(_HttpProvider):
                 "completion_tokens": state["output"], "cached_input_tokens": state["read"],
                 "cache_write_tokens": state["write"], "reasoning_tokens": state["thought"]}
 
-    def _classify(self, status: int | None, text: str, data: Any) -> tuple[str, str | None,
-                                                                           int | None]:
+    def _classify(self, status: int | None, text: str,
+                  data: Any) -> tuple[str, str | None, int | None]:
         error = data.get("error") if isinstance(data, dict) else None
-        error_type = error.get("type") if isinstance(error, dict) and isinstance(error.get("type"),
-                                                                                 str) else None
+        error_type = (error.get("type")
+                      if isinstance(error, dict) and isinstance(error.get("type"), str) else None)
         if status is None and error_type in _ANTHROPIC_ERROR_STATUS:
             status = _ANTHROPIC_ERROR_STATUS[error_type]
         return classify_error(status=status, body=text), error_type, None
@@ -3807,9 +3806,8 @@ class FallbackProvider:
     def _cool(self, index: int, member: Any, exc: BaseException, kind: str) -> None:
         now = self._now()
         hints = []
-        reset_at_ms, retry_after_ms = getattr(exc, "reset_at_ms", None), getattr(exc,
-                                                                                 "retry_after_ms",
-                                                                                 None)
+        reset_at_ms = getattr(exc, "reset_at_ms", None)
+        retry_after_ms = getattr(exc, "retry_after_ms", None)
         if reset_at_ms is not None:
             hints.append(reset_at_ms)
         if retry_after_ms is not None:
