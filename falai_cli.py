@@ -62,7 +62,9 @@ OK, PROBLEMS, UNUSABLE = 0, 1, 2
 
 
 class UsageError(Exception):
-    """Input the command cannot use at all (exit status 2); the message says where, what and the fix."""
+    """Input the command cannot use at all (exit status 2); the message says where,
+    what and the fix.
+    """
 
 
 # 1. Input files and the registry ##############################################################
@@ -79,7 +81,8 @@ def read_json(path: str, what: str) -> Any:
         with open(path, "rb") as file:
             data = file.read(MAX_INPUT_BYTES + 1)
     except OSError as error:
-        raise UsageError(f"{path}: cannot read the {what} ({error.strerror}). Check the path.") from None
+        raise UsageError(f"{path}: cannot read the {what} ({error.strerror}). "
+                         "Check the path.") from None
     if len(data) > MAX_INPUT_BYTES:
         mib = MAX_INPUT_BYTES // (1024 * 1024)
         raise UsageError(f"{path}: the {what} is larger than {mib} MiB, far past any real one. "
@@ -87,7 +90,8 @@ def read_json(path: str, what: str) -> Any:
     try:
         value = json.loads(data.decode("utf-8"))
     except ValueError as error:            # UnicodeDecodeError is one
-        raise UsageError(f"{path}: the {what} is not valid JSON ({error}). Fix its syntax.") from None
+        raise UsageError(f"{path}: the {what} is not valid JSON ({error}). "
+                         "Fix its syntax.") from None
     except (RecursionError, MemoryError):
         value = None
         nested = True
@@ -106,8 +110,8 @@ def specs_in(value: Any, path: str) -> list[dict]:
         return [value]
     if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
         return value
-    raise UsageError(f"{path}: holds {type(value).__name__ if value != [] else 'an empty list'}, not a flow "
-                     "or a list of flows. Write one FlowSpec object, or a list of them.")
+    raise UsageError(f"{path}: holds {type(value).__name__ if value != [] else 'an empty list'}, "
+                     "not a flow or a list of flows. Write one FlowSpec object, or a list of them.")
 
 
 def load_specs(paths: list[str]) -> list[tuple[str, int | None, dict]]:
@@ -116,7 +120,8 @@ def load_specs(paths: list[str]) -> list[tuple[str, int | None, dict]]:
     for path in paths:
         value = read_json(path, "flows file")
         specs = specs_in(value, path)
-        found += [(path, i if isinstance(value, list) else None, spec) for i, spec in enumerate(specs)]
+        found += [(path, i if isinstance(value, list) else None, spec)
+                  for i, spec in enumerate(specs)]
     return found
 
 
@@ -144,7 +149,9 @@ class Registry:
     given: bool = False
 
     def names(self, flows: list | None = None) -> dict | None:
-        """The registries ``check_flow`` and ``flow_spec_schema`` read; None without a registry file."""
+        """The registries ``check_flow`` and ``flow_spec_schema`` read;
+        None without a registry file.
+        """
         if not self.given:
             return None
         names = {"fields": self.fields, "actions": self.actions, "events": self.events,
@@ -162,7 +169,8 @@ def _named(value: Any, path: str, key: str, default: Any) -> dict:
         return {name: default for name in value}
     if isinstance(value, dict):
         return value
-    raise UsageError(f'{path}: "{key}" is {type(value).__name__}. Write it as an object {{name: ...}} '
+    raise UsageError(f'{path}: "{key}" is {type(value).__name__}. Write it as an object {{name: '
+                     f'...}} '
                      "or a list of names.")
 
 
@@ -173,12 +181,15 @@ def load_registry(path: str | None) -> Registry:
     raw = read_json(path, "registry")
     if not isinstance(raw, dict):
         raise UsageError(f"{path}: the registry is {type(raw).__name__}, not an object. Write "
-                         '{"fields": {...}, "actions": {...}, "events": {...}, "conditions": {...}, "tools": [...]}.')
+                         '{"fields": {...}, "actions": {...}, "events": {...}, "conditions": '
+                         '{...}, "tools": [...]}.')
     unknown = [key for key in raw if key not in REGISTRY_KEYS]
     if unknown:
-        raise UsageError(f'{path}: unknown key "{unknown[0]}". A registry has {", ".join(REGISTRY_KEYS)}.')
+        raise UsageError(f'{path}: unknown key "{unknown[0]}". A registry has '
+                         f'{", ".join(REGISTRY_KEYS)}.')
     tools = raw.get("tools") or []
-    if not isinstance(tools, list) or not all(isinstance(t, dict) and isinstance(t.get("id"), str) for t in tools):
+    if not isinstance(tools, list) or not all(isinstance(t, dict) and isinstance(t.get("id"), str)
+                                              for t in tools):
         raise UsageError(f'{path}: "tools" must be a list of objects with an "id". Write '
                          '[{"id": "price", "description": "...", "parameters": {...}}].')
     for key in ("fields", "agent"):
@@ -187,8 +198,8 @@ def load_registry(path: str | None) -> Registry:
     actions = _named(raw.get("actions"), path, "actions", {})
     for name, action in actions.items():
         if not isinstance(action, dict):
-            raise UsageError(f'{path}: action "{name}" is {type(action).__name__}, not an object. Write '
-                             '{"parameters": {...}, "result": {"ok": true}}.')
+            raise UsageError(f'{path}: action "{name}" is {type(action).__name__}, not an object. '
+                             'Write {"parameters": {...}, "result": {"ok": true}}.')
     return Registry(fields=raw.get("fields") or {}, actions=actions,
                     events=_named(raw.get("events"), path, "events", {}),
                     conditions=_named(raw.get("conditions"), path, "conditions", False),
@@ -196,12 +207,15 @@ def load_registry(path: str | None) -> Registry:
 
 
 def standin_action(name: str, definition: dict) -> Action:
-    """An action that writes its ``set`` patch and returns its ``result``: the host's code is not here."""
+    """An action that writes its ``set`` patch and returns its ``result``:
+    the host's code is not here.
+    """
     def run(params: dict, ctx: Any) -> dict:
         if isinstance(definition.get("set"), dict):
             ctx.set(definition["set"])
         return definition.get("result") or {"ok": True}
-    return Action(parameters=definition.get("parameters") or {}, run=run, description=definition.get("description"))
+    return Action(parameters=definition.get("parameters") or {}, run=run,
+                  description=definition.get("description"))
 
 
 def standin_tool(definition: dict) -> Tool:
@@ -230,13 +244,16 @@ def build_agent(flow_paths: list[str], registry: Registry, provider: Any, clock:
     specs = [spec for _, _, spec in load_specs(flow_paths)]
     flows = [falai.from_spec(spec) for spec in specs]
     options = registry.agent
-    conditions = {name: standin_condition(bool(value)) for name, value in registry.conditions.items()}
+    conditions = {name: standin_condition(bool(value))
+                  for name, value in registry.conditions.items()}
     events = {name: EventDef(direction=(d or {}).get("direction") if isinstance(d, dict) else None)
               for name, d in registry.events.items()}
-    return Agent(name=options.get("name") or "Agent", provider=provider, fields=registry.fields, flows=flows,
+    return Agent(name=options.get("name") or "Agent", provider=provider, fields=registry.fields,
+                 flows=flows,
                  actions={name: standin_action(name, d) for name, d in registry.actions.items()},
-                 events=events, conditions=conditions, tools=[standin_tool(t) for t in registry.tools],
-                 persona=options.get("persona"), goal=options.get("goal"), idle=options.get("idle"),
+                 events=events, conditions=conditions,
+                 tools=[standin_tool(t) for t in registry.tools], persona=options.get("persona"),
+                 goal=options.get("goal"), idle=options.get("idle"),
                  instructions=options.get("instructions"), clock=clock,
                  protocol=options.get("protocol") or protocol)
 
@@ -277,17 +294,21 @@ def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
     report: list[dict[str, Any]] = []
     seen: dict[Any, str] = {}
     for path, index, spec in found:
-        problems = falai.check_flow(spec, registry.names(flows)) if registry.given else shape_problems(spec)
+        problems = (falai.check_flow(spec, registry.names(flows)) if registry.given
+                    else shape_problems(spec))
         flow_id = spec.get("id")
         if isinstance(flow_id, str) and flow_id in seen:
-            problems.append(falai.Problem("error", ["id"], f'flow "{flow_id}" is declared twice (first in '
-                                          f'{seen[flow_id]}). Flow ids must be unique: rename one.'))
+            problems.append(falai.Problem("error", ["id"],
+                                          f'flow "{flow_id}" is declared twice (first in '
+                                          f'{seen[flow_id]}). Flow ids must be unique: '
+                                          'rename one.'))
         seen.setdefault(flow_id, path)
         prefix = [] if index is None else [index]
         for problem in problems:
             severity = "error" if args.strict else problem.severity
             report.append({"file": path, "flow": flow_id if isinstance(flow_id, str) else None,
-                           "severity": severity, "path": prefix + list(problem.path), "message": problem.message})
+                           "severity": severity, "path": prefix + list(problem.path),
+                           "message": problem.message})
     errors = sum(1 for item in report if item["severity"] == "error")
     if registry.given and not errors:   # what chat, inspect and a program refuse: build the agent
         problem = agent_problem(usable, registry)
@@ -296,16 +317,20 @@ def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
                            "path": ["(agent)"], "message": problem})
             errors += 1
     if args.json:
-        out.write(json.dumps({"ok": not errors and not unusable, "unusable": unusable, "problems": report},
+        out.write(json.dumps({"ok": not errors and not unusable, "unusable": unusable,
+                              "problems": report},
                              indent=2, ensure_ascii=False) + "\n")
     else:
         for text in unusable:
             out.write(f"{text}\n")
         for item in report:
-            out.write(f"{item['file']}: {item['severity']}: {path_text(item['path'])}: {item['message']}\n")
-        out.write(f"{len(found)} flow(s) in {len(args.files) - len(unusable)} file(s): {errors} error(s), "
-                  f"{len(report) - errors} warning(s)" + (f", {len(unusable)} file(s) unusable" if unusable else "")
-                  + ("" if registry.given else " (shape only: pass --registry to check the names)") + "\n")
+            out.write(f"{item['file']}: {item['severity']}: {path_text(item['path'])}: "
+                      f"{item['message']}\n")
+        out.write(f"{len(found)} flow(s) in {len(args.files) - len(unusable)} file(s): "
+                  f"{errors} error(s), {len(report) - errors} warning(s)"
+                  + (f", {len(unusable)} file(s) unusable" if unusable else "")
+                  + ("" if registry.given else " (shape only: pass --registry to check the names)")
+                  + "\n")
     return UNUSABLE if unusable else PROBLEMS if errors else OK
 
 
@@ -355,7 +380,8 @@ class Graph:
 
     def to_dict(self) -> dict:
         return {"clusters": [{"flow": f, "name": n, "nodes": ids} for f, n, ids in self.clusters],
-                "nodes": [vars(node) for node in self.nodes.values()], "edges": [vars(e) for e in self.edges]}
+                "nodes": [vars(node) for node in self.nodes.values()],
+                "edges": [vars(e) for e in self.edges]}
 
 
 def short(text: Any, size: int = 48) -> str:
@@ -381,7 +407,8 @@ def trigger_text(trigger: dict) -> str:
         parts.append(f"event {trigger['event']}")
     for key in ("after", "repeat"):
         if trigger.get(key) is not None:
-            parts.append(f"{key} {trigger[key] if isinstance(trigger[key], str) else json.dumps(trigger[key])}")
+            value = trigger[key] if isinstance(trigger[key], str) else json.dumps(trigger[key])
+            parts.append(f"{key} {value}")
     if trigger.get("if") is not None:
         parts.append("if " + predicate_text(trigger["if"]))
     return short(", ".join(parts) or "trigger", 60)
@@ -402,7 +429,8 @@ def step_text(step: dict) -> tuple[str, str]:
     if isinstance(wait, str):
         return "wait", f"{sid}: wait {wait}"
     if isinstance(wait, dict):
-        return "wait", f"{sid}: wait for event {wait.get('event')} (up to {wait.get('upTo') or '30d'})"
+        return "wait", (f"{sid}: wait for event {wait.get('event')} "
+                        f"(up to {wait.get('upTo') or '30d'})")
     if step.get("if") is not None:
         return "if", f"{sid}: if {predicate_text(step['if'])}"
     return "say", f"{sid}: (no body)"
@@ -447,12 +475,16 @@ class FlowDrawing:
         if not isinstance(step_id, str):
             return None
         return self.ids.get(step_id) or self.add(Node(f"f{self.n}missing_{safe_id(step_id)}",
-                                                      f"{step_id}: missing step", "end", self.flow_id))
+                                                      f"{step_id}: missing step", "end",
+                                                      self.flow_id))
 
     def finish(self) -> str:
-        """Past the last step: onEnd end, reset (back to the first step) or stay (the last talk step)."""
+        """Past the last step: onEnd end, reset (back to the first step) or stay (the last talk
+        step).
+        """
         on_end = self.spec.get("onEnd") or "end"
-        talks = [s for s in self.steps if s.get("collect") is not None or s.get("prompt") is not None]
+        talks = [s for s in self.steps if s.get("collect") is not None
+                 or s.get("prompt") is not None]
         if on_end == "reset" and self.steps:
             return self.ids[self.steps[0].get("id")]
         if on_end == "stay" and talks:
@@ -463,7 +495,8 @@ class FlowDrawing:
         destination = self.target(value, here)
         if isinstance(value, dict) and value.get("flow") is not None:
             label = (label + " " if label else "") + f"chain to {value['flow']}"
-        if value is None and here + 1 >= len(self.steps) and (self.spec.get("onEnd") or "end") != "end":
+        if value is None and here + 1 >= len(self.steps) and (self.spec.get("onEnd")
+                                                              or "end") != "end":
             label = (label + " " if label else "") + f"onEnd {self.spec['onEnd']}"
         if destination is not None:
             self.graph.edges.append(Edge(source, destination, label, dashed))
@@ -471,21 +504,25 @@ class FlowDrawing:
     def draw(self) -> None:
         for t, trigger in enumerate(self.spec.get("on") or []):
             if isinstance(trigger, dict):
-                node = self.add(Node(f"f{self.n}t{t}", trigger_text(trigger), "trigger", self.flow_id))
+                node = self.add(Node(f"f{self.n}t{t}", trigger_text(trigger), "trigger",
+                                     self.flow_id))
                 if self.steps:
                     self.graph.edges.append(Edge(node, self.ids[self.steps[0].get("id")]))
         for step in self.steps:
             shape, label = step_text(step)
-            self.add(Node(self.ids[step.get("id")], label, shape, self.flow_id, step=str(step.get("id"))))
+            self.add(Node(self.ids[step.get("id")], label, shape, self.flow_id,
+                          step=str(step.get("id"))))
         for i, step in enumerate(self.steps):
             self.step_edges(i, step)
-        self.graph.clusters.append((self.flow_id, str(self.spec.get("name") or self.flow_id), self.members))
+        self.graph.clusters.append((self.flow_id, str(self.spec.get("name") or self.flow_id),
+                                    self.members))
 
     def step_edges(self, i: int, step: dict) -> None:
         node, then, wait = self.ids[step.get("id")], step.get("then"), step.get("wait")
         for branch in step.get("branches") or []:
             if isinstance(branch, dict):
-                when = branch.get("when") or (predicate_text(branch["if"]) if branch.get("if") is not None else "")
+                when = branch.get("when") or (predicate_text(branch["if"])
+                                              if branch.get("if") is not None else "")
                 self.edge(node, branch.get("then"), i, "branch: " + short(when, 30))
         if step.get("do") is not None:
             self.edge(node, then, i, "ok" if step.get("onFail") is not None else "")
@@ -497,7 +534,8 @@ class FlowDrawing:
                 self.edge(node, step["else"], i, "replied", dashed=True)
         elif isinstance(wait, dict):
             self.edge(node, then, i, f"event {wait.get('event')}")
-            self.edge(node, step.get("else", "end"), i, f"no event in {wait.get('upTo') or '30d'}", dashed=True)
+            self.edge(node, step.get("else", "end"), i, f"no event in {wait.get('upTo') or '30d'}",
+                      dashed=True)
         elif step.get("if") is not None:
             self.edge(node, then, i, "yes")
             self.edge(node, step.get("else"), i, "no", dashed=True)
@@ -509,14 +547,16 @@ def flow_graph(specs: list[dict]) -> Graph:
     """The flows as one graph: triggers, steps by kind, every edge a step can take."""
     graph = Graph()
     first_step = {spec["id"]: f"f{n}s0" for n, spec in enumerate(specs)
-                  if isinstance(spec.get("id"), str) and any(isinstance(s, dict) for s in spec.get("steps") or [])}
+                  if isinstance(spec.get("id"), str)
+                  and any(isinstance(s, dict) for s in spec.get("steps") or [])}
     for n, spec in enumerate(specs):
         FlowDrawing(graph, n, spec, first_step).draw()
     return graph
 
 
-MERMAID_SHAPES = {"trigger": ('(["', '"])'), "talk": ('["', '"]'), "say": ('[/"', '"/]'), "do": ('[["', '"]]'),
-                  "wait": ('{{"', '"}}'), "if": ('{"', '"}'), "end": ('(("', '"))'), "flow": ('[["', '"]]')}
+MERMAID_SHAPES = {"trigger": ('(["', '"])'), "talk": ('["', '"]'), "say": ('[/"', '"/]'),
+                  "do": ('[["', '"]]'), "wait": ('{{"', '"}}'), "if": ('{"', '"}'),
+                  "end": ('(("', '"))'), "flow": ('[["', '"]]')}
 
 
 def mermaid_text(text: str) -> str:
@@ -546,8 +586,8 @@ def to_mermaid(graph: Graph) -> str:
     return "\n".join(lines) + "\n"
 
 
-DOT_SHAPES = {"trigger": "oval", "talk": "box", "say": "parallelogram", "do": "component", "wait": "hexagon",
-              "if": "diamond", "end": "doublecircle", "flow": "box3d"}
+DOT_SHAPES = {"trigger": "oval", "talk": "box", "say": "parallelogram", "do": "component",
+              "wait": "hexagon", "if": "diamond", "end": "doublecircle", "flow": "box3d"}
 
 
 def dot_text(text: str) -> str:
@@ -563,17 +603,20 @@ def to_dot(graph: Graph) -> str:
         lines.append(f"    label={dot_text(f'{name} ({flow_id})')};")
         for node_id in members:
             node = graph.nodes[node_id]
-            lines.append(f"    {node.id} [label={dot_text(node.label)}, shape={DOT_SHAPES[node.shape]}];")
+            lines.append(f"    {node.id} [label={dot_text(node.label)}, "
+                         f"shape={DOT_SHAPES[node.shape]}];")
             clustered.add(node_id)
         lines.append("  }")
     for node in graph.nodes.values():
         if node.id not in clustered:
-            lines.append(f"  {node.id} [label={dot_text(node.label)}, shape={DOT_SHAPES[node.shape]}];")
+            lines.append(f"  {node.id} [label={dot_text(node.label)}, "
+                         f"shape={DOT_SHAPES[node.shape]}];")
     for e in graph.edges:
         attrs = [f"label={dot_text(e.label)}"] if e.label else []
         if e.dashed:
             attrs.append("style=dashed")
-        lines.append(f"  {e.source} -> {e.target}" + (f" [{', '.join(attrs)}]" if attrs else "") + ";")
+        lines.append(f"  {e.source} -> {e.target}" + (f" [{', '.join(attrs)}]" if attrs else "")
+                     + ";")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -582,7 +625,7 @@ def cmd_graph(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     found = load_specs(args.files)
     broken = [(path, problem) for path, _, spec in found for problem in shape_problems(spec)
               if problem.severity == "error"]
-    if broken:                     # only a flow of the right shape can be drawn: say what to fix first
+    if broken:                  # only a flow of the right shape can be drawn: say what to fix first
         for path, problem in broken:
             err.write(f"{path}: error: {path_text(problem.path)}: {problem.message}\n")
         return PROBLEMS
@@ -607,12 +650,13 @@ class RecordingProvider:
 
     def _record(self, request: GenerateRequest, started: float, reply: Generation | None,
                 error: BaseException | None) -> None:
-        entry = {"schemaName": request.schema_name, "system": request.system, "prompt": request.prompt,
-                 "schema": request.schema, "history": request.history, "tools": request.tools,
-                 "ms": round((time.perf_counter() - started) * 1000, 1)}
+        entry = {"schemaName": request.schema_name, "system": request.system,
+                 "prompt": request.prompt, "schema": request.schema, "history": request.history,
+                 "tools": request.tools, "ms": round((time.perf_counter() - started) * 1000, 1)}
         if reply is not None:
             entry["reply"] = {"message": reply.message, "structured": reply.structured,
-                              "toolCalls": [{"name": c.name, "arguments": c.arguments} for c in reply.tool_calls],
+                              "toolCalls": [{"name": c.name, "arguments": c.arguments}
+                                            for c in reply.tool_calls],
                               "usage": usage_dict(reply.usage)}
         if error is not None:
             entry["error"] = f"{type(error).__name__}: {error}"
@@ -638,19 +682,22 @@ class RecordingProvider:
             self._record(request, started, None, error)
             raise
         if last is not None:
-            self._record(request, started, Generation(message=last.accumulated, structured=last.structured,
-                                                      tool_calls=last.tool_calls, usage=last.usage), None)
+            self._record(request, started,
+                         Generation(message=last.accumulated, structured=last.structured,
+                                    tool_calls=last.tool_calls, usage=last.usage), None)
 
 
 def usage_dict(usage: TokenUsage | None) -> dict | None:
-    return None if usage is None else {"prompt": usage.prompt_tokens, "completion": usage.completion_tokens,
+    return None if usage is None else {"prompt": usage.prompt_tokens,
+                                       "completion": usage.completion_tokens,
                                        "cached": usage.cached_input_tokens}
 
 
 # The offline stand-in: reads each request the way a model would, with word matching.
 
-STOP_WORDS = {"the", "and", "for", "with", "what", "where", "this", "that", "asks", "says", "customer", "things",
-              "like", "someone", "when", "about", "from", "your", "you", "are", "want", "wants"}
+STOP_WORDS = {"the", "and", "for", "with", "what", "where", "this", "that", "asks", "says",
+              "customer", "things", "like", "someone", "when", "about", "from", "your", "you",
+              "are", "want", "wants"}
 YES = {"yes", "yeah", "yep", "sure", "ok", "okay", "sim", "claro", "pode", "si", "true"}
 NO = {"no", "nope", "não", "nao", "false", "never"}
 
@@ -665,25 +712,32 @@ def quoted_message(prompt: str) -> str:
 
 
 def flow_scores(prompt: str, message: str, aliases: list[str]) -> dict:
-    """0-100 per flow: shared words between the message and the flow's name, description and phrases."""
+    """0-100 per flow: shared words between the message and the flow's name,
+    description and phrases.
+    """
     said = words(message)
-    blocks = re.split(r"\n(?=\d+\. )", prompt.split("## Flows the customer may want", 1)[-1].split("\n## ")[0])
+    blocks = re.split(r"\n(?=\d+\. )",
+                      prompt.split("## Flows the customer may want", 1)[-1].split("\n## ")[0])
     scores = {}
     for alias in aliases:
         block = next((b for b in blocks if re.match(rf"\d+\. {re.escape(alias)} — ", b)), "")
         positive, _, negative = block.partition("Score 0 when:")
         hits = len(said & words(positive.replace(alias, " ")))
-        scores[alias] = 0 if not hits or (negative and len(said & words(negative)) > hits) else min(95, 45 + 20 * hits)
+        scores[alias] = (0 if not hits or (negative and len(said & words(negative)) > hits)
+                         else min(95, 45 + 20 * hits))
     return scores
 
 
 def field_value(prop: dict, message: str, asked: bool) -> Any:
-    """A field's value in the message: an enum option it names; a number, yes/no or the text when asked for."""
+    """A field's value in the message: an enum option it names; a number,
+    yes/no or the text when asked for.
+    """
     types: list = prop["type"] if isinstance(prop.get("type"), list) else [prop.get("type")]
     lowered = message.lower()
     if prop.get("enum"):
-        return next((o for o in prop["enum"] if isinstance(o, str) and re.search(rf"\b{re.escape(o.lower())}\b",
-                                                                                  lowered)), None)
+        return next((o for o in prop["enum"] if isinstance(o, str)
+                     and re.search(rf"\b{re.escape(o.lower())}\b",
+                                    lowered)), None)
     if not asked:
         return None
     if "boolean" in types:
@@ -703,17 +757,22 @@ def standin_understand(request: GenerateRequest) -> dict:
     properties = (request.schema or {}).get("properties", {})
     reply: dict = {}
     if "flows" in properties:
-        reply["flows"] = flow_scores(request.prompt, message, list(properties["flows"]["properties"]))
+        reply["flows"] = flow_scores(request.prompt, message,
+                                     list(properties["flows"]["properties"]))
     if "fields" in properties:
-        # The whole message answers a text field only when it reads as an answer: no question, no other flow.
-        current = re.search(r"^The conversation is in the flow .*\(id: ([^)]+)\)", request.prompt, re.M)
+        # The whole message answers a text field only when it reads as an answer: no question, no
+        # other flow.
+        current = re.search(r"^The conversation is in the flow .*\(id: ([^)]+)\)", request.prompt,
+                            re.M)
         switching = any(score >= 40 for alias, score in reply.get("flows", {}).items()
                         if not current or alias != current.group(1))
         answer = not switching and not message.rstrip().endswith("?")
         asking = request.prompt.split("Still being asked for:", 1)
-        pending = re.findall(r"^- (\S+) \(", asking[1].split("\n\n")[0], re.M) if len(asking) == 2 else []
+        pending = re.findall(r"^- (\S+) "
+                             r"\(", asking[1].split("\n\n")[0], re.M) if len(asking) == 2 else []
         first_text = next((slug for slug in pending
-                           if "string" in str(properties["fields"]["properties"].get(slug, {}).get("type"))), None)
+                           if "string" in str(properties["fields"]["properties"]
+                                              .get(slug, {}).get("type"))), None)
         reply["fields"] = {slug: field_value(prop, message, slug in pending and (
             (slug == first_text and answer) or "string" not in str(prop.get("type"))))
             for slug, prop in properties["fields"]["properties"].items()}
@@ -721,13 +780,15 @@ def standin_understand(request: GenerateRequest) -> dict:
 
 
 def standin_speak(request: GenerateRequest) -> dict:
-    """A plain reply: ask for the first field still to collect, else call the step's tool once, else the guideline.
+    """A plain reply: ask for the first field still to collect, else call the step's tool once,
+    else the guideline.
 
     Like a model, it also fills the reply's field properties it can read in the customer's message
     (a number, a yes/no, an enum option; text fields are left to the understand call).
     """
     message = request.message or ""
-    properties = {k: v for k, v in ((request.schema or {}).get("properties") or {}).items() if k != "message"}
+    properties = {k: v for k, v in ((request.schema or {}).get("properties") or {}).items()
+                  if k != "message"}
     values = {slug: field_value(prop, message, "string" not in str(prop.get("type")))
               for slug, prop in properties.items()}
     last = request.history[-1] if request.history else {}
@@ -745,8 +806,10 @@ def standin_speak(request: GenerateRequest) -> dict:
                      for name in ((tool.get("parameters") or {}).get("properties") or {})}
         return {"message": "", "toolCalls": [{"toolName": tool["name"], "arguments": arguments}]}
     else:
-        guideline = re.search(r"## Guideline for your reply[^\n]*\n([^#\n].*?)(?:\n\n|\Z)", request.prompt, re.S)
-        reply = f"(stand-in) {short(guideline.group(1), 160)}" if guideline else "(stand-in) Hello! How can I help?"
+        guideline = re.search(r"## Guideline for your reply[^\n]*\n([^#\n].*?)(?:\n\n|\Z)",
+                              request.prompt, re.S)
+        reply = (f"(stand-in) {short(guideline.group(1), 160)}" if guideline
+                 else "(stand-in) Hello! How can I help?")
     return {"message": reply, **values}
 
 
@@ -756,7 +819,8 @@ def scripted_provider(script_path: str | None) -> ScriptedProvider:
     if script_path is not None:
         given = read_json(script_path, "script")
         if not isinstance(given, dict) or not all(isinstance(v, list) for v in given.values()):
-            raise UsageError(f'{script_path}: a script is {{"understand": [replies], "speak": [replies]}}. '
+            raise UsageError(f'{script_path}: a script is {{"understand": [replies], "speak": '
+                             f'[replies]}}. '
                              "Write each queue as a list.")
         script.update({name: list(entries) for name, entries in given.items()})
     script["understand"] += [standin_understand] * 10_000
@@ -764,7 +828,8 @@ def scripted_provider(script_path: str | None) -> ScriptedProvider:
     return ScriptedProvider(script=script, usage=True)
 
 
-PROVIDER_KEYS = {"gemini": "GEMINI_API_KEY", "openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+PROVIDER_KEYS = {"gemini": "GEMINI_API_KEY", "openai": "OPENAI_API_KEY",
+                 "anthropic": "ANTHROPIC_API_KEY"}
 
 
 def make_provider(args: argparse.Namespace, environ: dict) -> Any:
@@ -774,8 +839,9 @@ def make_provider(args: argparse.Namespace, environ: dict) -> Any:
     try:
         import falai_providers
     except ImportError as error:
-        raise UsageError(f"--provider {args.provider}: falai_providers cannot be imported ({error}). "
-                         "Install falai with its dependencies: pip install falai.") from None
+        raise UsageError(f"--provider {args.provider}: falai_providers cannot be imported "
+                         f"({error}). Install falai with its dependencies: "
+                         "pip install falai.") from None
     key = environ.get(PROVIDER_KEYS[args.provider])
     options = {"model": args.model} if args.model else {}
     if args.base_url:
@@ -789,7 +855,8 @@ def make_provider(args: argparse.Namespace, environ: dict) -> Any:
         return falai_providers.OpenAICompatibleProvider(api_key=key, base_url=base, **options)
     except (ValueError, TypeError) as error:
         raise UsageError(f"--provider {args.provider}: {error} (the key comes from "
-                         f"{PROVIDER_KEYS[args.provider]}; --model and --base-url set the rest).") from None
+                         f"{PROVIDER_KEYS[args.provider]}; --model "
+                         "and --base-url set the rest).") from None
 
 
 def diff(before: Any, after: Any, path: str = "") -> list[dict]:
@@ -823,8 +890,9 @@ def diff(before: Any, after: Any, path: str = "") -> list[dict]:
 
 def run_rows(session: Session) -> list[dict]:
     """The live runs, the floor marked: the run that is asking holds the floor (runtime.md §4)."""
-    return [{"id": run.id, "flow": run.flow_id, "step": run.step_id, "status": run.status, "hop": run.hop,
-             "floor": run.status == "asking", "waiting": run.waiting} for run in session.runs]
+    return [{"id": run.id, "flow": run.flow_id, "step": run.step_id, "status": run.status,
+             "hop": run.hop, "floor": run.status == "asking", "waiting": run.waiting}
+            for run in session.runs]
 
 
 def outcome_row(line: Any) -> dict:
@@ -835,23 +903,30 @@ def outcome_row(line: Any) -> dict:
 
 
 def phases(kind: str, result: Any, calls: list[dict]) -> list[dict]:
-    """The turn's phases (runtime.md §3), each with what it did, as read from the result and the model calls."""
+    """The turn's phases (runtime.md §3), each with what it did, as read from the result and the
+    model calls.
+    """
     ignored = next((line for line in result.outcomes if line.run_id is None and line.code in (
         "duplicate-input", "stale-wake", "silence-broken", "no-session")), None)
     understood = [c for c in calls if c["schemaName"] == "understand"]
     spoken = [c for c in calls if c["schemaName"] != "understand"]
-    rows = [{"phase": "ingest", "detail": f"{kind}" + (f": ignored ({ignored.code})" if ignored else "")}]
+    rows = [{"phase": "ingest",
+             "detail": f"{kind}" + (f": ignored ({ignored.code})" if ignored else "")}]
     if ignored:
         return rows
     if kind == "message":
-        rows.append({"phase": "understand", "detail": f"{len(understood)} model call(s)" if understood
+        rows.append({"phase": "understand",
+                     "detail": f"{len(understood)} model call(s)" if understood
                      else "no model call needed"})
         rows.append({"phase": "decide", "detail": ", ".join(
             [f"started {s.flow_id}" for s in result.started] + [f"skipped {s.flow_id} ({s.code})"
-                                                                for s in result.skipped]) or "no new run"})
+                                                                for s in result.skipped])
+                     or "no new run"})
     rows.append({"phase": "run", "detail": f"{len(result.outcomes)} outcome line(s)"
-                 + (f", ended {', '.join(f'{e.flow_id} ({e.reason})' for e in result.ended)}" if result.ended else "")})
-    rows.append({"phase": "speak", "detail": f"{len(spoken)} model call(s), {len(result.messages)} message(s)"})
+                 + (f", ended {', '.join(f'{e.flow_id} ({e.reason})' for e in result.ended)}"
+                    if result.ended else "")})
+    rows.append({"phase": "speak",
+                 "detail": f"{len(spoken)} model call(s), {len(result.messages)} message(s)"})
     rows.append({"phase": "settle", "detail": f"{len(result.schedule)} wake(s) to schedule, "
                  f"session version {result.session.version}"})
     return rows
@@ -879,14 +954,18 @@ class Playground:
 
     def message(self, text: str) -> dict:
         self.messages += 1
-        record = self._turn("message", text, message=text, id=f"m{self.messages}", history=list(self.history))
+        record = self._turn("message", text, message=text, id=f"m{self.messages}",
+                            history=list(self.history))
         if record.get("error") is None:
             self.history.append({"role": "user", "content": text})
-            self.history += [{"role": "assistant", "content": m["text"]} for m in record["messages"]]
+            self.history += [{"role": "assistant", "content": m["text"]}
+                             for m in record["messages"]]
         return record
 
     def wake(self, key: str | None = None) -> dict | None:
-        """Fire a wake (the next due one by default), moving the fake clock to its time; None when none waits."""
+        """Fire a wake (the next due one by default), moving the fake clock to its time;
+        None when none waits.
+        """
         pending = sorted(self.pending(), key=lambda entry: entry.at)
         entry = next((e for e in pending if key is None or e.key == key), None)
         if entry is None:
@@ -909,8 +988,10 @@ class Playground:
         try:
             result = self.agent.turn(session_id="playground", session=self.session, **inputs)
         except ProviderError as error:
-            record.update(changed=False, error=f"the model call failed ({error.provider}, {error.kind}): {error}. "
-                          "Nothing was processed; the session is as it was.", messages=[], outcomes=[])
+            record.update(changed=False,
+                          error=f"the model call failed ({error.provider}, {error.kind}): {error}. "
+                          "Nothing was processed; the session is as it was.", messages=[],
+                          outcomes=[])
             record.update(self._state(before, time.perf_counter() - started))
             self.turns.append(record)
             return record
@@ -918,14 +999,17 @@ class Playground:
             self.session = result.session
         record.update(
             changed=result.changed,
-            messages=[{"text": m.text, "kind": m.kind, "afterMs": m.after_ms, "run": m.run_id, "step": m.step_id}
+            messages=[{"text": m.text, "kind": m.kind, "afterMs": m.after_ms, "run": m.run_id,
+                       "step": m.step_id}
                       for m in result.messages],
             outcomes=[outcome_row(line) for line in result.outcomes],
-            schedule=[{"key": e.key, "at": iso(e.at), "replaces": e.replaces} for e in result.schedule],
-            started=[vars(s) for s in result.started], ended=[{"run": e.id, "flow": e.flow_id, "reason": e.reason}
-                                                               for e in result.ended],
-            skipped=[vars(s) for s in result.skipped], llmCalls=result.llm_calls, usage=usage_dict(result.usage),
-            phases=phases(kind, result, self.provider.calls))
+            schedule=[{"key": e.key, "at": iso(e.at), "replaces": e.replaces}
+                      for e in result.schedule],
+            started=[vars(s) for s in result.started],
+            ended=[{"run": e.id, "flow": e.flow_id, "reason": e.reason}
+                    for e in result.ended],
+            skipped=[vars(s) for s in result.skipped], llmCalls=result.llm_calls,
+            usage=usage_dict(result.usage), phases=phases(kind, result, self.provider.calls))
         record.update(self._state(before, time.perf_counter() - started))
         self.turns.append(record)
         return record
@@ -955,21 +1039,25 @@ def print_turn(record: dict, out: TextIO) -> None:
     out.write(f"  data:     {json.dumps(data, ensure_ascii=False)}\n")
     runs = record["runs"]
     out.write("  runs:     " + ("; ".join(
-        f"{r['id']} at {r['step']} ({r['status']})" + (" [floor]" if r["floor"] else "") for r in runs)
+        f"{r['id']} at {r['step']} ({r['status']})" + (" [floor]" if r["floor"] else "")
+        for r in runs)
         or "(none)") + "\n")
     floor = next((r["id"] for r in runs if r["floor"]), None)
     out.write(f"  floor:    {floor or '(nobody is asking)'}\n")
-    out.write("  schedule: " + ("; ".join(f"{e['key']} at {e['at']}" + (f" (replaces {e['replaces']})"
-                                                                     if e["replaces"] else "")
-                                       for e in record["schedule"]) or "(nothing new)") + "\n")
+    out.write("  schedule: "
+              + ("; ".join(f"{e['key']} at {e['at']}" + (f" (replaces {e['replaces']})"
+                                                      if e["replaces"] else "")
+                        for e in record["schedule"]) or "(nothing new)") + "\n")
     out.write("  outcomes:\n" if record["outcomes"] else "  outcomes: (none)\n")
     for line in record["outcomes"]:
         where = "/".join(str(x) for x in (line.get("flowId"), line.get("stepId")) if x) or "-"
         code = f" {line['code']}: {line['meaning']}" if line.get("code") else ""
-        extra = "".join(f" {name}={line[name]}" for name in ("detail", "next", "until") if line.get(name))
+        extra = "".join(f" {name}={line[name]}" for name in ("detail", "next", "until")
+                        if line.get(name))
         out.write(f"    {line['kind']} {line['status']} {where}{code}{extra}\n")
     usage = record["usage"]
-    usage_text = (f"prompt {usage['prompt']}, completion {usage['completion']}, cached {usage['cached']}"
+    usage_text = (f"prompt {usage['prompt']}, completion {usage['completion']}, "
+                  f"cached {usage['cached']}"
                   if usage else "not reported")
     out.write(f"  llm_calls: {record['llmCalls']}  usage: {usage_text}\n")
 
@@ -978,8 +1066,10 @@ CHAT_HELP = ("Type a message, or: /wake (fire the next due wake), /event NAME [J
              "/session (the saved blob), /help, /quit.\n")
 
 
-def cmd_chat(args: argparse.Namespace, out: TextIO, environ: dict, read: Callable[[str], str]) -> int:
-    # falai's warnings (a retry, a failed call) go to stderr on their own lines, marked as the engine's.
+def cmd_chat(args: argparse.Namespace, out: TextIO, environ: dict,
+             read: Callable[[str], str]) -> int:
+    # falai's warnings (a retry, a failed call) go to stderr on their own lines, marked as the
+    # engine's.
     logging.basicConfig(format="  (falai: %(message)s)", level=logging.WARNING)
     playground = make_playground(args, environ)
     out.write(f"falai chat: {playground.agent.name} with {len(playground.specs)} flow(s), provider "
@@ -998,8 +1088,8 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, environ: dict, read: Callabl
         if text == "/help":
             out.write(CHAT_HELP)
         elif text == "/session":
-            out.write(json.dumps(playground.session.to_dict() if playground.session else None, indent=2,
-                                 ensure_ascii=False) + "\n")
+            out.write(json.dumps(playground.session.to_dict() if playground.session else None,
+                                 indent=2, ensure_ascii=False) + "\n")
         elif text == "/wake":
             record = playground.wake()
             if record is None:
@@ -1015,7 +1105,8 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, environ: dict, read: Callabl
             try:
                 value = json.loads(payload) if payload.strip() else None
             except (ValueError, RecursionError) as error:
-                out.write(f"  the payload is not JSON ({error}); send /event {name} {{\"key\": \"value\"}}\n")
+                out.write(f"  the payload is not JSON ({error}); send /event {name} {{\"key\": "
+                          f"\"value\"}}\n")
                 continue
             try:
                 print_turn(playground.event(name, value), out)
@@ -1028,7 +1119,9 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, environ: dict, read: Callabl
 
 
 def make_playground(args: argparse.Namespace, environ: dict) -> Playground:
-    """The playground of chat and inspect; a flow the agent cannot run raises FlowConfigurationError (exit 1)."""
+    """The playground of chat and inspect; a flow the agent cannot run raises FlowConfigurationError
+    (exit 1).
+    """
     return Playground(args.flows, load_registry(args.registry), make_provider(args, environ),
                       args.now or now_text())
 
@@ -1042,10 +1135,11 @@ def now_text() -> str:
 def load_session(path: str) -> Session:
     blob = read_json(path, "session")
     try:
-        return Session.from_dict(blob, session_id=blob.get("id") if isinstance(blob, dict) else None)
+        return Session.from_dict(blob,
+                                 session_id=blob.get("id") if isinstance(blob, dict) else None)
     except FalaiError as error:
-        raise UsageError(f"{path}: not a v4 session blob: {error}. A 3.x blob converts with: falai migrate "
-                         f"{path}") from None
+        raise UsageError(f"{path}: not a v4 session blob: {error}. A 3.x blob converts with: "
+                         f"falai migrate {path}") from None
 
 
 def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
@@ -1056,19 +1150,22 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     out.write(f"  data: {json.dumps(session.data, ensure_ascii=False)}\n")
     out.write(f"  runs ({len(session.runs)}):\n")
     for run in session.runs:
-        waiting = f", waiting for {run.waiting.get('key')} until {run.waiting.get('until')}" if run.waiting else ""
-        out.write(f"    {run.id}: flow {run.flow_id} at {run.step_id} ({run.status}), hop {run.hop}, started "
-                  f"{run.started_at}{waiting}\n")
+        waiting = (f", waiting for {run.waiting.get('key')} until {run.waiting.get('until')}"
+                   if run.waiting else "")
+        out.write(f"    {run.id}: flow {run.flow_id} at {run.step_id} ({run.status}), "
+                  f"hop {run.hop}, started {run.started_at}{waiting}\n")
         for line in run.outcomes[-args.lines:] if args.lines else []:
-            code = f" {line['code']}: {OUTCOME_MESSAGES.get(line['code'], '')}" if line.get("code") else ""
-            out.write(f"      {line.get('at')} {line.get('kind')} {line.get('status')} {line.get('stepId') or ''}"
-                      f"{code}\n")
+            code = (f" {line['code']}: {OUTCOME_MESSAGES.get(line['code'], '')}"
+                    if line.get("code") else "")
+            out.write(f"      {line.get('at')} {line.get('kind')} {line.get('status')} "
+                      f"{line.get('stepId') or ''}{code}\n")
     out.write(f"  claims ({len(session.claims)}):\n")
     for key, claim in session.claims.items():
         out.write(f"    {key}: {json.dumps(claim, ensure_ascii=False)}\n")
     wakes = agent.pending_wakes(session=session)
     out.write(f"  pending wakes ({len(wakes)}):" + ("" if args.flows else
-                                                   " (silence wakes need the flows: pass --flows)") + "\n")
+                                                   " (silence wakes need the flows: pass --flows)")
+              + "\n")
     for entry in wakes:
         out.write(f"    {entry.key} at {iso(entry.at)}\n")
     return OK
@@ -1076,7 +1173,8 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_migrate(args: argparse.Namespace, out: TextIO) -> int:
     blob = read_json(args.old, "3.x session")
-    session_id = args.session_id or (blob.get("id") if isinstance(blob, dict) and isinstance(blob.get("id"), str)
+    session_id = args.session_id or (blob.get("id") if isinstance(blob, dict)
+                                     and isinstance(blob.get("id"), str)
                                      else None)
     if session_id is None:
         raise UsageError(f"{args.old}: the blob has no string id. Pass one: --session-id ID.")
@@ -1084,10 +1182,12 @@ def cmd_migrate(args: argparse.Namespace, out: TextIO) -> int:
     for pair in args.rename or []:
         old, sep, new = pair.partition("=")
         if not sep or not old or not new:
-            raise UsageError(f'--rename "{pair}": write OLD=NEW, e.g. --rename qualificacao=qualify.')
+            raise UsageError(f'--rename "{pair}": write OLD=NEW, e.g. '
+                             '--rename qualificacao=qualify.')
         renames[old] = new
     try:
-        session = falai.migrate_session(blob, session_id=session_id, flow_id_of=lambda key: renames.get(key, key),
+        session = falai.migrate_session(blob, session_id=session_id,
+                                        flow_id_of=lambda key: renames.get(key, key),
                                         now=parse_iso(args.now) if args.now else None)
     except FalaiError as error:
         raise UsageError(f"{args.old}: {error}") from None
@@ -1138,7 +1238,8 @@ def inspect_handler(playground: Playground, page: bytes, token: str | None = Non
             self.wfile.write(body)
 
         def _json(self, status: int, value: Any) -> None:
-            self._send(status, json.dumps(value, default=str, ensure_ascii=False).encode(), "application/json")
+            self._send(status, json.dumps(value, default=str, ensure_ascii=False).encode(),
+                       "application/json")
 
         def _refused(self, api: bool) -> bool:
             """Answer 403 and return True when the request does not come from the page served."""
@@ -1149,10 +1250,13 @@ def inspect_handler(playground: Playground, page: bytes, token: str | None = Non
             if host not in served:
                 problem = (f"Host {host or '(none)'} is not this inspector's address: open "
                            f"http://127.0.0.1:{port}/")
-            elif origin is not None and origin.strip().lower() not in {f"http://{h}" for h in served}:
-                problem = f"a page at {origin} may not use the inspector: open http://127.0.0.1:{port}/"
+            elif origin is not None and origin.strip().lower() not in {f"http://{h}"
+                                                                       for h in served}:
+                problem = (f"a page at {origin} may not use the inspector: "
+                           f"open http://127.0.0.1:{port}/")
             elif api and not secrets.compare_digest(self.headers.get(TOKEN_HEADER) or "", secret):
-                problem = f"the {TOKEN_HEADER} header is missing or wrong: use the page the inspector serves"
+                problem = (f"the {TOKEN_HEADER} header is missing or wrong: "
+                           "use the page the inspector serves")
             else:
                 return False
             self.close_connection = True
@@ -1230,7 +1334,8 @@ def state_of(playground: Playground) -> dict:
     session = playground.session
     return {"agent": playground.agent.name, "now": iso(playground.clock()),
             "graph": playground.graph.to_dict(), "mermaid": to_mermaid(playground.graph),
-            "session": session.to_dict() if session else None, "runs": run_rows(session) if session else [],
+            "session": session.to_dict() if session else None,
+            "runs": run_rows(session) if session else [],
             "pending": [{"key": e.key, "at": iso(e.at)} for e in playground.pending()],
             "events": sorted(playground.agent.events), "turns": playground.turns}
 
@@ -1238,7 +1343,8 @@ def state_of(playground: Playground) -> dict:
 def cmd_inspect(args: argparse.Namespace, out: TextIO, environ: dict) -> int:
     playground = make_playground(args, environ)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", args.port),
-                                             inspect_handler(playground, INSPECT_PAGE.encode("utf-8")))
+                                             inspect_handler(playground,
+                                                             INSPECT_PAGE.encode("utf-8")))
     out.write(f"falai inspect: http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C to stop)\n")
     out.flush()
     try:
@@ -1253,15 +1359,18 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO, environ: dict) -> int:
 # 8. main ######################################################################################
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="falai", description="See and try falai flows: validate, draw, chat, inspect.")
+    top = argparse.ArgumentParser(prog="falai", description="See and try falai flows: validate, "
+                                                            "draw, chat, inspect.")
     top.add_argument("--version", action="version", version=f"falai {falai.__version__}")
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def registry_option(p: argparse.ArgumentParser) -> None:
         p.add_argument("--registry", metavar="FILE",
-                       help="JSON file of the fields, actions, events, conditions and tools flows may name")
+                       help="JSON file of the fields, actions, events, "
+                            "conditions and tools flows may name")
 
-    p = commands.add_parser("validate", help="check FlowSpec files; exit 0 ok, 1 problems, 2 unusable input")
+    p = commands.add_parser("validate",
+                            help="check FlowSpec files; exit 0 ok, 1 problems, 2 unusable input")
     p.add_argument("files", nargs="+", metavar="FILE")
     registry_option(p)
     p.add_argument("--strict", action="store_true", help="count warnings as errors")
@@ -1279,10 +1388,12 @@ def parser() -> argparse.ArgumentParser:
         p = commands.add_parser(name, help=text)
         p.add_argument("flows", nargs="+", metavar="FLOWS")
         registry_option(p)
-        p.add_argument("--provider", choices=("scripted", "gemini", "openai", "anthropic"), default="scripted",
-                       help="scripted (default): an offline stand-in; the others read GEMINI_API_KEY, "
+        p.add_argument("--provider", choices=("scripted", "gemini", "openai", "anthropic"),
+                       default="scripted", help="scripted (default): an offline stand-in; "
+                                                "the others read GEMINI_API_KEY, "
                             "OPENAI_API_KEY or ANTHROPIC_API_KEY")
-        p.add_argument("--script", metavar="FILE", help='scripted replies first: {"understand": [...], "speak": [...]}')
+        p.add_argument("--script", metavar="FILE",
+                       help='scripted replies first: {"understand": [...], "speak": [...]}')
         p.add_argument("--model", help="the vendor's model name")
         p.add_argument("--base-url", help="the provider's endpoint (openai: also OPENAI_BASE_URL)")
         p.add_argument("--now", help="the fake clock's start, ISO text (default: now)")
@@ -1291,20 +1402,24 @@ def parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("replay", help="the runs, claims and pending wakes of a saved session")
     p.add_argument("session", metavar="SESSION.json")
-    p.add_argument("--flows", nargs="*", metavar="FLOWS", help="the flows files (for silence wakes)")
+    p.add_argument("--flows", nargs="*", metavar="FLOWS",
+                   help="the flows files (for silence wakes)")
     registry_option(p)
     p.add_argument("--lines", type=int, default=5, help="outcome lines shown per run (default 5)")
 
     # Listed for --help only: main() hands `falai host ...` to falai_host before parsing.
-    commands.add_parser("host", help="the production host's roles and admin (pip install 'falai[host]')")
+    commands.add_parser("host",
+                        help="the production host's roles and admin (pip install 'falai[host]')")
 
     p = commands.add_parser("migrate", help="a 3.x session blob as a v4 blob")
     p.add_argument("old", metavar="OLD.json")
     p.add_argument("--session-id", help="default: the blob's id")
     p.add_argument("--now", help="ISO time stamped on what carries no date (default: now)")
     p.add_argument("--rename", action="append", metavar="OLD=NEW",
-                   help="a 3.x flow id or signal key and the v4 flow that took it over (repeatable)")
-    p.add_argument("-o", "--output", metavar="FILE", help="write the v4 blob here instead of printing it")
+                   help="a 3.x flow id or signal key and the v4 "
+                        "flow that took it over (repeatable)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="write the v4 blob here instead of printing it")
     return top
 
 
@@ -1361,53 +1476,66 @@ INSPECT_PAGE = r"""<!doctype html>
 <title>falai inspect</title>
 <style>
   body { font: 14px/1.4 system-ui, sans-serif; margin: 0; color: #1d2330; background: #f5f6f8; }
-  header { background: #1d2330; color: #fff; padding: 8px 16px; display: flex; gap: 16px; align-items: baseline; }
+  header { background: #1d2330; color: #fff; padding: 8px 16px; display: flex; gap: 16px;
+    align-items: baseline; }
   header h1 { font-size: 16px; margin: 0; }
-  main { display: grid; grid-template-columns: minmax(280px, 1fr) minmax(0, 2.2fr); gap: 12px; padding: 12px; }
+  main { display: grid; grid-template-columns: minmax(280px, 1fr) minmax(0, 2.2fr); gap: 12px;
+    padding: 12px; }
   #diagram { overflow-x: auto; }
   #flowsvg { max-width: 100%; height: auto; }
   @media (max-width: 1100px) { main { grid-template-columns: minmax(0, 1fr); } }
   td code { word-break: break-all; }
   #runs td:first-child, #pending td:first-child { overflow-wrap: anywhere; }
-  section { background: #fff; border: 1px solid #d9dce3; border-radius: 6px; padding: 8px 12px; margin-bottom: 12px; }
-  h2 { font-size: 13px; text-transform: uppercase; letter-spacing: .04em; color: #5a6275; margin: 4px 0 8px; }
+  section { background: #fff; border: 1px solid #d9dce3; border-radius: 6px; padding: 8px 12px;
+    margin-bottom: 12px; }
+  h2 { font-size: 13px; text-transform: uppercase; letter-spacing: .04em; color: #5a6275;
+    margin: 4px 0 8px; }
   #transcript { height: 320px; overflow-y: auto; }
-  .msg { margin: 4px 0; padding: 4px 8px; border-radius: 6px; max-width: 90%; white-space: pre-wrap; }
+  .msg { margin: 4px 0; padding: 4px 8px; border-radius: 6px; max-width: 90%;
+    white-space: pre-wrap; }
   .you { background: #dbe8ff; margin-left: auto; text-align: right; }
   .bot { background: #eef0f3; }
   .note { color: #5a6275; font-style: italic; font-size: 12px; }
   .error { color: #a32020; }
   form { display: flex; gap: 6px; margin-top: 8px; }
   input[type=text] { flex: 1; padding: 6px; border: 1px solid #c3c8d2; border-radius: 4px; }
-  button { padding: 5px 10px; border: 1px solid #8b93a5; background: #fff; border-radius: 4px; cursor: pointer; }
+  button { padding: 5px 10px; border: 1px solid #8b93a5; background: #fff; border-radius: 4px;
+    cursor: pointer; }
   button:hover { background: #eef0f3; }
   table { border-collapse: collapse; width: 100%; font-size: 12px; }
-  td, th { border-bottom: 1px solid #eceef2; padding: 3px 6px; text-align: left; vertical-align: top; }
+  td, th { border-bottom: 1px solid #eceef2; padding: 3px 6px; text-align: left;
+    vertical-align: top; }
   code, pre { font: 12px/1.35 ui-monospace, monospace; }
-  pre { white-space: pre-wrap; word-break: break-word; background: #f7f8fa; padding: 6px; margin: 4px 0;
+  pre { white-space: pre-wrap; word-break: break-word; background: #f7f8fa; padding: 6px;
+    margin: 4px 0;
         max-height: 260px; overflow: auto; }
   .code { font-weight: 600; color: #7a3e00; }
   .added { color: #17692b; } .removed { color: #a32020; } .changed { color: #7a3e00; }
   .floor { font-weight: 600; color: #17692b; }
-  #turns button { margin: 2px; font-size: 12px; } #turns button.selected { background: #1d2330; color: #fff; }
+  #turns button { margin: 2px; font-size: 12px; } #turns button.selected { background: #1d2330;
+    color: #fff; }
   svg text { font: 11px system-ui, sans-serif; }
   .node rect { fill: #fff; stroke: #8b93a5; } .node.trigger rect { fill: #f0f4ff; rx: 14; }
-  .node.wait rect { fill: #fff8e6; } .node.do rect { fill: #eefaf0; } .node.if rect { fill: #fbeefa; }
+  .node.wait rect { fill: #fff8e6; } .node.do rect { fill: #eefaf0; }
+    .node.if rect { fill: #fbeefa; }
   .node.end rect { fill: #eceef2; rx: 14; }
   .node.current rect { stroke: #d14d00; stroke-width: 3; fill: #fff1e6; }
-  .edge { fill: none; stroke: #8b93a5; marker-end: url(#arrow); } .edge.dashed { stroke-dasharray: 4 3; }
+  .edge { fill: none; stroke: #8b93a5; marker-end: url(#arrow); }
+    .edge.dashed { stroke-dasharray: 4 3; }
   .edge-label { fill: #5a6275; font-size: 10px; }
   details summary { cursor: pointer; }
 </style>
 </head>
 <body>
-<header><h1>falai inspect</h1><span id="agent"></span><span>clock: <code id="now"></code></span></header>
+<header><h1>falai inspect</h1><span id="agent"></span><span>clock: <code
+  id="now"></code></span></header>
 <main>
   <div>
     <section>
       <h2>Conversation</h2>
       <div id="transcript"></div>
-      <form id="chat"><input type="text" id="message" placeholder="Type a customer message" autocomplete="off">
+      <form id="chat"><input type="text" id="message" placeholder="Type a customer message"
+        autocomplete="off">
         <button id="send">Send</button></form>
       <form id="eventform"><input type="text" id="eventname" placeholder="event name">
         <button id="sendevent">Send event</button></form>
@@ -1450,7 +1578,8 @@ function el(tag, attrs, ...children) {
     else node.setAttribute(k, v);
   }
   for (const child of children) {
-    node.append(child instanceof Node ? child : document.createTextNode(child == null ? "" : String(child)));
+    node.append(child instanceof Node ? child
+      : document.createTextNode(child == null ? "" : String(child)));
   }
   return node;
 }
@@ -1465,7 +1594,8 @@ const TOKEN = document.querySelector('meta[name="falai-token"]').content;
 async function call(path, body) {
   const headers = {"X-Falai-Token": TOKEN};
   const options = body === undefined ? {headers} :
-    {method: "POST", headers: {...headers, "Content-Type": "application/json"}, body: JSON.stringify(body)};
+    {method: "POST", headers: {...headers, "Content-Type": "application/json"},
+      body: JSON.stringify(body)};
   const response = await fetch(path, options);
   const value = await response.json();
   if (!response.ok) { note(value.error || ("HTTP " + response.status), true); return null; }
@@ -1488,7 +1618,8 @@ function submitted(input, send) {
   };
 }
 $("chat").addEventListener("submit", submitted("message", (t) => act("/api/message", {text: t})));
-$("eventform").addEventListener("submit", submitted("eventname", (n) => act("/api/event", {name: n})));
+$("eventform").addEventListener("submit", submitted("eventname", (n) => act("/api/event",
+  {name: n})));
 $("wake").addEventListener("click", () => act("/api/wake", {}));
 
 function render() {
@@ -1497,24 +1628,29 @@ function render() {
   const log = [];
   for (const turn of state.turns) {
     if (turn.kind === "message") log.push(el("div", {class: "msg you"}, turn.input));
-    else log.push(el("div", {class: "note"}, (turn.kind === "wake" ? "wake fired: " : "event: ") + turn.input));
+    else log.push(el("div", {class: "note"},
+      (turn.kind === "wake" ? "wake fired: " : "event: ") + turn.input));
     if (turn.error) log.push(el("div", {class: "note error"}, turn.error));
     for (const m of turn.messages) log.push(el("div", {class: "msg bot"}, m.text));
   }
   $("transcript").replaceChildren(...log);
   $("transcript").scrollTop = 1e9;
-  const fire = (w) => el("button", {class: "fire", onclick: () => act("/api/wake", {key: w.key})}, "Fire");
-  fill("pending", ...(state.pending.length ? state.pending.map((w) => row(el("code", {}, w.key), w.at, fire(w)))
+  const fire = (w) => el("button", {class: "fire", onclick: () => act("/api/wake", {key: w.key})},
+    "Fire");
+  fill("pending", ...(state.pending.length ? state.pending.map((w) => row(el("code", {}, w.key),
+    w.at, fire(w)))
     : [row("no wake pending")]));
   const runRow = (r) => {
     const tr = row(r.id, r.flow, r.step, r.status + (r.floor ? " (floor)" : ""));
     if (r.floor) tr.className = "floor";
     return tr;
   };
-  fill("runs", ...(state.runs.length ? [row("run", "flow", "step", "status"), ...state.runs.map(runRow)]
+  fill("runs", ...(state.runs.length ? [row("run", "flow", "step", "status"),
+    ...state.runs.map(runRow)]
     : [row("no live run")]));
   $("turns").replaceChildren(...state.turns.map((t) => el("button", {
-    class: t.number === selected ? "selected" : "", onclick: () => { selected = t.number; render(); },
+    class: t.number === selected ? "selected" : "",
+      onclick: () => { selected = t.number; render(); },
   }, "#" + t.number + " " + t.kind)));
   $("mermaid").textContent = state.mermaid;
   drawDiagram();
@@ -1522,7 +1658,8 @@ function render() {
 }
 
 function renderTurn(turn) {
-  $("turnno").textContent = turn ? "#" + turn.number + " (" + turn.kind + ": " + turn.input + ")" : "";
+  $("turnno").textContent = turn
+    ? "#" + turn.number + " (" + turn.kind + ": " + turn.input + ")" : "";
   if (!turn) {
     for (const id of ["phases", "outcomes", "diff"]) fill(id);
     $("calls").replaceChildren();
@@ -1534,12 +1671,15 @@ function renderTurn(turn) {
     : "tokens: not reported";
   $("timing").textContent = `llm_calls ${turn.llmCalls || 0} · ${usage} · turn took ${turn.ms} ms`;
   const outcome = (o) => row(o.kind, o.status, [o.flowId, o.stepId].filter(Boolean).join(" / "),
-    el("span", {class: "code"}, o.code || ""), o.meaning || o.detail || "", o.next || o.until || "");
+    el("span", {class: "code"}, o.code || ""), o.meaning || o.detail || "",
+      o.next || o.until || "");
   fill("outcomes", ...(turn.outcomes.length
-    ? [row("kind", "status", "flow / step", "code", "meaning", "next / until"), ...turn.outcomes.map(outcome)]
+    ? [row("kind", "status", "flow / step", "code", "meaning", "next / until"),
+      ...turn.outcomes.map(outcome)]
     : [row("no outcome line")]));
   const change = (d) => {
-    const tr = row(d.op, el("code", {}, d.path), d.op === "added" ? "" : el("code", {}, JSON.stringify(d.before)),
+    const tr = row(d.op, el("code", {}, d.path), d.op === "added" ? "" : el("code", {},
+      JSON.stringify(d.before)),
       d.op === "removed" ? "" : el("code", {}, JSON.stringify(d.after)));
     tr.className = d.op;
     return tr;
@@ -1548,13 +1688,17 @@ function renderTurn(turn) {
   $("before").textContent = text(turn.before);
   $("after").textContent = text(turn.after);
   const modelCall = (c, i) => {
-    const t = c.reply && c.reply.usage ? ` · tokens ${c.reply.usage.prompt} in / ${c.reply.usage.completion} out` : "";
+    const t = c.reply && c.reply.usage
+      ? ` · tokens ${c.reply.usage.prompt} in / ${c.reply.usage.completion} out` : "";
     const title = `#${i + 1} ${c.schemaName} · ${c.ms} ms${t}${c.error ? " · failed" : ""}`;
     return el("details", {class: "call"}, el("summary", {}, title),
-      el("div", {}, "system"), el("pre", {}, c.system || ""), el("div", {}, "prompt"), el("pre", {}, c.prompt),
-      el("div", {}, "schema"), el("pre", {}, text(c.schema)), el("div", {}, "tools"), el("pre", {}, text(c.tools)),
+      el("div", {}, "system"), el("pre", {}, c.system || ""), el("div", {}, "prompt"), el("pre", {},
+        c.prompt),
+      el("div", {}, "schema"), el("pre", {}, text(c.schema)), el("div", {}, "tools"), el("pre", {},
+        text(c.tools)),
       el("div", {}, "history (" + (c.history || []).length + ")"), el("pre", {}, text(c.history)),
-      el("div", {}, c.error ? "error" : "reply"), el("pre", {class: "reply"}, c.error || text(c.reply)));
+      el("div", {}, c.error ? "error" : "reply"), el("pre", {class: "reply"},
+        c.error || text(c.reply)));
   };
   $("calls").replaceChildren(...(turn.modelCalls.length ? turn.modelCalls.map(modelCall)
     : [el("p", {class: "note"}, "no model call this turn")]));
@@ -1572,14 +1716,17 @@ function svg(tag, attrs, content) {
 function edgePath(a, b, again, W, H, GAP) {
   const bend = 30 + Math.abs(b.y - a.y) / 8, ay = a.y + H / 2, by = b.y + H / 2;
   if (again && a.x === b.x) {
-    return [`M${a.x},${ay} C${a.x - bend},${ay} ${b.x - bend},${by} ${b.x},${by}`, a.x - bend - 4, (ay + by) / 2];
+    return [`M${a.x},${ay} C${a.x - bend},${ay} ${b.x - bend},${by} ${b.x},${by}`, a.x - bend - 4,
+      (ay + by) / 2];
   }
   if (a.x === b.x && b.y === a.y + H + GAP) {
-    return [`M${a.x + W / 2},${a.y + H} L${b.x + W / 2},${b.y}`, a.x + W / 2 + 4, a.y + H + GAP / 2 + 4];
+    return [`M${a.x + W / 2},${a.y + H} L${b.x + W / 2},${b.y}`, a.x + W / 2 + 4,
+      a.y + H + GAP / 2 + 4];
   }
   if (a.x === b.x) {
     const r = a.x + W;
-    return [`M${r},${ay} C${r + bend},${ay} ${r + bend},${by} ${r},${by}`, r + bend * 0.75 + 2, (ay + by) / 2];
+    return [`M${r},${ay} C${r + bend},${ay} ${r + bend},${by} ${r},${by}`, r + bend * 0.75 + 2,
+      (ay + by) / 2];
   }
   return [`M${a.x + W},${ay} L${b.x},${by}`, (a.x + W + b.x) / 2 - 20, (ay + by) / 2 - 4];
 }
@@ -1588,7 +1735,8 @@ function drawDiagram() {
   const where = {}, nodes = Object.fromEntries(g.nodes.map((n) => [n.id, n]));
   const current = new Set(state.runs.map((r) => r.flow + "\u0000" + r.step));
   const clusters = g.clusters.slice();
-  const loose = g.nodes.filter((n) => !clusters.some((c) => c.nodes.includes(n.id))).map((n) => n.id);
+  const loose = g.nodes.filter((n) => !clusters.some((c) => c.nodes.includes(n.id)))
+    .map((n) => n.id);
   if (loose.length) clusters.push({flow: "", name: "other flows", nodes: loose});
   let height = 0;
   clusters.forEach((c, col) => c.nodes.forEach((id, i) => {
@@ -1605,7 +1753,8 @@ function drawDiagram() {
   const defs = svg("defs");
   defs.append(marker);
   root.append(defs);
-  clusters.forEach((c, col) => root.append(svg("text", {x: LEFT + col * COL, y: PAD + 8, "font-weight": "bold"},
+  clusters.forEach((c, col) => root.append(svg("text", {x: LEFT + col * COL, y: PAD + 8,
+    "font-weight": "bold"},
     c.name + (c.flow ? " (" + c.flow + ")" : ""))));
   const drawn = new Set();
   for (const e of g.edges) {

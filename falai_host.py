@@ -678,7 +678,8 @@ class Host:
             raise error from None     # the count is best effort; the hands still bound the tries
         if rows and rows[0][0] >= self.config.turn_attempts:
             reason = f"failed {rows[0][0]} times; last: {_reason(error)}"
-            mark_dead(self.sql, self.metrics, self.config.prefix, table, column, session_id, key, reason)
+            mark_dead(self.sql, self.metrics, self.config.prefix, table, column, session_id, key,
+                      reason)
             return "dead"
         self.metrics.count("falai_turn_retries_total")
         raise error
@@ -824,7 +825,8 @@ class Host:
                         reason = f"handed {hand_count} times, never done" + (
                             f"; last: {last_error}" if last_error else ""
                         )
-                        mark_dead(db.execute, self.metrics, p, table, column, session_id, key, reason)
+                        mark_dead(db.execute, self.metrics, p, table, column, session_id, key,
+                                  reason)
                 for session_id, key, *_ in to_hand:
                     db.execute(
                         f"UPDATE {p}{table} SET handed_at = clock_timestamp() "
@@ -1823,7 +1825,8 @@ def parser() -> argparse.ArgumentParser:
     group = settings.add_argument_group("settings (a flag wins over its variable)")
     for name, variable, text in SETTINGS:
         group.add_argument(
-            "--" + name.removesuffix("_s").replace("_", "-"), dest=name, metavar=variable, help=f"{text} [${variable}]"
+            "--" + name.removesuffix("_s").replace("_", "-"), dest=name, metavar=variable,
+            help=f"{text} [${variable}]"
         )
     top = argparse.ArgumentParser(
         prog="falai host",

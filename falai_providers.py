@@ -50,8 +50,9 @@ from typing import Any, Literal
 import requests
 
 import falai
-from falai import (GenerateRequest, Generation, GenerationChunk, ProviderCapabilities, ProviderError,
-                   TokenUsage, ToolCallRequest, classify_error, compact_json, parse_iso, reused, to_ms)
+from falai import (GenerateRequest, Generation, GenerationChunk, ProviderCapabilities,
+                   ProviderError, TokenUsage, ToolCallRequest, classify_error, compact_json,
+                   parse_iso, reused, to_ms)
 from falai_calls import ENVELOPE_SHAPED, decode_json_string, lenient_loads, unfenced
 
 __all__ = [
@@ -66,28 +67,32 @@ log = logging.getLogger("falai")
 
 USER_AGENT = f"falai-python/{falai.__version__} requests/{requests.__version__}"
 EFFORTS = ("none", "low", "medium", "high", "max")
-BACKUP_KINDS = ("overload", "rate", "model")       # providers.md §3.8: kinds that walk to a backup model
-MAX_SERVER_WAIT_MS = 30_000                         # a longer server wait ends the in-provider retries
+BACKUP_KINDS = ("overload", "rate", "model")  # providers.md §3.8: kinds that walk to a backup model
+MAX_SERVER_WAIT_MS = 30_000                      # a longer server wait ends the in-provider retries
 DEFAULT_DEADLINE_MS = 600_000                       # one request, connect to last byte (§3.7)
 DEFAULT_MAX_REPLY_BYTES = 32 * 1024 * 1024          # a reply body past this is refused (§3.7)
-GEMINI_DEFAULT_MODEL = "gemini-3.8-flash"           # the current Flash (Sep 2026); the examples' default
+GEMINI_DEFAULT_MODEL = "gemini-3.8-flash"      # the current Flash (Sep 2026); the examples' default
 GEMINI_BACKUP_MODEL = "gemini-3.5-flash-lite"       # the current Flash-Lite; the examples' backup
 
 
 # 1. Helpers ##################################################################
 
 def schema_prompt(schema: dict) -> str:
-    """The text that carries a schema in the prompt when it cannot be enforced (providers.md §4.5)."""
+    """The text that carries a schema in the prompt when it cannot be enforced (providers.md
+    §4.5).
+    """
     return (
         "Reply with one JSON object that matches the JSON Schema below, and nothing else: "
         "no text around it and no code fence.\n"
-        "Inside a string value, write a line break as \\n; a raw line break there is invalid JSON.\n"
+        "Inside a string value, write a line break as \\n; a raw "
+        "line break there is invalid JSON.\n"
         + json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
     )
 
 
 def is_strict_schema(schema: Any) -> bool:
-    """Whether OpenAI's strict structured-output mode accepts ``schema`` as written (providers.md §5.4).
+    """Whether OpenAI's strict structured-output mode accepts ``schema`` as written (providers.md
+    §5.4).
 
     >>> is_strict_schema({"type": "object", "properties": {"a": {"type": "string"}},
     ...                   "required": ["a"], "additionalProperties": False})
@@ -100,8 +105,8 @@ _NOT_STRICT_KEYS = frozenset({"$ref", "allOf"})
 
 
 def _mentions_key(value: Any, keys: frozenset[str]) -> bool:
-    """Whether a dict anywhere in ``value`` has one of ``keys``: a walk with a stack, as every speak request
-    of an OpenAI-compatible provider walks its schema."""
+    """Whether a dict anywhere in ``value`` has one of ``keys``: a walk with a stack,
+    as every speak request of an OpenAI-compatible provider walks its schema."""
     stack = [value]
     while stack:
         item = stack.pop()
@@ -125,12 +130,14 @@ def _strict(schema: Any) -> bool:
     kinds = schema["type"] if isinstance(schema.get("type"), list) else [schema.get("type")]
     if "object" not in kinds and "properties" not in schema:
         return True
-    # Every object closed, even one without properties: strict mode refuses a bare {"type": "object"}
-    # (platform.openai.com/docs/guides/structured-outputs, "additionalProperties: false must always be set").
+    # Every object closed, even one without properties: strict mode refuses a bare {"type":
+    # "object"} (platform.openai.com/docs/guides/structured-outputs, "additionalProperties: false
+    # must always be set").
     if schema.get("additionalProperties") is not False:
         return False
     required = set(schema.get("required") or [])
-    return all(name in required and _strict(sub) for name, sub in (schema.get("properties") or {}).items())
+    return all(name in required and _strict(sub)
+               for name, sub in (schema.get("properties") or {}).items())
 
 
 _UNICODE_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")
@@ -181,11 +188,12 @@ def _too_deep_arguments(tool_name: str | None) -> dict:
     return {}
 
 
-_MAX_SUFFIX_TRIES = 256        # each try reads to the end: more would be quadratic in a long broken text
+_MAX_SUFFIX_TRIES = 256   # each try reads to the end: more would be quadratic in a long broken text
 
 
 def _last_object_suffix(text: str) -> dict | None:
-    """Rule 3 of §3.4: every ``{`` from the last one backwards; the first suffix that parses to a dict.
+    """Rule 3 of §3.4: every ``{`` from the last one backwards; the first suffix that parses to a
+    dict.
 
     At most ``_MAX_SUFFIX_TRIES`` suffixes are tried (inferred bound), and one too
     deep to read ends the search.
@@ -297,7 +305,9 @@ def _read_json_string(text: str, i: int) -> tuple[str, int, bool]:
 
 
 def _skip_json_value(text: str, i: int) -> int:
-    """Skip a non-string value (number, literal, nested object or array) up to the next top-level , or }."""
+    """Skip a non-string value (number, literal, nested object or array) up to the next top-level ,
+    or }.
+    """
     depth = 0
     n = len(text)
     while i < n:
@@ -320,9 +330,12 @@ def _skip_json_value(text: str, i: int) -> int:
 
 
 def _decode_unicode_escapes(value: Any) -> Any:
-    """Rule 5 of §3.4: a literal ``\\uXXXX`` (a double escape some models emit) becomes the character."""
+    """Rule 5 of §3.4: a literal ``\\uXXXX`` (a double escape some models emit) becomes the
+    character.
+    """
     if isinstance(value, str):
-        return _UNICODE_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), value) if "\\u" in value else value
+        return (_UNICODE_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), value) if "\\u" in value
+                else value)
     if isinstance(value, dict):
         return {_decode_unicode_escapes(k): _decode_unicode_escapes(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -330,13 +343,14 @@ def _decode_unicode_escapes(value: Any) -> Any:
     return value
 
 
-_OPENAPI_TYPES = {"string": "STRING", "number": "NUMBER", "integer": "INTEGER", "boolean": "BOOLEAN",
-                  "array": "ARRAY", "object": "OBJECT"}
+_OPENAPI_TYPES = {"string": "STRING", "number": "NUMBER", "integer": "INTEGER",
+                  "boolean": "BOOLEAN", "array": "ARRAY", "object": "OBJECT"}
 _OPENAPI_KEPT = ("description", "format", "minItems", "maxItems", "minimum", "maximum")
 
 
 def to_gemini_openapi_schema(schema: Any) -> dict:
-    """Convert a JSON Schema to Gemini's OpenAPI 3.0 subset (providers.md §4.5, the ``openapi`` dialect).
+    """Convert a JSON Schema to Gemini's OpenAPI 3.0 subset (providers.md §4.5,
+    the ``openapi`` dialect).
 
     >>> to_gemini_openapi_schema({"type": ["string", "null"], "enum": ["a", None]})
     {'type': 'STRING', 'nullable': True, 'enum': ['a']}
@@ -367,7 +381,8 @@ def to_gemini_openapi_schema(schema: Any) -> dict:
         name = "object" if "properties" in schema else "array" if "items" in schema else "string"
     kind = _OPENAPI_TYPES.get(name) if isinstance(name, str) else None
     if kind is None:
-        log.warning("[falai_providers] schema type %r has no OpenAPI equivalent; sent as STRING", name)
+        log.warning("[falai_providers] schema type %r has no OpenAPI equivalent; sent as STRING",
+                    name)
         kind = "STRING"
     out = {"type": kind}
     if nullable:
@@ -378,12 +393,15 @@ def to_gemini_openapi_schema(schema: Any) -> dict:
     if isinstance(schema.get("enum"), list):
         values = [v for v in schema["enum"] if v is not None]
         if kind == "STRING":
-            out["enum"] = [v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in values]
+            out["enum"] = [v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+                           for v in values]
         elif values:
             # Gemini takes `enum` on STRING only: 400 "enum: only allowed for STRING type"
             # (diegosouzapw/OmniRoute#760). The values still reach the model, as text.
-            allowed = "Allowed values: " + ", ".join(json.dumps(v, ensure_ascii=False) for v in values) + "."
-            out["description"] = f'{out["description"]} {allowed}' if out.get("description") else allowed
+            allowed = "Allowed values: " + ", ".join(json.dumps(v, ensure_ascii=False)
+                                                     for v in values) + "."
+            out["description"] = (f'{out["description"]} {allowed}' if out.get("description")
+                                  else allowed)
     if kind == "OBJECT":
         properties = schema.get("properties")
         if isinstance(properties, dict) and properties:
@@ -453,14 +471,15 @@ class ModelCaps:
 
 ENDPOINTS = ("chat", "tools", "responses")
 UNKNOWN_MODEL = ModelCaps()             # the conservative choice: nothing optional is sent
-PASS_THROUGH = ModelCaps(thinking="reasoning", levels=("none", "low", "medium", "high"), can_disable=True,
-                         sampling="any")
+PASS_THROUGH = ModelCaps(thinking="reasoning", levels=("none", "low", "medium", "high"),
+                         can_disable=True, sampling="any")
 """An OpenAI-compatible server that is not a vendor preset (Ollama, vLLM, a gateway),
 or OpenRouter, which drops what a model does not support: what is configured is sent."""
 
 _GEMINI_3_LEVELS = ("MINIMAL", "LOW", "MEDIUM", "HIGH")
 _LOW_UP = ("LOW", "MEDIUM", "HIGH")
-_GEMINI_3: dict[str, Any] = dict(thinking="level", thinks_by_default=True, sampling="any", json_with_tools=True)
+_GEMINI_3: dict[str, Any] = dict(thinking="level", thinks_by_default=True, sampling="any",
+                                 json_with_tools=True)
 _GEMINI_2: dict[str, Any] = dict(thinking="budget", sampling="any")
 _ALWAYS: dict[str, Any] = dict(thinking="adaptive", thinks_by_default=True)    # Fable, Mythos
 _REASONS: dict[str, Any] = dict(thinking="reasoning", thinks_by_default=True)  # OpenAI, thinking
@@ -496,7 +515,8 @@ MODEL_TABLE: dict[str, tuple[tuple[str, ModelCaps], ...]] = {
         # ai.google.dev/gemini-api/docs/thinking: Gemini 3 Flash takes MINIMAL..HIGH.
         ("gemini-3-flash*", ModelCaps(**_GEMINI_3, levels=_GEMINI_3_LEVELS)),
         # 400 "Thinking level MINIMAL is not supported for this model." on 3.1 Pro
-        # (vellum-ai/vellum-assistant#32687); MEDIUM is a 400 on 3 Pro (jenslys/opencode-gemini-auth#14).
+        # (vellum-ai/vellum-assistant#32687); MEDIUM is a 400 on 3 Pro
+        # (jenslys/opencode-gemini-auth#14).
         ("gemini-3.1-pro*", ModelCaps(**_GEMINI_3, levels=_LOW_UP)),
         ("gemini-3-pro*", ModelCaps(**_GEMINI_3, levels=("LOW", "HIGH"))),
         # gemini-flash-latest, gemini-flash-lite-latest, gemini-pro-latest (python-genai
@@ -513,14 +533,16 @@ MODEL_TABLE: dict[str, tuple[tuple[str, ModelCaps], ...]] = {
         ("claude-fable-*", ModelCaps(**_ALWAYS, levels=(*_XHIGH, "max"))),
         ("claude-mythos-*", ModelCaps(**_ALWAYS, levels=(*_XHIGH, "max"))),
         # Claude 4.7+ refuse thinking.type "enabled": adaptive thinking with output_config.effort
-        # (platform.claude.com extended-thinking; anthropic-sdk-python thinking_config_adaptive_param.py,
-        # output_config_param.py). `temperature` is a 400 "`temperature` is deprecated for this
-        # model." on Opus 4.7/4.8 and Sonnet 5 (Comfy-Org/ComfyUI#13923, dust-tt/dust#28308).
-        # Sonnet 5 and Opus 5 think when `thinking` is omitted and accept {"type": "disabled"}
-        # (promptfoo/promptfoo#10631). Structured outputs: output_config.format
-        # (json_output_format_param.py; platform.claude.com structured-outputs, Claude 4.5 and later).
+        # (platform.claude.com extended-thinking; anthropic-sdk-python
+        # thinking_config_adaptive_param.py, output_config_param.py). `temperature` is a 400
+        # "`temperature` is deprecated for this model." on Opus 4.7/4.8 and Sonnet 5
+        # (Comfy-Org/ComfyUI#13923, dust-tt/dust#28308). Sonnet 5 and Opus 5 think when `thinking`
+        # is omitted and accept {"type": "disabled"} (promptfoo/promptfoo#10631). Structured
+        # outputs: output_config.format (json_output_format_param.py; platform.claude.com
+        # structured-outputs, Claude 4.5 and later).
         ("claude-sonnet-5*", ModelCaps(thinking="adaptive", levels=("low", "medium", "high", "max"),
-                                       can_disable=True, thinks_by_default=True, native_schema=True)),
+                                       can_disable=True, thinks_by_default=True,
+                                       native_schema=True)),
         ("claude-opus-5*", ModelCaps(thinking="adaptive", levels=("low", "medium", "high", "max"),
                                      can_disable=True, thinks_by_default=True, native_schema=True)),
         ("claude-opus-4-8*", ModelCaps(thinking="adaptive", levels=("low", "medium", "high", "max"),
@@ -530,11 +552,16 @@ MODEL_TABLE: dict[str, tuple[tuple[str, ModelCaps], ...]] = {
         # 400 "`temperature` and `top_p` cannot both be specified for this model" on Sonnet 4.5/4.6,
         # Haiku 4.5, Opus 4.1/4.5/4.6 (BerriAI/litellm#15097, skydiscover-ai/skydiscover#15).
         # budget_tokens "Must be ≥1024 and less than max_tokens" (thinking_config_enabled_param.py).
-        ("claude-opus-4-6*", ModelCaps(thinking="enabled", can_disable=True, sampling="one", native_schema=True)),
-        ("claude-sonnet-4-6*", ModelCaps(thinking="enabled", can_disable=True, sampling="one", native_schema=True)),
-        ("claude-opus-4-5*", ModelCaps(thinking="enabled", can_disable=True, sampling="one", native_schema=True)),
-        ("claude-sonnet-4-5*", ModelCaps(thinking="enabled", can_disable=True, sampling="one", native_schema=True)),
-        ("claude-haiku-4-5*", ModelCaps(thinking="enabled", can_disable=True, sampling="one", native_schema=True)),
+        ("claude-opus-4-6*",
+         ModelCaps(thinking="enabled", can_disable=True, sampling="one", native_schema=True)),
+        ("claude-sonnet-4-6*",
+         ModelCaps(thinking="enabled", can_disable=True, sampling="one", native_schema=True)),
+        ("claude-opus-4-5*",
+         ModelCaps(thinking="enabled", can_disable=True, sampling="one", native_schema=True)),
+        ("claude-sonnet-4-5*",
+         ModelCaps(thinking="enabled", can_disable=True, sampling="one", native_schema=True)),
+        ("claude-haiku-4-5*",
+         ModelCaps(thinking="enabled", can_disable=True, sampling="one", native_schema=True)),
         ("claude-opus-4-1*", ModelCaps(thinking="enabled", can_disable=True, sampling="one")),
         # Claude 4.0 and 3.7 Sonnet: extended thinking with a budget, any sampling.
         ("claude-opus-4-0*", ModelCaps(thinking="enabled", can_disable=True, sampling="any")),
@@ -548,13 +575,13 @@ MODEL_TABLE: dict[str, tuple[tuple[str, ModelCaps], ...]] = {
         # openai-python types/shared/reasoning_effort.py: "not all models support every value".
         # A non-reasoning model answers 400 "Unrecognized request argument supplied:
         # reasoning_effort" (AAswordman/Operit#1048). gpt-5.x and the o-series take only the
-        # default temperature: 400 "Only the default (1) value is supported" (chatboxai/chatbox#2564).
-        # Endpoints: openai-python types/shared/responses_model.py lists the Responses-only
-        # ids (gpt-5-pro, gpt-5.5-pro, gpt-5-codex, gpt-5.1-codex-max, o1-pro, o3-pro): 404
-        # "This model is only supported in v1/responses and not in v1/chat/completions."
-        # (continuedev/continue#8326). gpt-5.2 and later refuse reasoning beside function
-        # tools on chat completions: 400 "Function tools with reasoning_effort are not
-        # supported for gpt-5.4 in /v1/chat/completions. Please use /v1/responses instead."
+        # default temperature: 400 "Only the default (1) value is supported"
+        # (chatboxai/chatbox#2564). Endpoints: openai-python types/shared/responses_model.py lists
+        # the Responses-only ids (gpt-5-pro, gpt-5.5-pro, gpt-5-codex, gpt-5.1-codex-max, o1-pro,
+        # o3-pro): 404 "This model is only supported in v1/responses and not in
+        # v1/chat/completions." (continuedev/continue#8326). gpt-5.2 and later refuse reasoning
+        # beside function tools on chat completions: 400 "Function tools with reasoning_effort are
+        # not supported for gpt-5.4 in /v1/chat/completions. Please use /v1/responses instead."
         # (pipecat-ai/pipecat#4043, openai/openai-openapi#541, livekit/agents#5088); gpt-5.6
         # and gpt-6 refuse their own default effort there (laurent22/joplin#16451,
         # apache/flink-agents#1462: "Chat Completions supports function calling only with
@@ -578,20 +605,25 @@ MODEL_TABLE: dict[str, tuple[tuple[str, ModelCaps], ...]] = {
                             thinks_by_default=True)),
         ("gpt-5-*", ModelCaps(thinking="reasoning", levels=("minimal", "low", "medium", "high"),
                               thinks_by_default=True)),
-        ("gpt-5.1*", ModelCaps(thinking="reasoning", levels=("none", "low", "medium", "high"), can_disable=True)),
+        ("gpt-5.1*", ModelCaps(thinking="reasoning", levels=("none", "low", "medium", "high"),
+                               can_disable=True)),
         # gpt-5.6 sol/terra/luna: none..xhigh (bolna-ai/bolna#852), thinking by default.
         ("gpt-5.6*", ModelCaps(**_REASONS, levels=("none", *_XHIGH), can_disable=True,
                                endpoint="tools")),
-        ("gpt-5.*", ModelCaps(thinking="reasoning", levels=("none", "low", "medium", "high", "xhigh"),
-                              can_disable=True, endpoint="tools")),
+        ("gpt-5.*",
+         ModelCaps(thinking="reasoning", levels=("none", "low", "medium", "high", "xhigh"),
+                   can_disable=True, endpoint="tools")),
         # gpt-6: low..xhigh, `none` and `minimal` refused (BerriAI/litellm-docs#1173,
         # langchain-ai/langchain#40330); a tool round goes to the Responses API.
         ("gpt-6*", ModelCaps(**_REASONS, levels=_XHIGH, endpoint="tools")),
         ("o1-pro*", ModelCaps(**_REASONS, levels=_CODEX, endpoint="responses")),
         ("o3-pro*", ModelCaps(**_REASONS, levels=_CODEX, endpoint="responses")),
-        ("o1*", ModelCaps(thinking="reasoning", levels=("low", "medium", "high"), thinks_by_default=True)),
-        ("o3*", ModelCaps(thinking="reasoning", levels=("low", "medium", "high"), thinks_by_default=True)),
-        ("o4*", ModelCaps(thinking="reasoning", levels=("low", "medium", "high"), thinks_by_default=True)),
+        ("o1*",
+         ModelCaps(thinking="reasoning", levels=("low", "medium", "high"), thinks_by_default=True)),
+        ("o3*",
+         ModelCaps(thinking="reasoning", levels=("low", "medium", "high"), thinks_by_default=True)),
+        ("o4*",
+         ModelCaps(thinking="reasoning", levels=("low", "medium", "high"), thinks_by_default=True)),
         ("gpt-4*", ModelCaps(sampling="any")),
         ("gpt-3.5*", ModelCaps(sampling="any")),
         ("chatgpt-*", ModelCaps(sampling="any")),
@@ -621,14 +653,16 @@ def model_caps(vendor: str, model: str, overrides: dict | None = None,
     table = vendor
     if "/" in model_id:
         prefix, model_id = model_id.split("/", 1)
-        table = {"google": "gemini", "anthropic": "anthropic", "openai": "openai"}.get(prefix, vendor)
+        table = {"google": "gemini", "anthropic": "anthropic",
+                 "openai": "openai"}.get(prefix, vendor)
     row = unknown
     for pattern, caps in MODEL_TABLE.get(table, ()):
         if fnmatch.fnmatchcase(model_id, pattern):
             row = caps
             break
     for pattern, fields in (overrides or {}).items():
-        if fnmatch.fnmatchcase(model_id, pattern.lower()) or fnmatch.fnmatchcase(model.strip(), pattern):
+        if fnmatch.fnmatchcase(model_id, pattern.lower()) \
+                or fnmatch.fnmatchcase(model.strip(), pattern):
             row = dataclasses.replace(row, **fields)
     return row
 
@@ -638,24 +672,25 @@ def _check_model_caps(owner: str, overrides: Any) -> dict:
     if overrides is None:
         return {}
     if not isinstance(overrides, dict):
-        raise ValueError(f'[{owner}] model_caps must be a dict of model-id patterns to capability fields, '
-                         'e.g. model_caps={"my-model-*": {"sampling": "any"}}.')
+        raise ValueError(f'[{owner}] model_caps must be a dict of model-id patterns to capability '
+                         'fields, e.g. model_caps={"my-model-*": {"sampling": "any"}}.')
     checked = {}
     for pattern, fields in overrides.items():
         if not isinstance(pattern, str) or not pattern.strip() or not isinstance(fields, dict):
-            raise ValueError(f'[{owner}] model_caps[{pattern!r}] must map a model-id pattern to a dict of fields, '
-                             'e.g. {"sampling": "any"}.')
+            raise ValueError(f'[{owner}] model_caps[{pattern!r}] must map a model-id pattern to a '
+                             'dict of fields, e.g. {"sampling": "any"}.')
         unknown = sorted(set(fields) - _CAPS_FIELDS)
         if unknown:
-            raise ValueError(f'[{owner}] model_caps[{pattern!r}] has unknown field(s) {", ".join(unknown)}: use '
-                             f'{", ".join(sorted(_CAPS_FIELDS))}.')
+            raise ValueError(f'[{owner}] model_caps[{pattern!r}] has unknown field(s) '
+                             f'{", ".join(unknown)}: use {", ".join(sorted(_CAPS_FIELDS))}.')
         if "sampling" in fields and fields["sampling"] not in ("any", "one", "none"):
-            raise ValueError(f'[{owner}] model_caps[{pattern!r}]["sampling"] is {fields["sampling"]!r}: use '
-                             '"any", "one" or "none".')
-        if "thinking" in fields and fields["thinking"] not in (None, "budget", "level", "enabled", "adaptive",
-                                                                "reasoning"):
-            raise ValueError(f'[{owner}] model_caps[{pattern!r}]["thinking"] is {fields["thinking"]!r}: use None, '
-                             '"budget", "level", "enabled", "adaptive" or "reasoning".')
+            raise ValueError(f'[{owner}] model_caps[{pattern!r}]["sampling"] is '
+                             f'{fields["sampling"]!r}: use "any", "one" or "none".')
+        if "thinking" in fields and fields["thinking"] not in (None, "budget", "level", "enabled",
+                                                               "adaptive", "reasoning"):
+            raise ValueError(f'[{owner}] model_caps[{pattern!r}]["thinking"] is '
+                             f'{fields["thinking"]!r}: use None, "budget", "level", "enabled", '
+                             '"adaptive" or "reasoning".')
         if "endpoint" in fields and fields["endpoint"] not in ENDPOINTS:
             raise ValueError(f'[{owner}] model_caps[{pattern!r}]["endpoint"] is '
                              f'{fields["endpoint"]!r}: use "chat", "tools" or "responses".')
@@ -669,7 +704,8 @@ def _check_model_caps(owner: str, overrides: Any) -> dict:
 
 
 def _level_for(caps: ModelCaps, effort: str, names: dict[str, str]) -> str | None:
-    """The accepted level for ``effort``: its own when accepted, else the next higher one, else the highest.
+    """The accepted level for ``effort``: its own when accepted, else the next higher one,
+    else the highest.
 
     ``"none"`` asks for as little as the model allows: its lowest level. ``"max"``
     is the highest. ``names`` maps the spec efforts to the vendor's spelling.
@@ -696,8 +732,10 @@ def _level_for(caps: ModelCaps, effort: str, names: dict[str, str]) -> str | Non
 # (providers.md §2.3), then maps that list to its own wire (§2.4).
 
 def _normalize_messages(request: GenerateRequest,
-                        fragments: _Fragments | None = None) -> tuple[list[dict], list[_Fragment], str]:
-    """The normalized messages of §2.3, with the kept lead they open the history with and its JSON text.
+                        fragments: _Fragments | None = None
+                        ) -> tuple[list[dict], list[_Fragment], str]:
+    """The normalized messages of §2.3, with the kept lead they open the history with and its JSON
+    text.
 
     With ``fragments``, a plain text history item (``{"role": "user" | "assistant",
     "content": text}``, text not blank) is its fragment instead: the vendor's wire
@@ -718,8 +756,9 @@ def _normalize_messages(request: GenerateRequest,
         if type(item) is dict and len(item) == 2:
             if kept is not None:
                 try:
-                    fragment = kept[item["role"]].get(item["content"])    # a plain text item sent before
-                except (KeyError, TypeError):                            # no such key, or no role kept
+                    # a plain text item sent before
+                    fragment = kept[item["role"]].get(item["content"])
+                except (KeyError, TypeError):                         # no such key, or no role kept
                     fragment = None
                 if fragment is not None:
                     messages.append(fragment)
@@ -742,10 +781,12 @@ def _normalize_messages(request: GenerateRequest,
         elif role == "user":
             messages.append({"role": "user", "content": _as_text(item.get("content"))})
         elif role == "assistant":
-            message: dict[str, Any] = {"role": "assistant", "content": _as_text(item.get("content")), "toolCalls": []}
+            message: dict[str, Any] = {"role": "assistant",
+                                       "content": _as_text(item.get("content")), "toolCalls": []}
             for i, call in enumerate(item.get("tool_calls") or []):
                 arguments = call.get("arguments")
-                normalized = {"id": str(call.get("id") or f"call_{i}"), "name": call.get("name") or "",
+                normalized = {"id": str(call.get("id") or f"call_{i}"),
+                              "name": call.get("name") or "",
                               "arguments": arguments if isinstance(arguments, str)
                               else compact_json(arguments if arguments is not None else {})}
                 if call.get("thoughtSignature"):
@@ -758,7 +799,8 @@ def _normalize_messages(request: GenerateRequest,
             messages.append(message)
         elif role == "tool":
             messages.append({"role": "tool", "toolCallId": str(item.get("tool_call_id") or ""),
-                             "name": item.get("name") or "", "content": _as_text(item.get("content"))})
+                             "name": item.get("name") or "",
+                             "content": _as_text(item.get("content"))})
         # Any other role is skipped (providers.md §2.1, inferred).
     messages.append({"role": "user", "content": request.prompt or ""})
     if fragments is not None and type(history) is list and history:
@@ -768,9 +810,9 @@ def _normalize_messages(request: GenerateRequest,
 
 def _keep_lead(fragments: _Fragments, history: list, messages: list[dict], known: list[dict],
                lead: list[_Fragment], lead_text: str) -> None:
-    """Keep the history's opening run of plain text items as its conversation's lead, with the JSON text
-    of its fragments: the kept lead's text and the new ones'. Each of them became exactly one fragment,
-    so up to the first other item, item i is ``messages[i]``."""
+    """Keep the history's opening run of plain text items as its conversation's lead,
+    with the JSON text of its fragments: the kept lead's text and the new ones'. Each of them became
+    exactly one fragment, so up to the first other item, item i is ``messages[i]``."""
     plain = len(known)
     while plain < len(history):
         item = history[plain]
@@ -782,8 +824,9 @@ def _keep_lead(fragments: _Fragments, history: list, messages: list[dict], known
     if plain > len(known):
         new = messages[len(known):plain]        # each a _Fragment (checked above)
         text = ",".join([_item_text(fragment) for fragment in new])
-        fragments.keep_lead(history[0]["content"], known + [{"role": item["role"], "content": item["content"]}
-                                                         for item in history[len(known):plain]],
+        fragments.keep_lead(history[0]["content"],
+                            known + [{"role": item["role"], "content": item["content"]}
+                                  for item in history[len(known):plain]],
                             lead + new, f"{lead_text},{text}" if lead_text else text)
 
 
@@ -834,7 +877,7 @@ class _SseReader:
     def finish(self) -> list[str]:
         payloads = self._take(self._decoder.decode(b"", final=True))
         if self._line:
-            self._read_line("".join(self._line), payloads)     # rule 6: the last line may lack its end
+            self._read_line("".join(self._line), payloads)  # rule 6: the last line may lack its end
             self._line = []
         self._dispatch(payloads)
         if self._bare:
@@ -868,10 +911,11 @@ class _SseReader:
         elif line.startswith(":") or _SSE_FIELD.match(line):
             pass                                               # a comment, event:, id:, retry:
         elif line.lstrip().startswith("{"):
-            self._dispatch(payloads)                           # a bare payload ends the event before it
+            self._dispatch(payloads)                       # a bare payload ends the event before it
             self._gather(line, payloads)
         else:
-            log.debug("[falai_providers] skipped a stream line that is neither SSE nor JSON (%d chars)",
+            log.debug("[falai_providers] skipped a stream line that "
+                      "is neither SSE nor JSON (%d chars)",
                       len(line))
 
     def _gather(self, line: str, payloads: list[str]) -> None:
@@ -908,7 +952,7 @@ class _SseReader:
 
 _LINE_END = re.compile(r"\r\n|\r|\n")
 _SSE_FIELD = re.compile(r"(event|id|retry)(:|$)")
-MAX_JSON_DEPTH = 128           # deeper than any reply a model writes; deeper input is refused, not recursed
+MAX_JSON_DEPTH = 128   # deeper than any reply a model writes; deeper input is refused, not recursed
 
 
 def _too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
@@ -963,7 +1007,8 @@ def _read_timeout_in(exc: BaseException) -> bool:
         if not isinstance(e, BaseException) or e in seen:
             continue
         seen.append(e)
-        if isinstance(e, requests.exceptions.Timeout) or type(e).__name__ in ("ReadTimeoutError", "timeout"):
+        if isinstance(e, requests.exceptions.Timeout) \
+                or type(e).__name__ in ("ReadTimeoutError", "timeout"):
             return True
         if isinstance(e, TimeoutError):
             return True
@@ -1033,8 +1078,10 @@ def _body_reads(response: requests.Response) -> Generator[bytes, None, None]:
 _BUCKETS = (("anthropic-ratelimit-unified-reset", None),
             ("anthropic-ratelimit-requests-reset", "anthropic-ratelimit-requests-remaining"),
             ("anthropic-ratelimit-tokens-reset", "anthropic-ratelimit-tokens-remaining"),
-            ("anthropic-ratelimit-input-tokens-reset", "anthropic-ratelimit-input-tokens-remaining"),
-            ("anthropic-ratelimit-output-tokens-reset", "anthropic-ratelimit-output-tokens-remaining"),
+            ("anthropic-ratelimit-input-tokens-reset",
+             "anthropic-ratelimit-input-tokens-remaining"),
+            ("anthropic-ratelimit-output-tokens-reset",
+             "anthropic-ratelimit-output-tokens-remaining"),
             ("x-ratelimit-reset-requests", "x-ratelimit-remaining-requests"),
             ("x-ratelimit-reset-tokens", "x-ratelimit-remaining-tokens"),
             ("x-ratelimit-reset", "x-ratelimit-remaining"))
@@ -1069,7 +1116,9 @@ def _date_ms(text: str) -> int | None:
 
 
 def _retry_after_header_ms(value: str, now_ms: int) -> int | None:
-    """``retry-after``: seconds (decimals allowed) or an HTTP date, floored at 0 (providers.md §8.1)."""
+    """``retry-after``: seconds (decimals allowed) or an HTTP date, floored at 0 (providers.md
+    §8.1).
+    """
     value = value.strip()
     if _SECONDS.fullmatch(value):
         return round(float(value) * 1000)
@@ -1160,11 +1209,12 @@ def _seconds(value: float) -> str:
 class _Plan:
     """What one call sends, worked out once before the first attempt (providers.md §3.1)."""
     request: GenerateRequest
-    messages: list[dict]         # the normalized messages (§2.3); plain text history items as _Fragments
+    messages: list[dict]    # the normalized messages (§2.3); plain text history items as _Fragments
     tools: list[dict]
     json: dict | None            # {"name", "schema"} when a structured reply is wanted
     options: dict                # config overlaid with the request's maxTokens and effort
-    lead: list = dataclasses.field(default_factory=list)   # the kept lead's fragments, as in messages
+    # the kept lead's fragments, as in messages
+    lead: list = dataclasses.field(default_factory=list)
     lead_text: str = ""          # their JSON texts joined by commas, for _body_text
 
 
@@ -1199,7 +1249,8 @@ class _Accumulator:
             self.cache_write_tokens = event.get("cache_write_tokens")
             return ""
         if kind == "finish":
-            self.finish, self.vendor_finish = event["finish_reason"], event.get("vendor_finish_reason")
+            self.finish = event["finish_reason"]
+            self.vendor_finish = event.get("vendor_finish_reason")
             return ""
         if event.get("reasoning"):
             self._reasoning.append(event["reasoning"])
@@ -1278,13 +1329,16 @@ def _check_options(owner: str, config: Any) -> dict:
         return {}
     if not isinstance(config, dict):
         raise ValueError(f"[{owner}] config must be a dict of request defaults "
-                         '(temperature, topP, maxTokens, stopSequences, effort), e.g. config={"temperature": 0.3}.')
+                         '(temperature, topP, maxTokens, stopSequences, effort), e.g. '
+                         'config={"temperature": 0.3}.')
     effort = config.get("effort")
     if effort is not None and effort not in EFFORTS:
-        raise ValueError(f'[{owner}] config["effort"] is {effort!r}: use one of {", ".join(EFFORTS)}, '
+        raise ValueError(f'[{owner}] config["effort"] is {effort!r}: '
+                         f'use one of {", ".join(EFFORTS)}, '
                          "or leave it out for the model's default.")
     tokens = config.get("maxTokens")
-    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0):
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)
+                               or tokens <= 0):
         raise ValueError(f'[{owner}] config["maxTokens"] is {tokens!r}: pass a positive integer.')
     return dict(config)
 
@@ -1305,9 +1359,11 @@ class _Fragment(dict):
     json: str
 
 
-def _spliced(items: list[dict], lead: list[_Fragment], each: Callable[[dict], Any], whole: list) -> list:
-    """``each(item)`` for every item, except that the kept lead's run of fragments, when ``items`` hold it
-    whole (a vendor's wire keeps each fragment as it is, in order), is ``whole`` instead: no call per item."""
+def _spliced(items: list[dict], lead: list[_Fragment], each: Callable[[dict], Any],
+             whole: list) -> list:
+    """``each(item)`` for every item, except that the kept lead's run of fragments,
+    when ``items`` hold it whole (a vendor's wire keeps each fragment as it is, in order), is
+    ``whole`` instead: no call per item."""
     start = _run_at(items, lead) if lead else -1
     if start < 0:
         return [each(item) for item in items]
@@ -1315,7 +1371,9 @@ def _spliced(items: list[dict], lead: list[_Fragment], each: Callable[[dict], An
 
 
 def _run_at(items: list[dict], lead: list[_Fragment]) -> int:
-    """Where ``lead`` sits whole in ``items``, or -1. The same objects compare equal by identity, in C."""
+    """Where ``lead`` sits whole in ``items``, or -1. The same objects compare equal by identity,
+    in C.
+    """
     try:
         start = items.index(lead[0])
     except ValueError:
@@ -1340,11 +1398,12 @@ class _Fragments:
 
     def __init__(self, wire: Callable[[str, str], dict]) -> None:
         self.by_role: dict[str, dict[str, _Fragment]] = {"user": {}, "assistant": {}}
-        self._wire = wire            # (role, text) -> the vendor's wire dict of a plain text message (static)
-        # Leads: for a conversation (keyed by its first text), the plain items its history last opened with,
-        # as copies, their fragments and the fragments' JSON texts joined by commas. A later turn's history
-        # that opens with equal items takes their fragments after one list comparison, done in C, instead
-        # of one lookup per item, and its body takes their text whole instead of joining it again.
+        self._wire = wire  # (role, text) -> the vendor's wire dict of a plain text message (static)
+        # Leads: for a conversation (keyed by its first text), the plain items its history last
+        # opened with, as copies, their fragments and the fragments' JSON texts joined by commas. A
+        # later turn's history that opens with equal items takes their fragments after one list
+        # comparison, done in C, instead of one lookup per item, and its body takes their text whole
+        # instead of joining it again.
         self.leads: dict[str, tuple[list[dict], list[_Fragment], str]] = {}
 
     def __len__(self) -> int:
@@ -1364,7 +1423,9 @@ class _Fragments:
         return fragment
 
     def lead(self, history: list) -> tuple[list[dict], list[_Fragment], str]:
-        """The kept lead of this history's conversation, when the history still opens with it; else none."""
+        """The kept lead of this history's conversation, when the history still opens with it;
+        else none.
+        """
         first = history[0].get("content") if history and type(history[0]) is dict else None
         found = self.leads.get(first) if type(first) is str else None
         if found is None or len(history) < len(found[0]) or history[:len(found[0])] != found[0]:
@@ -1380,7 +1441,8 @@ class _Fragments:
 
 
 class _HttpProvider:
-    """The common HTTP pipeline of the vendor providers (the original's ``ProviderAdapter``, providers.md §3).
+    """The common HTTP pipeline of the vendor providers (the original's ``ProviderAdapter``,
+    providers.md §3).
 
     Options every HTTP provider takes (§3.9): ``api_key`` (surrounding whitespace
     is stripped, as python-genai does; a key that still holds whitespace, a
@@ -1410,13 +1472,15 @@ class _HttpProvider:
     name: str
     capabilities: ProviderCapabilities
 
-    def __init__(self, *, owner: str, name: str, api_key: str | None, key_required: bool, model: str | None,
-                 backup_models: list[str] | None, base_url: str | None, config: dict | None,
-                 retry_config: dict | None, headers: dict | None, session: requests.Session | None,
-                 sleep: Callable[[float], Any], example_model: str, key_variable: str,
-                 model_caps: dict | None = None, understand_effort: str | None = "none"):
+    def __init__(self, *, owner: str, name: str, api_key: str | None, key_required: bool,
+                 model: str | None, backup_models: list[str] | None, base_url: str | None,
+                 config: dict | None, retry_config: dict | None, headers: dict | None,
+                 session: requests.Session | None, sleep: Callable[[float], Any],
+                 example_model: str, key_variable: str, model_caps: dict | None = None,
+                 understand_effort: str | None = "none"):
         if not isinstance(model, str) or not model.strip():
-            raise ValueError(f'[{owner}] model is empty: there is no default. Pass one, e.g. model="{example_model}".')
+            raise ValueError(f'[{owner}] model is empty: there is no default. Pass one, e.g. '
+                             f'model="{example_model}".')
         if api_key is not None and not isinstance(api_key, str):
             raise ValueError(f"[{owner}] api_key must be a string.")
         if isinstance(api_key, str):
@@ -1426,13 +1490,16 @@ class _HttpProvider:
                              f'api_key=os.environ["{key_variable}"] and check the variable is set.')
         if api_key is not None and not _KEY_CHARS.fullmatch(api_key):
             # The message leaves the key out: it must never reach a log.
-            raise ValueError(f"[{owner}] api_key contains whitespace, a control character or a non-ASCII "
-                             "character inside it, so it cannot travel in an HTTP header. Copy the key again "
-                             f"from the vendor's console into {key_variable}.")
+            raise ValueError(f"[{owner}] api_key contains whitespace, "
+                             "a control character or a non-ASCII character inside it, "
+                             "so it cannot travel in an HTTP header. "
+                             f"Copy the key again from the vendor's console into {key_variable}.")
         if backup_models is None:
             backup_models = []
-        if isinstance(backup_models, str) or not all(isinstance(m, str) and m.strip() for m in backup_models):
-            raise ValueError(f'[{owner}] backup_models must be a list of model ids, e.g. ["{example_model}"].')
+        if isinstance(backup_models, str) or not all(isinstance(m, str) and m.strip()
+                                                     for m in backup_models):
+            raise ValueError(f'[{owner}] backup_models must be a list of model ids, e.g. '
+                             f'["{example_model}"].')
         if not isinstance(base_url, str) or not base_url.strip():
             raise ValueError(f"[{owner}] base_url is empty: pass the endpoint URL.")
         if not callable(sleep):
@@ -1443,9 +1510,10 @@ class _HttpProvider:
         retry = dict(retry_config or {})
         timeout = retry.get("timeout") or 60_000
         retries = retry.get("retries", 3)
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
-                or timeout < 0:
-            raise ValueError(f'[{owner}] retry_config["timeout"] is {timeout!r}: pass milliseconds of '
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
+                or not math.isfinite(timeout) or timeout < 0:
+            raise ValueError(f'[{owner}] retry_config["timeout"] is {timeout!r}: '
+                             'pass milliseconds of '
                              "silence allowed, e.g. 60000.")
         deadline = retry.get("deadline") or DEFAULT_DEADLINE_MS
         if isinstance(deadline, bool) or not isinstance(deadline, (int, float)) \
@@ -1461,7 +1529,8 @@ class _HttpProvider:
         if retries is None:
             retries = 3
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise ValueError(f'[{owner}] retry_config["retries"] is {retries!r}: pass a whole number, 0 or more.')
+            raise ValueError(f'[{owner}] retry_config["retries"] is {retries!r}: '
+                             'pass a whole number, 0 or more.')
         self.name = name
         self._owner = owner
         self._api_key = api_key
@@ -1488,7 +1557,8 @@ class _HttpProvider:
 
     def __repr__(self) -> str:
         # providers.md §1.6 rule 5: the key never appears here.
-        return f"{type(self).__name__}(name={self.name!r}, model={self.model!r}, base_url={self.base_url!r})"
+        return (f"{type(self).__name__}(name={self.name!r}, model={self.model!r}, "
+                f"base_url={self.base_url!r})")
 
     # -- the seam --------------------------------------------------------------
 
@@ -1498,8 +1568,8 @@ class _HttpProvider:
         for chunk in self._run(request, streaming=False):
             final = chunk
         assert final is not None and final.done
-        return Generation(message=final.accumulated, structured=final.structured, tool_calls=final.tool_calls,
-                          usage=final.usage, reasoning=final.reasoning,
+        return Generation(message=final.accumulated, structured=final.structured,
+                          tool_calls=final.tool_calls, usage=final.usage, reasoning=final.reasoning,
                           reasoning_details=final.reasoning_details, metadata=final.metadata)
 
     def generate_stream(self, request: GenerateRequest) -> Iterator[GenerationChunk]:
@@ -1523,7 +1593,8 @@ class _HttpProvider:
                     break
                 attempt += 1
 
-    def _attempt(self, plan: _Plan, model: str, streaming: bool) -> Generator[GenerationChunk, None, _Failure | None]:
+    def _attempt(self, plan: _Plan, model: str, streaming: bool) -> Generator[GenerationChunk, None,
+                                                                              _Failure | None]:
         """One attempt (§3.3-§3.5): yield its text deltas when streaming, then its final chunk;
         return how it failed instead, or None when it answered."""
         self._check_cancel(plan.request)
@@ -1567,15 +1638,16 @@ class _HttpProvider:
             raise self._aborted() from error
         if error.kind == "aborted" or failure.streamed:
             raise error          # §1.6 rule 4: text already reached the caller
-        log.warning("[%s] attempt %d on model %s failed (%s): %s", self.name, attempt, model, error.kind, error)
+        log.warning("[%s] attempt %d on model %s failed (%s): %s", self.name, attempt, model,
+                    error.kind, error)
         if attempt <= self._retries and self._retryable(error):
             delay_ms = self._delay_ms(error, attempt)
             if delay_ms is not None:
                 self._pause(delay_ms, request)
                 return "retry"
         if error.kind in BACKUP_KINDS and backup is not None:
-            log.warning("[%s] model %s failed (%s); falling back to backup model %s", self.name, model,
-                        error.kind, backup)
+            log.warning("[%s] model %s failed (%s); falling back to backup model %s", self.name,
+                        model, error.kind, backup)
             return "backup"
         raise error
 
@@ -1589,18 +1661,23 @@ class _HttpProvider:
         if options.get("effort") is None and request.schema_name == "understand" \
                 and self.understand_effort is not None:
             options["effort"] = self.understand_effort      # as little thinking as the model allows
-            options["quiet"] = True                          # not the user's choice: no warning when dropped
+            options["quiet"] = True                 # not the user's choice: no warning when dropped
         if options.get("effort") is not None and options["effort"] not in EFFORTS:
-            raise ProviderError(f'{self.name}: effort {options["effort"]!r} is not one of {", ".join(EFFORTS)}',
+            raise ProviderError(f'{self.name}: effort {options["effort"]!r} is not one of '
+                                f'{", ".join(EFFORTS)}',
                                 provider=self.name, kind="invalid")
         schema = request.schema
-        json_request = {"name": request.schema_name or "structured_output", "schema": schema} if schema else None
+        json_request = ({"name": request.schema_name or "structured_output", "schema": schema}
+                        if schema else None)
         try:
-            messages, lead, lead_text = _normalize_messages(request, self._fragments if self._history_key else None)
-            return _Plan(request, messages, _tool_definitions(request.tools), json_request, options, lead, lead_text)
+            messages, lead, lead_text = _normalize_messages(request, self._fragments
+                                                            if self._history_key else None)
+            return _Plan(request, messages, _tool_definitions(request.tools), json_request, options,
+                         lead, lead_text)
         except Exception as exc:
             # §1.6 rule 3: a malformed history or tool list fails the call as a ProviderError.
-            raise ProviderError(f"{self.name}: cannot build the request: {type(exc).__name__}: {exc}",
+            raise ProviderError(f"{self.name}: cannot build the request: {type(exc).__name__}: "
+                                f"{exc}",
                                 provider=self.name, kind="invalid") from exc
 
     def _retryable(self, error: ProviderError) -> bool:
@@ -1644,10 +1721,11 @@ class _HttpProvider:
         if isinstance(exc, ProviderError):
             return exc
         if isinstance(exc, _TooDeep):
-            return ProviderError(f"{self.name}: the reply is {exc}, which no model writes: the endpoint sent a "
-                                 "broken body", provider=self.name, kind="overload")
-        error = ProviderError(self._scrub(f"{self.name}: {type(exc).__name__}: {exc}"), provider=self.name,
-                              kind=classify_error(exc))
+            return ProviderError(f"{self.name}: the reply is {exc}, which no model writes: "
+                                 "the endpoint sent a broken body", provider=self.name,
+                                 kind="overload")
+        error = ProviderError(self._scrub(f"{self.name}: {type(exc).__name__}: {exc}"),
+                              provider=self.name, kind=classify_error(exc))
         error.__cause__ = exc
         return error
 
@@ -1687,7 +1765,8 @@ class _HttpProvider:
             url, headers, body = self._wire(model, plan)
             data = self._body_text(body, plan).encode("utf-8")
         except Exception as exc:
-            raise ProviderError(f"{self.name}: cannot build the request: {type(exc).__name__}: {exc}",
+            raise ProviderError(f"{self.name}: cannot build the request: {type(exc).__name__}: "
+                                f"{exc}",
                                 provider=self.name, kind="invalid") from exc
         deadline = _Deadline(self._deadline_s)
         wait = min(self._idle_s, self._deadline_s)
@@ -1714,9 +1793,9 @@ class _HttpProvider:
                     raise
                 except Exception as exc:
                     # A payload of the wrong shape: an upstream fault, like a broken stream.
-                    raise ProviderError(f"{self.name}: unreadable reply payload ({type(exc).__name__}: "
-                                        f"{self._scrub(str(exc))[:200]})", provider=self.name,
-                                        kind="overload") from None
+                    raise ProviderError(f"{self.name}: unreadable reply payload "
+                                        f"({type(exc).__name__}: {self._scrub(str(exc))[:200]})",
+                                        provider=self.name, kind="overload") from None
                 yield from events
         finally:
             if payloads is not None:
@@ -1750,7 +1829,8 @@ class _HttpProvider:
                     raise ProviderError(f"{self.name}: stream went {_seconds(self._progress_s)}s "
                                         "without a chunk", provider=self.name, kind="timeout")
         if received == 0 and "text/event-stream" not in content_type:
-            raise ProviderError(f"{self.name}: empty response body", provider=self.name, kind="overload")
+            raise ProviderError(f"{self.name}: empty response body", provider=self.name,
+                                kind="overload")
         if whole:
             value = _loads_or_none(body.decode("utf-8", "replace"))
             for payload in value if isinstance(value, list) else [value]:
@@ -1802,9 +1882,12 @@ class _HttpProvider:
                              provider=self.name, kind="invalid", status=response.status_code)
 
     def _transport_error(self, exc: BaseException) -> ProviderError:
-        """A failure of the connection: a read timeout names the idle deadline; anything else is wrapped."""
+        """A failure of the connection: a read timeout names the idle deadline;
+        anything else is wrapped.
+        """
         if _read_timeout_in(exc):
-            return ProviderError(f"{self.name}: stream went {_seconds(self._idle_s)}s without a byte",
+            return ProviderError(f"{self.name}: stream went "
+                                 f"{_seconds(self._idle_s)}s without a byte",
                                  provider=self.name, kind="timeout")
         return self._wrap(exc)
 
@@ -1833,7 +1916,8 @@ class _HttpProvider:
                              retry_after_ms=retry_after_ms, reset_at_ms=reset_at_ms,
                              should_retry=_should_retry_header(response.headers), body=text)
 
-    def _inband_error(self, error: Any, payload: dict, status: Any = None, code: Any = None) -> ProviderError:
+    def _inband_error(self, error: Any, payload: dict, status: Any = None,
+                      code: Any = None) -> ProviderError:
         """An error that arrived in the body of a 200 stream (providers.md §4.9)."""
         text = self._scrub(compact_json(payload))
         status = status if isinstance(status, int) and not isinstance(status, bool) else None
@@ -1845,7 +1929,8 @@ class _HttpProvider:
             kind = "overload"        # a stream that dies after its headers is an upstream fault
         if retry_ms is None:
             retry_ms, _ = _server_wait({}, text, _now_ms())
-        return ProviderError(self._scrub(f"{self.name} stream error: {message or 'no reason given'}"),
+        return ProviderError(self._scrub(f"{self.name} stream error: "
+                                         f"{message or 'no reason given'}"),
                              provider=self.name, kind=kind, status=status,
                              code=code if isinstance(code, str) else vendor_code,
                              retry_after_ms=retry_ms, body=text)
@@ -1859,9 +1944,10 @@ class _HttpProvider:
     def _empty_error(self, state: dict, accumulator: _Accumulator) -> ProviderError:
         if accumulator.finish == "content_filter":
             return ProviderError(f"{self.name}: reply blocked by the content filter "
-                                 f"({accumulator.vendor_finish})", provider=self.name, kind="content",
-                                 code=accumulator.vendor_finish)
-        return ProviderError(f"{self.name}: completed with no content", provider=self.name, kind="overload")
+                                 f"({accumulator.vendor_finish})", provider=self.name,
+                                 kind="content", code=accumulator.vendor_finish)
+        return ProviderError(f"{self.name}: completed with no content", provider=self.name,
+                             kind="overload")
 
     _cap_setting = 'config={"maxTokens": ...}'      # where a user raises the cap, for _cut_error
 
@@ -1892,7 +1978,8 @@ class _HttpProvider:
                             self.name, len(text))
                 if ENVELOPE_SHAPED.match(text):
                     message = ""          # §1.4: a broken envelope never reaches a customer
-        reply = structured["message"] if structured and isinstance(structured.get("message"), str) else message
+        reply = structured["message"] if structured and isinstance(structured.get("message"),
+                                                                   str) else message
         unparsed = plan.json is not None and structured is None
         if acc.finish == "length" and not tool_calls and (not reply.strip() or unparsed):
             raise self._cut_error(plan, acc)
@@ -1913,7 +2000,8 @@ class _HttpProvider:
         if acc.cache_write_tokens is not None:
             metadata["cacheWriteTokens"] = acc.cache_write_tokens
         return GenerationChunk(delta="", accumulated=message, done=True, structured=structured,
-                               tool_calls=tool_calls, usage=acc.usage, reasoning=acc.reasoning or None,
+                               tool_calls=tool_calls, usage=acc.usage,
+                               reasoning=acc.reasoning or None,
                                reasoning_details=acc.reasoning_details, metadata=metadata)
 
     # -- vendor hooks -------------------------------------------------------------
@@ -1922,20 +2010,22 @@ class _HttpProvider:
         return {}
 
     def _body_text(self, body: dict, plan: _Plan | None = None) -> str:
-        """``compact_json(body)``, byte for byte, writing each kept fragment's text as it is, and the plan's
-        kept lead as its one text."""
+        """``compact_json(body)``, byte for byte, writing each kept fragment's text as it is,
+        and the plan's kept lead as its one text."""
         name = self._history_key_of(body)
         if name is None or name not in body:
             return compact_json(body)
         keys = list(body)
         at = keys.index(name)
         head = compact_json({key: body[key] for key in keys[:at]})[:-1] if at else "{"
-        tail = compact_json({key: body[key] for key in keys[at + 1:]})[1:] if at + 1 < len(keys) else "}"
+        tail = (compact_json({key: body[key] for key in keys[at + 1:]})[1:] if at + 1 < len(keys)
+                else "}")
         lead, whole = (plan.lead, [plan.lead_text]) if plan is not None else ([], [])
         items = ",".join(_spliced(body[name], lead, _item_text, whole))
-        return f'{head}{"," if at else ""}"{name}":[{items}]{"," if at + 1 < len(keys) else ""}{tail}'
+        return (f'{head}{"," if at else ""}"{name}":[{items}]'
+                f'{"," if at + 1 < len(keys) else ""}{tail}')
 
-    _history_key: str | None = None          # the body key of the history list, when it may hold fragments
+    _history_key: str | None = None   # the body key of the history list, when it may hold fragments
 
     def _history_key_of(self, body: dict) -> str | None:
         """The key of ``body``'s history list (a vendor with two endpoints has one per endpoint)."""
@@ -1943,7 +2033,9 @@ class _HttpProvider:
 
     @staticmethod
     def _plain_wire(role: str, text: str) -> dict:
-        """The wire form of a plain text message of ``role``; a vendor that has a ``_history_key`` says."""
+        """The wire form of a plain text message of ``role``; a vendor that has a ``_history_key``
+        says.
+        """
         raise NotImplementedError
 
     def _wire(self, model: str, plan: _Plan) -> tuple[str, dict, dict]:
@@ -1952,7 +2044,8 @@ class _HttpProvider:
     def _parse(self, payload: dict, state: dict) -> Iterator[dict]:
         raise NotImplementedError
 
-    def _classify(self, status: int | None, text: str, data: Any) -> tuple[str, str | None, int | None]:
+    def _classify(self, status: int | None, text: str,
+                  data: Any) -> tuple[str, str | None, int | None]:
         """(kind, vendor code, vendor retry wait) of a failure; generic rules of §8.3."""
         return classify_error(status=status, body=text), None, None
 
@@ -1961,8 +2054,9 @@ class _HttpProvider:
 
 
     def _caps(self, vendor: str, model: str, unknown: ModelCaps = UNKNOWN_MODEL) -> ModelCaps:
-        """The model's capability row, looked up once per model: every request reads it, and the table and
-        the provider's ``model_caps`` (checked when it was built) do not change."""
+        """The model's capability row, looked up once per model: every request reads it,
+        and the table and the provider's ``model_caps`` (checked when it was built) do not
+        change."""
         return reused(self._caps_kept, (vendor, model, unknown),
                       lambda: model_caps(vendor, model, self.model_caps, unknown), CAPS_KEPT)
 
@@ -1972,8 +2066,11 @@ class _HttpProvider:
             self._warned.add(key)
             log.warning(message, *args)
 
-    def _sampling(self, options: dict, into: dict, names: dict, model: str, caps: ModelCaps) -> None:
-        """Copy temperature / topP / stopSequences under a vendor's own names, as the model's row allows."""
+    def _sampling(self, options: dict, into: dict, names: dict, model: str,
+                  caps: ModelCaps) -> None:
+        """Copy temperature / topP / stopSequences under a vendor's own names,
+        as the model's row allows.
+        """
         wanted = [k for k in ("temperature", "topP") if options.get(k) is not None]
         allowed = wanted if caps.sampling == "any" else wanted[:1] if caps.sampling == "one" else []
         for key in wanted:
@@ -1983,7 +2080,8 @@ class _HttpProvider:
                 why = ("it takes temperature or topP, not both" if caps.sampling == "one" else
                        "the capability table does not know the model, so nothing optional is sent"
                        if caps == UNKNOWN_MODEL else "the model refuses sampling parameters")
-                self._warn_once(("sampling", model, key), '[%s] config["%s"] is not sent to %s: %s. To send it '
+                self._warn_once(("sampling", model, key),
+                                '[%s] config["%s"] is not sent to %s: %s. To send it '
                                 'anyway, override the row: model_caps={"%s": {"sampling": "any"}}.',
                                 self.name, key, model, why, model)
         if options.get("stopSequences"):
@@ -1991,12 +2089,14 @@ class _HttpProvider:
 
     def _dropped_effort(self, options: dict, model: str) -> None:
         if not options.get("quiet"):
-            self._warn_once(("effort", model), '[%s] effort %r is not sent to %s: the capability table has no '
-                            "thinking control for it. Override the row with model_caps if the model takes one.",
+            self._warn_once(("effort", model),
+                            '[%s] effort %r is not sent to %s: the capability table has no '
+                            "thinking control for it. Override the row with model_caps if the "
+                            "model takes one.",
                             self.name, options.get("effort"), model)
 
 
-_KEY_CHARS = re.compile(r"[\x21-\x7e]+")        # printable ASCII, no whitespace: what a header can carry
+_KEY_CHARS = re.compile(r"[\x21-\x7e]+")   # printable ASCII, no whitespace: what a header can carry
 
 
 def _secret_forms(key: str | None) -> tuple[str, ...]:
@@ -2007,8 +2107,9 @@ def _secret_forms(key: str | None) -> tuple[str, ...]:
     """
     if not key or len(key) < 8:
         return ()
-    forms = {key, repr(key)[1:-1], json.dumps(key)[1:-1], key.encode("unicode_escape").decode("ascii"),
-             urllib.parse.quote(key, safe=""), urllib.parse.quote_plus(key)}
+    forms = {key, repr(key)[1:-1], json.dumps(key)[1:-1],
+             key.encode("unicode_escape").decode("ascii"), urllib.parse.quote(key, safe=""),
+             urllib.parse.quote_plus(key)}
     return tuple(sorted(forms, key=len, reverse=True))
 
 
@@ -2017,7 +2118,8 @@ def _secret_forms(key: str | None) -> tuple[str, ...]:
 _GEMINI_VERSION = re.compile(r"gemini-([0-9]+)(?:\.([0-9]+))?")
 _GEMINI_LEVEL_NAMES = {"low": "LOW", "medium": "MEDIUM", "high": "HIGH"}
 _GEMINI_BUDGETS = {"low": 1024, "medium": 8192, "high": 24576, "max": 24576}
-_GEMINI_FILTERED = ("SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION", "IMAGE_SAFETY")
+_GEMINI_FILTERED = ("SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION",
+                    "IMAGE_SAFETY")
 SKIP_SIGNATURE = "skip_thought_signature_validator"
 # Gemini's own "prompt over the window" wording, which the generic context patterns of
 # providers.md §8.3 miss ("The input token count (N) exceeds the maximum number of tokens
@@ -2050,7 +2152,8 @@ def _gemini_object(text: str, wrap: str, name: str) -> dict:
 class GeminiProvider(_HttpProvider):
     """Google Gemini over REST ``streamGenerateContent?alt=sse`` (providers.md §4).
 
-    >>> gemini = GeminiProvider(api_key="k", model="gemini-3.8-flash", backup_models=["gemini-3.5-flash-lite"])
+    >>> gemini = GeminiProvider(api_key="k", model="gemini-3.8-flash",
+    ...                         backup_models=["gemini-3.5-flash-lite"])
     >>> gemini.name
     'gemini'
 
@@ -2074,26 +2177,34 @@ class GeminiProvider(_HttpProvider):
                  backup_models: list[str] | None = None,
                  base_url: str = DEFAULT_BASE_URL, config: dict | None = None,
                  retry_config: dict | None = None, headers: dict | None = None,
-                 session: requests.Session | None = None, sleep: Callable[[float], Any] = time.sleep,
+                 session: requests.Session | None = None,
+                 sleep: Callable[[float], Any] = time.sleep,
                  json_with_tools: str = "response_format", schema_dialect: str = "json_schema",
                  understand_effort: str | None = "none", model_caps: dict | None = None):
         owner = "GeminiProvider"
-        strip = (lambda m: m.strip()[len("models/"):] if isinstance(m, str) and m.strip().startswith("models/")
+        strip = (lambda m: m.strip()[len("models/"):] if isinstance(m, str)
+                 and m.strip().startswith("models/")
                  else m)
-        super().__init__(owner=owner, name="gemini", api_key=api_key, key_required=True, model=strip(model),
-                         backup_models=[strip(m) for m in backup_models] if isinstance(backup_models, list)
+        super().__init__(owner=owner, name="gemini", api_key=api_key, key_required=True,
+                         model=strip(model), backup_models=[strip(m) for m in backup_models]
+                         if isinstance(backup_models, list)
                          else backup_models,
-                         base_url=base_url, config=config, retry_config=retry_config, headers=headers,
-                         session=session, sleep=sleep, example_model=GEMINI_DEFAULT_MODEL,
-                         key_variable="GEMINI_API_KEY", model_caps=model_caps, understand_effort=understand_effort)
+                         base_url=base_url, config=config, retry_config=retry_config,
+                         headers=headers, session=session, sleep=sleep,
+                         example_model=GEMINI_DEFAULT_MODEL, key_variable="GEMINI_API_KEY",
+                         model_caps=model_caps, understand_effort=understand_effort)
         if json_with_tools not in ("response_format", "prompt"):
-            raise ValueError(f'[{owner}] json_with_tools is {json_with_tools!r}: use "response_format" or "prompt".')
+            raise ValueError(f'[{owner}] json_with_tools is {json_with_tools!r}: '
+                             'use "response_format" or "prompt".')
         if schema_dialect not in ("json_schema", "openapi"):
-            raise ValueError(f'[{owner}] schema_dialect is {schema_dialect!r}: use "json_schema" or "openapi".')
+            raise ValueError(f'[{owner}] schema_dialect is {schema_dialect!r}: '
+                             'use "json_schema" or "openapi".')
         self.json_with_tools = json_with_tools
         self.schema_dialect = schema_dialect
-        self.capabilities = ProviderCapabilities(supports_tools=True, supports_native_json_schema=True,
-                                                 supports_streaming=True, supports_streaming_tool_calls=True,
+        self.capabilities = ProviderCapabilities(supports_tools=True,
+                                                 supports_native_json_schema=True,
+                                                 supports_streaming=True,
+                                                 supports_streaming_tool_calls=True,
                                                  supports_prompt_caching=True)
 
     # -- request (§4.2-§4.7) ----------------------------------------------------
@@ -2120,7 +2231,7 @@ class GeminiProvider(_HttpProvider):
         if plan.json is not None:
             schema = plan.json["schema"]
             if plan.tools and (self.json_with_tools == "prompt" or not caps.json_with_tools):
-                system.append(schema_prompt(schema))      # after the stable text, so it stays cacheable
+                system.append(schema_prompt(schema))  # after the stable text, so it stays cacheable
             else:
                 config["responseMimeType"] = "application/json"
                 if self.schema_dialect == "openapi":
@@ -2154,7 +2265,8 @@ class GeminiProvider(_HttpProvider):
         if caps.thinking == "budget" and caps.budget is not None:
             low, high = caps.budget
             if effort == "none":
-                return {"thinkingBudget": 0 if caps.can_disable else low}   # 2.5 Pro cannot turn it off
+                # 2.5 Pro cannot turn it off
+                return {"thinkingBudget": 0 if caps.can_disable else low}
             return {"thinkingBudget": min(high, max(low, _GEMINI_BUDGETS[effort]))}
         return None
 
@@ -2182,7 +2294,8 @@ class GeminiProvider(_HttpProvider):
             if role == "user":
                 answering = False
                 if message["content"]:
-                    # An empty text part is a 400 on Gemini, so a blank user message is left out (inferred).
+                    # An empty text part is a 400 on Gemini, so a blank user message is left out
+                    # (inferred).
                     contents.append(self._plain_wire(role, message["content"]))
             elif role == "assistant":
                 answering = False
@@ -2191,7 +2304,8 @@ class GeminiProvider(_HttpProvider):
                     parts.append({"text": message["content"]})
                 for call in message["toolCalls"]:
                     part: dict = {"functionCall": {"id": call["id"], "name": call["name"],
-                                                   "args": _gemini_object(call["arguments"], "value", call["name"])}}
+                                                   "args": _gemini_object(call["arguments"],
+                                                                          "value", call["name"])}}
                     if call.get("thoughtSignature"):
                         part["thoughtSignature"] = call["thoughtSignature"]
                     parts.append(part)
@@ -2199,8 +2313,8 @@ class GeminiProvider(_HttpProvider):
                     contents.append({"role": "model", "parts": parts})
             elif role == "tool":
                 part = {"functionResponse": {"id": message["toolCallId"], "name": message["name"],
-                                             "response": _gemini_object(message["content"], "output",
-                                                                        message["name"])}}
+                                             "response": _gemini_object(message["content"],
+                                                                        "output", message["name"])}}
                 if answering:
                     contents[-1]["parts"].append(part)
                 else:
@@ -2220,7 +2334,7 @@ class GeminiProvider(_HttpProvider):
     def _sign_current_turn(contents: list[dict]) -> None:
         """§4.7 rule 4: unsigned calls after the last plain user text get Google's placeholder."""
         start = 0
-        for i in range(len(contents) - 1, -1, -1):      # from the end: only the current turn is read
+        for i in range(len(contents) - 1, -1, -1):     # from the end: only the current turn is read
             if contents[i]["role"] == "user" and any("text" in p for p in contents[i]["parts"]):
                 start = i + 1
                 break
@@ -2267,7 +2381,8 @@ class GeminiProvider(_HttpProvider):
                 call = part["functionCall"]
                 index = state["calls"]
                 state["calls"] += 1
-                calls.append({"index": index, "id": call.get("id") or f"call_{index}", "name": call.get("name"),
+                calls.append({"index": index, "id": call.get("id") or f"call_{index}",
+                              "name": call.get("name"),
                               "arguments": compact_json(call.get("args") or {}),
                               "thoughtSignature": part.get("thoughtSignature")})
         if reasoning:
@@ -2279,7 +2394,8 @@ class GeminiProvider(_HttpProvider):
         vendor = candidate.get("finishReason")
         if vendor:
             if state["calls"]:
-                finish = "tool_calls"      # Gemini says STOP after a call; "stop" would drop the tool round
+                # Gemini says STOP after a call; "stop" would drop the tool round
+                finish = "tool_calls"
             elif vendor == "MAX_TOKENS":
                 finish = "length"
             elif vendor in _GEMINI_FILTERED:
@@ -2294,7 +2410,8 @@ class GeminiProvider(_HttpProvider):
                                  kind="content", code=str(state["blocked"]))
         return super()._empty_error(state, accumulator)
 
-    def _classify(self, status: int | None, text: str, data: Any) -> tuple[str, str | None, int | None]:
+    def _classify(self, status: int | None, text: str,
+                  data: Any) -> tuple[str, str | None, int | None]:
         error = data.get("error") if isinstance(data, dict) else None
         error = error if isinstance(error, dict) else {}
         code = error.get("status") if isinstance(error.get("status"), str) else None
@@ -2310,7 +2427,8 @@ def _gemini_429(error: dict) -> tuple[str, int | None]:
     """providers.md §4.10: a Gemini 429 is classified from its details, not its wording."""
     details = [d for d in error.get("details") or [] if isinstance(d, dict)]
     for detail in details:
-        if str(detail.get("@type", "")).endswith("google.rpc.RetryInfo") and detail.get("retryDelay"):
+        if (str(detail.get("@type", "")).endswith("google.rpc.RetryInfo")
+                and detail.get("retryDelay")):
             match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)s\s*", str(detail["retryDelay"]))
             if match:
                 return "rate", round(float(match.group(1)) * 1000)
@@ -2324,11 +2442,12 @@ def _gemini_429(error: dict) -> tuple[str, int | None]:
 
 # 8. OpenAICompatibleProvider #################################################
 
-_OPENAI_PRESETS = {"openai": "https://api.openai.com/v1", "openrouter": "https://openrouter.ai/api/v1",
+_OPENAI_PRESETS = {"openai": "https://api.openai.com/v1",
+                   "openrouter": "https://openrouter.ai/api/v1",
                    "deepseek": "https://api.deepseek.com"}
 _FLAGGED = re.compile(r"\bflagged\b|moderation", re.I)
-_OPENAI_FINISH = {"stop": "stop", "length": "length", "tool_calls": "tool_calls", "function_call": "tool_calls",
-                  "content_filter": "content_filter"}
+_OPENAI_FINISH = {"stop": "stop", "length": "length", "tool_calls": "tool_calls",
+                  "function_call": "tool_calls", "content_filter": "content_filter"}
 APIS = ("auto", "chat", "responses")
 # The Responses API: openai-python types/responses/ (response_create_params.py,
 # response_input_item_param.py, response_stream_event.py). A failed response's error code as
@@ -2449,28 +2568,33 @@ class OpenAICompatibleProvider(_HttpProvider):
     ('ollama', False)
     """
 
-    def __init__(self, *, model: str | None = None, api_key: str | None = None, name: str = "openai",
-                 base_url: str | None = None, backup_models: list[str] | None = None,
-                 config: dict | None = None, retry_config: dict | None = None, headers: dict | None = None,
-                 session: requests.Session | None = None, sleep: Callable[[float], Any] = time.sleep,
-                 structured_output: str | None = None, json_with_tools: str = "response_format",
-                 effort_dialect: str | None = None, organization: str | None = None,
-                 site_url: str | None = None, site_name: str | None = None,
-                 provider_order: list[str] | None = None, include_usage: bool = True,
+    def __init__(self, *, model: str | None = None, api_key: str | None = None,
+                 name: str = "openai", base_url: str | None = None,
+                 backup_models: list[str] | None = None, config: dict | None = None,
+                 retry_config: dict | None = None, headers: dict | None = None,
+                 session: requests.Session | None = None,
+                 sleep: Callable[[float], Any] = time.sleep, structured_output: str | None = None,
+                 json_with_tools: str = "response_format", effort_dialect: str | None = None,
+                 organization: str | None = None, site_url: str | None = None,
+                 site_name: str | None = None, provider_order: list[str] | None = None,
+                 include_usage: bool = True,
                  capabilities: dict | None = None, model_caps: dict | None = None,
                  understand_effort: str | None = "none", api: str = "auto",
-                 prompt_cache_key: str | None = "auto",
-                 server: str | None = None, output_caps: dict | None = None):
+                 prompt_cache_key: str | None = "auto", server: str | None = None,
+                 output_caps: dict | None = None):
         owner = "OpenAICompatibleProvider"
         if not isinstance(name, str) or not name.strip():
-            raise ValueError(f'[{owner}] name is empty: pass one, e.g. name="openrouter" or name="ollama".')
+            raise ValueError(f'[{owner}] name is empty: pass one, e.g. '
+                             'name="openrouter" or name="ollama".')
         if base_url is None:
             base_url = _OPENAI_PRESETS.get(name)
             if base_url is None:
-                raise ValueError(f'[{owner}] base_url is missing for name="{name}": only openai, openrouter and '
-                                 'deepseek have a preset. Pass one, e.g. base_url="http://localhost:11434/v1".')
-        super().__init__(owner=owner, name=name, api_key=api_key, key_required=name in _OPENAI_PRESETS,
-                         model=model, backup_models=backup_models, base_url=base_url, config=config,
+                raise ValueError(f'[{owner}] base_url is missing for name="{name}": only openai, '
+                                 'openrouter and deepseek have a preset. Pass one, e.g. '
+                                 'base_url="http://localhost:11434/v1".')
+        super().__init__(owner=owner, name=name, api_key=api_key,
+                         key_required=name in _OPENAI_PRESETS, model=model,
+                         backup_models=backup_models, base_url=base_url, config=config,
                          retry_config=retry_config, headers=headers, session=session, sleep=sleep,
                          example_model="gpt-4.1-mini", key_variable=f"{name.upper()}_API_KEY",
                          model_caps=model_caps, understand_effort=understand_effort)
@@ -2494,15 +2618,17 @@ class OpenAICompatibleProvider(_HttpProvider):
         self.profile = profile
         self.output_caps = _check_output_caps(owner, output_caps)
         if json_with_tools not in ("response_format", "prompt"):
-            raise ValueError(f'[{owner}] json_with_tools is {json_with_tools!r}: use "response_format" or "prompt".')
+            raise ValueError(f'[{owner}] json_with_tools is {json_with_tools!r}: '
+                             'use "response_format" or "prompt".')
         if effort_dialect is None:
             effort_dialect = name if name in ("openrouter", "deepseek") else "openai"
         if effort_dialect not in ("openai", "openrouter", "deepseek", "off"):
-            raise ValueError(f'[{owner}] effort_dialect is {effort_dialect!r}: use "openai", "openrouter", '
-                             '"deepseek" or "off".')
+            raise ValueError(f'[{owner}] effort_dialect is {effort_dialect!r}: use "openai", '
+                             '"openrouter", "deepseek" or "off".')
         if provider_order is not None and (isinstance(provider_order, str)
                                            or not all(isinstance(p, str) for p in provider_order)):
-            raise ValueError(f'[{owner}] provider_order must be a list of provider names, e.g. ["anthropic"].')
+            raise ValueError(f'[{owner}] provider_order must be a list of provider names, e.g. '
+                             '["anthropic"].')
         if api not in APIS:
             raise ValueError(f'[{owner}] api is {api!r}: use "auto" (the capability table '
                              'picks, per call), "chat" (chat completions) or "responses" '
@@ -2522,13 +2648,15 @@ class OpenAICompatibleProvider(_HttpProvider):
         self.site_name = site_name
         self.provider_order = list(provider_order) if provider_order is not None else None
         self.include_usage = include_usage
-        flags = {"supports_tools": True, "supports_native_json_schema": structured_output == "json_schema",
+        flags = {"supports_tools": True,
+                 "supports_native_json_schema": structured_output == "json_schema",
                  "supports_streaming": True,
                  "supports_streaming_tool_calls": profile.streams_tool_calls,
                  "supports_prompt_caching": name in _OPENAI_PRESETS}
         for key, value in (capabilities or {}).items():
             if key not in flags:
-                raise ValueError(f'[{owner}] capabilities has an unknown flag "{key}": use {", ".join(flags)}.')
+                raise ValueError(f'[{owner}] capabilities has an unknown flag "{key}": '
+                                 f'use {", ".join(flags)}.')
             flags[key] = bool(value)
         self.capabilities = ProviderCapabilities(**flags)
         # What this provider learned its server refuses (a response_format form, tool_choice, ...).
@@ -2553,8 +2681,8 @@ class OpenAICompatibleProvider(_HttpProvider):
         error = failure.error
         parameter = error.code if error.kind == "invalid" and not failure.streamed else None
         if _empty_tool_stream(error, request):
-            # llama-cpp-python raises "Automatic streaming tool choice is not supported" inside a 200
-            # event stream, which then carries nothing: the round goes whole from now on.
+            # llama-cpp-python raises "Automatic streaming tool choice is not supported" inside a
+            # 200 event stream, which then carries nothing: the round goes whole from now on.
             parameter = "streamed_tools"
         if parameter is not None and self._learns.get(parameter) and self._learn(parameter, error):
             return "retry"
@@ -2602,8 +2730,10 @@ class OpenAICompatibleProvider(_HttpProvider):
         # drops what a model does not support, and a local server takes what it is configured with.
         caps = self._caps("openai", model, UNKNOWN_MODEL if self.name == "openai" else PASS_THROUGH)
         if options.get("maxTokens") is not None:
-            body["max_completion_tokens" if self.name == "openai" else "max_tokens"] = options["maxTokens"]
-        self._sampling(options, body, {"temperature": "temperature", "topP": "top_p", "stopSequences": "stop"},
+            tokens_key = "max_completion_tokens" if self.name == "openai" else "max_tokens"
+            body[tokens_key] = options["maxTokens"]
+        self._sampling(options, body,
+                       {"temperature": "temperature", "topP": "top_p", "stopSequences": "stop"},
                        model, caps)
         body.update(self._effort(options, model, caps))
         if plan.tools and caps.endpoint != "chat" and self.effort_dialect == "openai":
@@ -2617,15 +2747,17 @@ class OpenAICompatibleProvider(_HttpProvider):
             schema = plan.json["schema"]
             form = self._structured_form()
             if plan.tools and self.json_with_tools == "prompt":
-                messages.append({"role": "system", "content": schema_prompt(schema)})   # §5.4 rule 1
+                messages.append({"role": "system", "content": schema_prompt(schema)})  # §5.4 rule 1
             elif form == "json_schema":
                 body["response_format"] = {"type": "json_schema", "json_schema": {
-                    "name": plan.json["name"], "schema": schema, "strict": is_strict_schema(schema)}}
+                    "name": plan.json["name"], "schema": schema,
+                    "strict": is_strict_schema(schema)}}
             else:
                 if form != "prompt":
                     body["response_format"] = {"type": "json_object"} \
                         if form == "json_object" else {"type": "json_object", "schema": schema}
-                messages.append({"role": "system", "content": schema_prompt(schema)})   # last: prefix caches
+                # last: prefix caches
+                messages.append({"role": "system", "content": schema_prompt(schema)})
         if self.provider_order is not None:
             body["provider"] = {"order": list(self.provider_order), "allow_fallbacks": True}
         cache_key = self._cache_key(plan)
@@ -2689,24 +2821,27 @@ class OpenAICompatibleProvider(_HttpProvider):
         return {"role": role, "content": text}
 
     def _wire_messages(self, plan: _Plan) -> list[dict]:
-        """The plan's messages in wire form: a fragment is wire already, and the kept lead's run of them is
-        copied whole (in C) rather than looked at one by one."""
-        return _spliced(plan.messages, plan.lead, lambda m: m if type(m) is _Fragment else self._message(m),
-                        plan.lead)
+        """The plan's messages in wire form: a fragment is wire already,
+        and the kept lead's run of them is copied whole (in C) rather than looked at one by one."""
+        return _spliced(plan.messages, plan.lead,
+                        lambda m: m if type(m) is _Fragment else self._message(m), plan.lead)
 
     def _message(self, message: dict) -> dict:
         role = message["role"]
         if role == "tool":
-            return {"role": "tool", "tool_call_id": message["toolCallId"], "content": message["content"]}
+            return {"role": "tool", "tool_call_id": message["toolCallId"],
+                    "content": message["content"]}
         if role != "assistant":
             return {"role": role, "content": message["content"]}
-        out: dict = {"role": "assistant", "content": message["content"]}   # "" rather than null: gateways refuse null
+        # "" rather than null: gateways refuse null
+        out: dict = {"role": "assistant", "content": message["content"]}
         if message["toolCalls"]:
             out["tool_calls"] = [{"id": c["id"], "type": "function",
                                   "function": {"name": c["name"], "arguments": c["arguments"]}}
                                  for c in message["toolCalls"]]
         if self.name == "openai":
-            return out     # OpenAI's own endpoint takes no reasoning replay (review O7): extra keys are refused
+            # OpenAI's own endpoint takes no reasoning replay (review O7): extra keys are refused
+            return out
         if message.get("reasoning"):
             out["reasoning_content"] = message["reasoning"]
         details = message.get("reasoningDetails")
@@ -2944,7 +3079,9 @@ class OpenAICompatibleProvider(_HttpProvider):
         return self._inband_error(error, response, status=status, code=code)
 
     def _parse(self, payload: dict, state: dict) -> Iterator[dict]:
-        """providers.md §5.6 (a whole ``chat.completion`` object is read the same way, §3.7 rule 8)."""
+        """providers.md §5.6 (a whole ``chat.completion`` object is read the same way,
+        §3.7 rule 8).
+        """
         kind = payload.get("type")
         # A Responses event (its error event names no nested "error"), or a whole response (5.7).
         if (isinstance(kind, str) and (kind.startswith("response.")
@@ -2989,15 +3126,17 @@ class OpenAICompatibleProvider(_HttpProvider):
         for position, call in enumerate(delta.get("tool_calls") or []):
             function = call.get("function") or {}
             index = call.get("index")
-            calls.append({"index": index if isinstance(index, int) else position, "id": call.get("id"),
-                          "name": function.get("name"), "arguments": function.get("arguments")})
+            calls.append({"index": index if isinstance(index, int) else position,
+                          "id": call.get("id"), "name": function.get("name"),
+                          "arguments": function.get("arguments")})
         if calls:
             event["tool_calls"] = calls
         if len(event) > 1:
             yield event
         vendor = choice.get("finish_reason")
         if vendor in _OPENAI_FINISH:
-            yield {"type": "finish", "finish_reason": _OPENAI_FINISH[vendor], "vendor_finish_reason": vendor}
+            yield {"type": "finish", "finish_reason": _OPENAI_FINISH[vendor],
+                   "vendor_finish_reason": vendor}
 
     def _refusal(self, state: dict, accumulator: _Accumulator) -> ProviderError | None:
         if not state.get("refusal"):
@@ -3006,7 +3145,8 @@ class OpenAICompatibleProvider(_HttpProvider):
         return ProviderError(self._scrub(f"{self.name}: the model refused: {refusal[:300]}"),
                              provider=self.name, kind="content", code="refusal")
 
-    def _classify(self, status: int | None, text: str, data: Any) -> tuple[str, str | None, int | None]:
+    def _classify(self, status: int | None, text: str,
+                  data: Any) -> tuple[str, str | None, int | None]:
         error = data.get("error") if isinstance(data, dict) else None
         code = None
         if isinstance(error, dict):
@@ -3054,10 +3194,10 @@ _ANTHROPIC_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "t
                      "max_tokens": "length", "refusal": "content_filter"}
 # The HTTP status each Anthropic error type is documented with, so an in-band
 # `error` event classifies like the same failure over HTTP (providers.md §6.5).
-_ANTHROPIC_ERROR_STATUS = {"invalid_request_error": 400, "authentication_error": 401, "billing_error": 402,
-                           "permission_error": 403, "not_found_error": 404, "request_too_large": 413,
-                           "rate_limit_error": 429, "api_error": 500, "timeout_error": 504,
-                           "overloaded_error": 529}
+_ANTHROPIC_ERROR_STATUS = {"invalid_request_error": 400, "authentication_error": 401,
+                           "billing_error": 402, "permission_error": 403, "not_found_error": 404,
+                           "request_too_large": 413, "rate_limit_error": 429, "api_error": 500,
+                           "timeout_error": 504, "overloaded_error": 529}
 
 
 def _signed_by(block: Any, model: str) -> bool:
@@ -3067,9 +3207,12 @@ def _signed_by(block: Any, model: str) -> bool:
 
 
 def _is_anthropic_thinking(block: Any) -> bool:
-    """A signed Anthropic thinking block kept in ``reasoning_details`` (replayed to Anthropic only)."""
+    """A signed Anthropic thinking block kept in ``reasoning_details`` (replayed to Anthropic
+    only).
+    """
     return isinstance(block, dict) and (
-        (block.get("type") == "thinking" and isinstance(block.get("signature"), str) and bool(block["signature"]))
+        (block.get("type") == "thinking" and isinstance(block.get("signature"), str)
+         and bool(block["signature"]))
         or (block.get("type") == "redacted_thinking" and isinstance(block.get("data"), str)))
 
 
@@ -3150,10 +3293,10 @@ def _anthropic_native_ok(schema: Any) -> bool:
         if not isinstance(node, dict):
             continue
         kinds = node["type"] if isinstance(node.get("type"), list) else [node.get("type")]
-        # An object must be closed and name its properties: an open or property-less object is refused
-        # ("arbitrary JSON objects" are not supported, ax-llm/ax#459).
-        if ("object" in kinds or "properties" in node) and (node.get("additionalProperties") is not False
-                                                            or not node.get("properties")):
+        # An object must be closed and name its properties: an open or property-less object is
+        # refused ("arbitrary JSON objects" are not supported, ax-llm/ax#459).
+        if ("object" in kinds or "properties" in node) \
+                and (node.get("additionalProperties") is not False or not node.get("properties")):
             return False
         for key in ("properties", "$defs", "definitions"):
             if isinstance(node.get(key), dict):
@@ -3178,7 +3321,8 @@ class AnthropicProvider(_HttpProvider):
     before its ``tool_use`` in the next round. A ``stop_reason`` of
     ``"refusal"`` is a ``ProviderError(kind="content")``.
 
-    >>> claude = AnthropicProvider(api_key="k", model="claude-sonnet-4-5", config={"maxTokens": 8192})
+    >>> claude = AnthropicProvider(api_key="k", model="claude-sonnet-4-5",
+    ...                            config={"maxTokens": 8192})
     >>> claude.name
     'anthropic'
     """
@@ -3186,40 +3330,48 @@ class AnthropicProvider(_HttpProvider):
     DEFAULT_BASE_URL = "https://api.anthropic.com"
     API_VERSION = "2023-06-01"
     DEFAULT_MAX_TOKENS = 8192
-    MIN_THINKING_BUDGET = 1024          # thinking_config_enabled_param.py: "Must be ≥1024 and less than max_tokens"
+    # thinking_config_enabled_param.py: "Must be ≥1024 and less than max_tokens"
+    MIN_THINKING_BUDGET = 1024
 
     def __init__(self, *, api_key: str | None = None, model: str | None = None,
                  backup_models: list[str] | None = None,
                  base_url: str = DEFAULT_BASE_URL, config: dict | None = None,
                  retry_config: dict | None = None, headers: dict | None = None,
-                 session: requests.Session | None = None, sleep: Callable[[float], Any] = time.sleep,
-                 model_caps: dict | None = None, understand_effort: str | None = "none"):
-        super().__init__(owner="AnthropicProvider", name="anthropic", api_key=api_key, key_required=True,
-                         model=model, backup_models=backup_models, base_url=base_url, config=config,
-                         retry_config=retry_config, headers=headers, session=session, sleep=sleep,
+                 session: requests.Session | None = None,
+                 sleep: Callable[[float], Any] = time.sleep, model_caps: dict | None = None,
+                 understand_effort: str | None = "none"):
+        super().__init__(owner="AnthropicProvider", name="anthropic", api_key=api_key,
+                         key_required=True, model=model, backup_models=backup_models,
+                         base_url=base_url, config=config, retry_config=retry_config,
+                         headers=headers, session=session, sleep=sleep,
                          example_model="claude-sonnet-4-5", key_variable="ANTHROPIC_API_KEY",
                          model_caps=model_caps, understand_effort=understand_effort)
-        self.capabilities = ProviderCapabilities(supports_tools=True, supports_native_json_schema=False,
-                                                 supports_streaming=True, supports_streaming_tool_calls=True,
+        self.capabilities = ProviderCapabilities(supports_tools=True,
+                                                 supports_native_json_schema=False,
+                                                 supports_streaming=True,
+                                                 supports_streaming_tool_calls=True,
                                                  supports_prompt_caching=True)
 
     def _wire(self, model: str, plan: _Plan) -> tuple[str, dict, dict]:
         url = f"{self.base_url}/v1/messages"
-        headers = {**self._base_headers(), "anthropic-version": self.API_VERSION, "x-api-key": self._api_key,
-                   **self.headers}
+        headers = {**self._base_headers(), "anthropic-version": self.API_VERSION,
+                   "x-api-key": self._api_key, **self.headers}
         options = plan.options
         caps = self._caps("anthropic", model)
         max_tokens = options.get("maxTokens") or self.DEFAULT_MAX_TOKENS
         thinking, effort = self._thinking(caps, options, max_tokens, model)
-        turned_on = thinking["type"] != "disabled" if thinking is not None else caps.thinks_by_default
+        turned_on = (thinking["type"] != "disabled" if thinking is not None
+                     else caps.thinks_by_default)
         if turned_on and self._unsigned_tool_round(plan.messages, model) \
                 and (caps.can_disable or not caps.thinks_by_default):
-            # The API wants the signed thinking block ahead of the last tool_use when thinking is on;
-            # a round from another vendor or model (or an older session) has none, so this call
+            # The API wants the signed thinking block ahead of the last tool_use when thinking is
+            # on; a round from another vendor or model (or an older session) has none, so this call
             # thinks not (a model that always thinks cannot be asked not to).
-            thinking, effort, turned_on = ({"type": "disabled"} if caps.thinks_by_default else None), None, False
+            thinking = {"type": "disabled"} if caps.thinks_by_default else None
+            effort, turned_on = None, False
         body: dict = {"model": model, "max_tokens": max_tokens,
-                      "messages": self._messages([m for m in plan.messages if m["role"] != "system"],
+                      "messages": self._messages([m for m in plan.messages
+                                                  if m["role"] != "system"],
                                                  replay=turned_on, model=model),
                       "stream": True}
         if plan.request.cache_history and len(plan.request.history or []) > 0:
@@ -3227,24 +3379,28 @@ class AnthropicProvider(_HttpProvider):
         system_text = "\n\n".join(m["content"] for m in plan.messages if m["role"] == "system")
         system: list[dict] = []
         if system_text:
-            system.append({"type": "text", "text": system_text, "cache_control": {"type": "ephemeral"}})
+            system.append({"type": "text", "text": system_text,
+                           "cache_control": {"type": "ephemeral"}})
         output_config: dict = {}
         if plan.json is not None:
             if caps.native_schema and _anthropic_native_ok(plan.json["schema"]):
                 output_config["format"] = {"type": "json_schema",
                                            "schema": _anthropic_schema(plan.json["schema"])}
             else:
-                # After the cached block: a per-call schema never invalidates the stable prefix (§6.2).
+                # After the cached block: a per-call schema never invalidates the stable prefix
+                # (§6.2).
                 system.append({"type": "text", "text": schema_prompt(plan.json["schema"])})
         if system:
             body["system"] = system
-        if thinking is None or thinking["type"] == "disabled":     # thinking on takes no temperature/top_p (§6.4)
+        # thinking on takes no temperature/top_p (§6.4)
+        if thinking is None or thinking["type"] == "disabled":
             self._sampling(options, body, {"temperature": "temperature", "topP": "top_p",
                                            "stopSequences": "stop_sequences"}, model, caps)
         elif options.get("stopSequences"):
             body["stop_sequences"] = list(options["stopSequences"])
         if plan.tools:
-            body["tools"] = [{"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
+            body["tools"] = [{"name": t["name"], "description": t["description"],
+                              "input_schema": t["parameters"]}
                              for t in plan.tools]
         if thinking is not None:
             body["thinking"] = thinking
@@ -3254,7 +3410,8 @@ class AnthropicProvider(_HttpProvider):
             body["output_config"] = output_config
         return url, headers, body
 
-    def _thinking(self, caps: ModelCaps, options: dict, max_tokens: int, model: str) -> tuple[dict | None, str | None]:
+    def _thinking(self, caps: ModelCaps, options: dict, max_tokens: int,
+                  model: str) -> tuple[dict | None, str | None]:
         """(``thinking``, ``output_config.effort``) for the effort, as the model's row allows."""
         effort = options.get("effort")
         if effort is None:
@@ -3265,16 +3422,20 @@ class AnthropicProvider(_HttpProvider):
             return {"type": "adaptive"}, caps.levels[0] if caps.levels else None
         if effort == "none":
             # Off is the default, except on models that think when `thinking` is omitted.
-            return ({"type": "disabled"} if caps.thinks_by_default and caps.can_disable else None), None
+            return ({"type": "disabled"} if caps.thinks_by_default and caps.can_disable
+                    else None), None
         if caps.thinking == "adaptive":
-            return {"type": "adaptive"}, _level_for(caps, effort, {e: e for e in ("low", "medium", "high")})
+            return {"type": "adaptive"}, _level_for(caps, effort,
+                                                    {e: e for e in ("low", "medium", "high")})
         if caps.thinking == "enabled":
             if max_tokens <= self.MIN_THINKING_BUDGET:
-                self._warn_once(("budget", model), "[%s] effort %r is not sent to %s: maxTokens %d leaves no room "
-                                "for the 1024-token thinking minimum. Raise maxTokens above 1024.", self.name,
-                                effort, model, max_tokens)
+                self._warn_once(("budget", model),
+                                "[%s] effort %r is not sent to %s: maxTokens %d leaves no room "
+                                "for the 1024-token thinking minimum. Raise maxTokens above 1024.",
+                                self.name, effort, model, max_tokens)
                 return None, None
-            budget = max(self.MIN_THINKING_BUDGET, min(_ANTHROPIC_BUDGETS[effort], math.floor(max_tokens * 0.8)))
+            budget = max(self.MIN_THINKING_BUDGET,
+                         min(_ANTHROPIC_BUDGETS[effort], math.floor(max_tokens * 0.8)))
             return {"type": "enabled", "budget_tokens": budget}, None
         self._dropped_effort(options, model)
         return None, None
@@ -3282,8 +3443,8 @@ class AnthropicProvider(_HttpProvider):
     @staticmethod
     def _mark_history_end(messages: list[dict], has_prompt: bool) -> None:
         """A cache breakpoint on the history's last block, the one before the per-call prompt:
-        the system block alone is often below the 1,024-token minimum, the system plus the history is not,
-        and it is the same prefix on the next call of the conversation."""
+        the system block alone is often below the 1,024-token minimum, the system plus the history
+        is not, and it is the same prefix on the next call of the conversation."""
         blocks = [block for message in messages for block in message["content"]]
         at = len(blocks) - (2 if has_prompt else 1)
         if at >= 0 and blocks[at].get("type") in ("text", "tool_result", "tool_use"):
@@ -3328,7 +3489,8 @@ class AnthropicProvider(_HttpProvider):
             elif role == "assistant":
                 details = message.get("reasoningDetails")
                 if replay and isinstance(details, list) and message["toolCalls"]:
-                    blocks.extend({k: v for k, v in b.items() if k in ("type", "thinking", "signature", "data")}
+                    blocks.extend({k: v for k, v in b.items()
+                                   if k in ("type", "thinking", "signature", "data")}
                                   for b in details if model is None or _signed_by(b, model))
                 if message["content"]:
                     blocks.append({"type": "text", "text": message["content"]})
@@ -3388,14 +3550,17 @@ class AnthropicProvider(_HttpProvider):
             state["stop"] = stop
             state["stop_details"] = (payload.get("delta") or {}).get("stop_details")
             if stop in _ANTHROPIC_FINISH:
-                yield {"type": "finish", "finish_reason": _ANTHROPIC_FINISH[stop], "vendor_finish_reason": stop}
+                yield {"type": "finish", "finish_reason": _ANTHROPIC_FINISH[stop],
+                       "vendor_finish_reason": stop}
         elif kind == "message_stop":
             yield from self._close_thinking(state)
             yield self._usage_event(state)
 
     @staticmethod
     def _close_thinking(state: dict) -> Iterator[dict]:
-        """A finished thinking block joins the signed blocks the reply carries in ``reasoning_details``."""
+        """A finished thinking block joins the signed blocks the reply carries in
+        ``reasoning_details``.
+        """
         block, state["open_thinking"] = state["open_thinking"], None
         if block is not None:       # its texts came in pieces, joined once here
             block = {key: "".join(value) if isinstance(value, list) else value
@@ -3409,15 +3574,16 @@ class AnthropicProvider(_HttpProvider):
             return None
         details = state["stop_details"] if isinstance(state.get("stop_details"), dict) else {}
         why = details.get("explanation") or details.get("category") or "no reason given"
-        return ProviderError(f"anthropic: the model refused ({why})", provider=self.name, kind="content",
-                             code="refusal")
+        return ProviderError(f"anthropic: the model refused ({why})", provider=self.name,
+                             kind="content", code="refusal")
 
     def _block_start(self, block: dict, index: int, state: dict) -> Iterator[dict]:
         if block.get("type") == "tool_use":
             state["open_tool"] = index
             arguments = compact_json(block["input"]) if block.get("input") else None
-            yield {"type": "delta", "tool_calls": [{"index": index, "id": block.get("id"), "name": block.get("name"),
-                                                    "arguments": arguments}]}
+            yield {"type": "delta",
+                   "tool_calls": [{"index": index, "id": block.get("id"), "name": block.get("name"),
+                                   "arguments": arguments}]}
         elif block.get("type") == "text" and block.get("text"):
             yield {"type": "delta", "content": block["text"]}
         elif block.get("type") == "thinking":
@@ -3441,7 +3607,8 @@ class AnthropicProvider(_HttpProvider):
         state["stop"] = stop
         state["stop_details"] = message.get("stop_details")
         if stop in _ANTHROPIC_FINISH:
-            yield {"type": "finish", "finish_reason": _ANTHROPIC_FINISH[stop], "vendor_finish_reason": stop}
+            yield {"type": "finish", "finish_reason": _ANTHROPIC_FINISH[stop],
+                   "vendor_finish_reason": stop}
         yield self._usage_event(state)
 
     @staticmethod
@@ -3465,9 +3632,11 @@ class AnthropicProvider(_HttpProvider):
                 "completion_tokens": state["output"], "cached_input_tokens": state["read"],
                 "cache_write_tokens": state["write"], "reasoning_tokens": state["thought"]}
 
-    def _classify(self, status: int | None, text: str, data: Any) -> tuple[str, str | None, int | None]:
+    def _classify(self, status: int | None, text: str,
+                  data: Any) -> tuple[str, str | None, int | None]:
         error = data.get("error") if isinstance(data, dict) else None
-        error_type = error.get("type") if isinstance(error, dict) and isinstance(error.get("type"), str) else None
+        error_type = (error.get("type")
+                      if isinstance(error, dict) and isinstance(error.get("type"), str) else None)
         if status is None and error_type in _ANTHROPIC_ERROR_STATUS:
             status = _ANTHROPIC_ERROR_STATUS[error_type]
         return classify_error(status=status, body=text), error_type, None
@@ -3488,11 +3657,13 @@ class NoAvailableProviderError(ProviderError):
 
     def __init__(self, reset_at_ms: int | None, retry_after_ms: int | None):
         super().__init__("All configured providers are unavailable. Retry after the cooldown.",
-                         provider="fallback", kind="rate", reset_at_ms=reset_at_ms, retry_after_ms=retry_after_ms)
+                         provider="fallback", kind="rate", reset_at_ms=reset_at_ms,
+                         retry_after_ms=retry_after_ms)
 
 
 class FallbackProvider:
-    """An ordered pool of providers: each call goes to the first member not cooling down (providers.md §7).
+    """An ordered pool of providers: each call goes to the first member not cooling down
+    (providers.md §7).
 
     >>> pool = FallbackProvider([GeminiProvider(api_key="k", model="gemini-3.8-flash"),
     ...                          AnthropicProvider(api_key="k", model="claude-sonnet-4-5")])
@@ -3503,30 +3674,35 @@ class FallbackProvider:
     """
 
     def __init__(self, providers: list, *, cooldown_ms: dict | None = None,
-                 on_cooldown: Callable[[dict], Any] | None = None, now: Callable[[], int] | None = None):
+                 on_cooldown: Callable[[dict], Any] | None = None,
+                 now: Callable[[], int] | None = None):
         owner = "FallbackProvider"
         members = list(providers or [])
         if not members:
-            raise ValueError(f"[{owner}] providers is empty: there is nothing to call. Pass at least one, "
-                             "e.g. FallbackProvider([primary, backup]).")
+            raise ValueError(f"[{owner}] providers is empty: there is nothing to call. "
+                             "Pass at least one, e.g. FallbackProvider([primary, backup]).")
         if len({id(p) for p in members}) != len(members):
-            raise ValueError(f"[{owner}] the same provider object is listed twice: each member must be a "
-                             "distinct instance (one cooldown each).")
+            raise ValueError(f"[{owner}] the same provider object is listed twice: "
+                             "each member must be a distinct instance (one cooldown each).")
         for member in members:
-            if not all(hasattr(member, a) for a in ("name", "capabilities", "generate", "generate_stream")):
-                raise ValueError(f"[{owner}] {member!r} is not an AiProvider: it needs name, capabilities, "
-                                 "generate and generate_stream.")
+            if not all(hasattr(member, a)
+                       for a in ("name", "capabilities", "generate", "generate_stream")):
+                raise ValueError(f"[{owner}] {member!r} is not an AiProvider: it needs name, "
+                                 "capabilities, generate and generate_stream.")
         table: dict[str, int | float | None] = dict(DEFAULT_COOLDOWN_MS)
         for kind, value in (cooldown_ms or {}).items():
             if kind not in DEFAULT_COOLDOWN_MS:
-                raise ValueError(f'[{owner}] cooldown_ms has an unknown kind "{kind}": use one of the ProviderError '
+                raise ValueError(f'[{owner}] cooldown_ms has an unknown kind "{kind}": '
+                                 'use one of the ProviderError '
                                  "kinds.")
             if kind == "aborted" and value is not None:
-                raise ValueError(f'[{owner}] cooldown_ms["aborted"] cannot be set: a cancelled call never falls '
+                raise ValueError(f'[{owner}] cooldown_ms["aborted"] cannot be set: '
+                                 'a cancelled call never falls '
                                  "through.")
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                       or not math.isfinite(value) or value < 0):
-                raise ValueError(f'[{owner}] cooldown_ms["{kind}"] is {value!r}: pass milliseconds (0 or more), '
+                raise ValueError(f'[{owner}] cooldown_ms["{kind}"] is {value!r}: '
+                                 'pass milliseconds (0 or more), '
                                  "or None for no fallthrough.")
             table[kind] = value
         if on_cooldown is not None and not callable(on_cooldown):
@@ -3536,14 +3712,16 @@ class FallbackProvider:
         self.on_cooldown = on_cooldown
         self._now = now or _now_ms
         self._lock = threading.Lock()
-        self._state: list[dict[str, Any]] = [{"retry_at_ms": None, "probing": False, "kind": None} for _ in members]
+        self._state: list[dict[str, Any]] = [{"retry_at_ms": None, "probing": False, "kind": None}
+                                             for _ in members]
         self.name = "fallback(" + "->".join(p.name for p in members) + ")"
 
     @property
     def capabilities(self) -> ProviderCapabilities:
         """A flag holds for the pool when it holds for every member."""
         names = [flag.name for flag in dataclasses.fields(ProviderCapabilities)]
-        return ProviderCapabilities(**{name: all(bool(getattr(p.capabilities, name, False)) for p in self.providers)
+        return ProviderCapabilities(**{name: all(bool(getattr(p.capabilities, name, False))
+                                                 for p in self.providers)
                                        for name in names})
 
     def __repr__(self) -> str:
@@ -3590,8 +3768,9 @@ class FallbackProvider:
                     raise
                 self._cool(index, member, exc, kind)
                 if yielded:
-                    raise          # an answer already on screen is never restarted by another provider
-                log.warning("[%s] %s failed (%s); trying the next provider", self.name, member.name, kind)
+                    raise       # an answer already on screen is never restarted by another provider
+                log.warning("[%s] %s failed (%s); trying the next provider", self.name, member.name,
+                            kind)
                 last_error = exc
                 continue
             finally:
@@ -3627,7 +3806,8 @@ class FallbackProvider:
     def _cool(self, index: int, member: Any, exc: BaseException, kind: str) -> None:
         now = self._now()
         hints = []
-        reset_at_ms, retry_after_ms = getattr(exc, "reset_at_ms", None), getattr(exc, "retry_after_ms", None)
+        reset_at_ms = getattr(exc, "reset_at_ms", None)
+        retry_after_ms = getattr(exc, "retry_after_ms", None)
         if reset_at_ms is not None:
             hints.append(reset_at_ms)
         if retry_after_ms is not None:
@@ -3641,7 +3821,7 @@ class FallbackProvider:
             state.update(retry_at_ms=retry_at, kind=kind)
         if self.on_cooldown is not None:
             try:
-                self.on_cooldown({"provider": member, "error": exc, "kind": kind, "retry_at_ms": retry_at,
-                                  "window": getattr(exc, "window", None)})
+                self.on_cooldown({"provider": member, "error": exc, "kind": kind,
+                                  "retry_at_ms": retry_at, "window": getattr(exc, "window", None)})
             except Exception:
                 log.exception("[%s] on_cooldown raised; ignored", self.name)

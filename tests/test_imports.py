@@ -245,13 +245,15 @@ def test_a_records_default_lists_are_its_own():
 
 # Lines at most 100 columns: the modules that got there stay there -----------------------------
 
-WITHIN_100_COLUMNS = ("falai_checks", "falai_spec", "falai_testing", "falai_stores")
+WITHIN_100_COLUMNS = ("falai_checks", "falai_spec", "falai_testing", "falai_stores", "falai_calls",
+                      "falai_protocols", "falai_providers", "falai_cli", "falai_host")
 
 
 @pytest.mark.parametrize("module", WITHIN_100_COLUMNS)
 def test_a_module_within_100_columns_stays_there(module):
-    """Library lines are at most 100 columns (docs/guide/development.md); ruff's limit is wider while the
-    other modules get there, so each module that did is listed here. Add a module when it gets there."""
+    """Library lines are at most 100 columns (docs/guide/development.md); ruff checks that too, except
+    in a module still under its per-file E501 ignore, so each module that got there is listed here.
+    Add a module when it gets there."""
     lines = open(f"{ROOT}/{module}.py", encoding="utf-8").read().splitlines()
     wide = [f"{module}.py:{number}" for number, line in enumerate(lines, 1) if len(line) > 100]
     assert wide == [], f"wrap these lines at 100 columns: {wide}"
