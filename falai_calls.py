@@ -301,11 +301,48 @@ def flow_name(flow: dict) -> str:
     return str(flow.get("name") or flow.get("id"))
 
 
+READ_NESTING = 256      # levels of brackets a reply may open before json.loads is never called
+_JSON_SPECIALS = re.compile(r'[\[\]{}"\\]')
+
+
+def nests_past(text: str, limit: int = READ_NESTING) -> bool:
+    """Whether JSON text opens more than ``limit`` brackets at once (strings skipped; linear).
+
+    Text that deep is refused before json.loads reads it: its C recursion, that deep, leaves
+    no stack for a finalizer the garbage collector may run meanwhile, which then fails.
+    """
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    depth, in_string, skip_to = 0, False, 0
+    for match in _JSON_SPECIALS.finditer(text):
+        at = match.start()
+        if at < skip_to:                # the character a backslash escapes
+            continue
+        char = text[at]
+        if in_string:
+            if char == "\\":
+                skip_to = at + 2
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif char in "]}":
+            depth -= 1
+    return False
+
+
 def lenient_loads(text: str) -> Any:
     """Strict JSON first, then with raw control characters allowed inside strings (§2.9 step 2).
 
-    falai_providers reads envelopes with it too (providers.md §3.6 rules 2-3).
+    falai_providers reads envelopes with it too (providers.md §3.6 rules 2-3). Text nested past
+    READ_NESTING raises RecursionError without being read (see nests_past).
     """
+    if nests_past(text):
+        raise RecursionError(f"nested deeper than {READ_NESTING} levels: not read")
     try:
         return json.loads(text)
     except ValueError:

@@ -53,7 +53,7 @@ import falai
 from falai import (GenerateRequest, Generation, GenerationChunk, ProviderCapabilities,
                    ProviderError, TokenUsage, ToolCallRequest, classify_error, compact_json,
                    parse_iso, reused, to_ms)
-from falai_calls import ENVELOPE_SHAPED, decode_json_string, lenient_loads, unfenced
+from falai_calls import ENVELOPE_SHAPED, decode_json_string, lenient_loads, nests_past, unfenced
 
 __all__ = [
     "GeminiProvider", "OpenAICompatibleProvider", "AnthropicProvider", "FallbackProvider",
@@ -162,6 +162,8 @@ def parse_tool_args(raw: Any, tool_name: str | None = None) -> dict:
     text = raw if isinstance(raw, str) else str(raw)
     if not text.strip():
         return {}
+    if nests_past(text):
+        return _too_deep_arguments(tool_name)
     try:
         value = json.loads(text, strict=False)
     except ValueError:
@@ -202,6 +204,8 @@ def _last_object_suffix(text: str) -> dict | None:
     for _ in range(_MAX_SUFFIX_TRIES):
         position = text.rfind("{", 0, position)
         if position < 0:
+            return None
+        if nests_past(text[position:]):
             return None
         try:
             value = json.loads(text[position:], strict=False)
@@ -978,6 +982,8 @@ class _TooDeep(ValueError):
 
 def _loads(text: str) -> Any:
     """json.loads that raises only ValueError: a body too deep to read is a ``_TooDeep``."""
+    if nests_past(text):
+        raise _TooDeep(f"nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         value = json.loads(text)
     except RecursionError:
@@ -2143,6 +2149,8 @@ def _gemini_object(text: str, wrap: str, name: str) -> dict:
     if wrap == "value" and not text.strip():
         return {}
     try:
+        if nests_past(text):
+            raise ValueError("nested too deep to read")
         value = json.loads(text)
     except ValueError:
         return parse_tool_args(text, name) if wrap == "value" else {"output": text}
