@@ -189,9 +189,9 @@ SHORT_WAIT_MS = 10_000         # a timer wait this short rides inline on the nex
 DEFAULT_UP_TO = "30d"          # an event wait's default upTo (runtime.md §3.6.3, flows.md §5.7)
 DEFAULT_MAX_ASKS = 3           # a collect step's default maxAsks (flows.md §2.2)
 DEFAULT_MAX_TOOL_LOOPS = 5     # the agent's default max_tool_loops (model-calls.md §6.2)
-TOOL_POOL_WORKERS = 8          # safe tool calls running at once, per agent (model-calls.md §6.4; issue 12)
-FIELD_ENVELOPES_KEPT = 256     # field-envelope schemas an agent keeps for reuse, a bound on memory (issue 12)
-UNDERSTAND_PLANS_KEPT = 64     # understand envelopes (and harvest lists) an agent keeps for reuse (issue 12)
+TOOL_POOL_WORKERS = 8          # safe tool calls running at once, per agent (model-calls.md §6.4)
+FIELD_ENVELOPES_KEPT = 256     # field-envelope schemas an agent keeps for reuse, a bound on memory
+UNDERSTAND_PLANS_KEPT = 64     # understand envelopes (and harvest lists) kept per agent, a bound
 RETRY_LADDER = ("1m", "5m", "15m", "1h", "6h")   # a talk step's speak retry wakes (runtime.md §10.2, §13)
 
 
@@ -1650,8 +1650,8 @@ def falai() -> RootToolkit:
 
 PROTOCOLS = ("lean", "v4")     # docs/guide/tokens.md
 
-FROZEN_HINT = ("an Agent's configuration cannot change after it is built: build a new Agent with the "
-               "flows, fields and options you want (python-api.md, The toolkit)")
+FROZEN_HINT = ("an Agent's configuration cannot change after it is built: build a new Agent "
+               "with the flows, fields and options you want (python-api.md, The toolkit)")
 
 
 def _refuse(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
@@ -1912,7 +1912,7 @@ class Compiled:
         """The agent's one thread pool for safe tool calls, created on first use and capped."""
         with self._tool_pool_lock:
             if self._tool_pool is None:
-                from concurrent.futures import ThreadPoolExecutor   # lazily: many agents never batch
+                from concurrent.futures import ThreadPoolExecutor   # lazily: often never used
                 self._tool_pool = ThreadPoolExecutor(max_workers=TOOL_POOL_WORKERS,
                                                      thread_name_prefix="falai-tool")
             return self._tool_pool
@@ -2369,7 +2369,8 @@ def turn_given(agent: Agent, given: TurnInput, now: datetime, session: Session) 
         context=given.context, anchors=given.anchors,
         held_claims=given.claims.get("held") or {},
         active_claims=frozenset(given.claims.get("active") or []),
-        silenced=silenced if isinstance(silenced, str) else silenced.get("reason") if silenced else None,
+        silenced=(silenced if isinstance(silenced, str)
+                  else silenced.get("reason") if silenced else None),
         understand_when_silenced=isinstance(silenced, dict) and bool(silenced.get("understand")),
         skip_mode=isinstance(silenced, dict) and bool(silenced.get("skip")),
         trigger_key=trigger_key_of(given, session, now_text))
@@ -2438,8 +2439,8 @@ class Turn:
 
     def unanswered_message(self) -> bool:
         """Ingest is over, the turn is a message, not silenced, not yet spoken or answered (runtime.md §4.7 rule 5)."""
-        return (self.phase not in ("ingest", "settle") and self.is_message and self.given.silenced is None
-                and not self.spoke)
+        return (self.phase not in ("ingest", "settle") and self.is_message
+                and self.given.silenced is None and not self.spoke)
 
     def live(self, run: Run) -> bool:
         for live in self.session.runs:      # noqa: SIM110 (a loop: any() over a generator costs more, per turn)
@@ -2454,12 +2455,14 @@ class Turn:
         return None
 
     def scope(self, run: Run | None = None) -> Scope:
-        return Scope(data=self.session.data, context=self.given.context, input=run.input if run else None)
+        return Scope(data=self.session.data, context=self.given.context,
+                     input=run.input if run else None)
 
     def pred_ctx(self, run: Run | None, input: Any = None, silenced: Any = "turn") -> PredCtx:
         return PredCtx(context=self.given.context, data=self.session.data,
                        input=run.input if run is not None and input is None else input,
-                       run=run, silenced=self.given.silenced if silenced == "turn" else silenced, now=self.given.now)
+                       run=run, silenced=self.given.silenced if silenced == "turn" else silenced,
+                       now=self.given.now)
 
     def holds(self, predicate: Any, run: Run | None, input: Any = None) -> bool:
         return judge(predicate, self.pred_ctx(run, input), self.given.agent.conditions)
@@ -2491,7 +2494,7 @@ def run_turn(agent: Agent, kwargs: dict, streaming: bool) -> Generator[str, None
     through move_status(), by RUN_MOVES.
     """
     given = read_turn_input(kwargs)
-    turn = Turn(agent, given)                  # copies the session: the input session is never changed
+    turn = Turn(agent, given)                  # copies the session: the input one never changes
     ignored = ingest(turn)      # 1-2: inputs, last-at times, woken runs and their moves, the floor
     if ignored is not None:
         write_line(turn, None, "wait", "skipped", code=ignored.code, key=ignored.key,
@@ -2501,7 +2504,7 @@ def run_turn(agent: Agent, kwargs: dict, streaming: bool) -> Generator[str, None
         turn.phase = "understand"
         understood = understand_message(turn)   # 3: no session or run; compacts the history once
         turn.phase = "decide"
-        decide(turn, understood)                # 4: field values, started and resumed runs, the floor
+        decide(turn, understood)                # 4: field values, started, resumed runs, the floor
     turn.phase = "run"
     run_phase(turn)                             # 5: runs move (steps, data, waits), messages, lines
     turn.phase = "speak"
@@ -2513,7 +2516,7 @@ def run_turn(agent: Agent, kwargs: dict, streaming: bool) -> Generator[str, None
         import falai_calls
         spoken = yield from falai_calls.speak(agent, ask, streaming)   # ... itself changes nothing
     turn.phase = "settle"
-    settle(turn, speaker, spoken)       # 7: the reply, its fields, the speaker's run, resumes, wakes
+    settle(turn, speaker, spoken)       # 7: the reply, its fields, the speaker's run, resumes
     # What the turn produced first: comparing the sessions walks the whole blob, a long history included.
     changed = bool(turn.messages or turn.schedule or turn.outcomes or turn.skipped) or (
         given.session is None or turn.session != given.session)
@@ -2691,7 +2694,8 @@ def customer_wrote_since(turn: Turn, flow_id: str, since: str) -> bool:
         return True
     flow = turn.given.agent.flow_by_id.get(flow_id) or {}
     name = flow.get("anchor") or "session"
-    inbound = (turn.given.anchors.get(name) or {}).get("lastInboundAt") if name != "session" else None
+    anchor = turn.given.anchors.get(name) or {}
+    inbound = anchor.get("lastInboundAt") if name != "session" else None
     return inbound is not None and parse_iso(inbound) > moment
 
 
@@ -2711,28 +2715,30 @@ def qualifies(turn: Turn, flow: dict, trigger: dict | None, kind: str) -> bool:
     if trigger is None:
         return False
     key = turn.given.trigger_key
-    return (trigger.get("if") is None or turn.holds(trigger["if"], draft_run(turn, flow, kind, key))) \
-        and repeat_allows(turn, flow, trigger, kind, key)
+    if trigger.get("if") is not None and not turn.holds(trigger["if"], draft_run(turn, flow, kind, key)):
+        return False
+    return repeat_allows(turn, flow, trigger, kind, key)
 
 
 def eligibility(turn: Turn, floor: Run | None) -> Eligibility:
     listed = flows_by_trigger(turn.given.agent)
-    claim_free = not turn.session.claims and not turn.given.held_claims     # then no repeat refuses (runtime.md §6.1)
+    # With no claim held, no repeat refuses (runtime.md §6.1).
+    claim_free = not turn.session.claims and not turn.given.held_claims
     found = Eligibility(eligible=qualifying(turn, listed.phrased, claim_free),
                         catch_alls=qualifying(turn, listed.catch_alls, claim_free))
     # A phrased mention is asked when its repeat allows; its if is judged when it starts (runtime.md §3.5).
     found.mentions = list(listed.asked_mentions.flows) if claim_free else [
         flow for flow, trigger in zip(listed.asked_mentions.flows, listed.asked_mentions.triggers)
         if repeat_allows(turn, flow, trigger, "mention", turn.given.trigger_key)]
-    found.unscored = (floor is None and len(found.eligible) == 1 and turn.given.agent.idle == "silent"
-                      and not found.catch_alls)
+    found.unscored = (floor is None and len(found.eligible) == 1
+                      and turn.given.agent.idle == "silent" and not found.catch_alls)
     return found
 
 
 def qualifying(turn: Turn, listed: TriggerList, claim_free: bool) -> list:
     """The listed flows whose message trigger qualifies on this message, in agent order (runtime.md §3.4)."""
     if claim_free and not listed.conditional:
-        return list(listed.flows)       # no if to judge and no claim to refuse: every one qualifies (issue 12)
+        return list(listed.flows)       # no if to judge and no claim to refuse: every one qualifies
     return [flow for flow, trigger in zip(listed.flows, listed.triggers) if qualifies(turn, flow, trigger, "message")]
 
 
@@ -2792,9 +2798,9 @@ def work_out_flows_by_trigger(agent: Agent) -> FlowsByTrigger:
     """Each kind of trigger and the agent's flows that have one (runtime.md §3.4)."""
     facts = [(flow, flow_facts(agent, flow)) for flow in agent.flows]
     mentions = [(flow, f.mention) for flow, f in facts if f.mention is not None]
-    return FlowsByTrigger(TriggerList.of([(flow, f.phrased) for flow, f in facts if f.phrased is not None]),
-                          TriggerList.of([(flow, f.catch_all) for flow, f in facts if f.catch_all is not None]),
-                          TriggerList.of(mentions),
+    phrased = [(flow, f.phrased) for flow, f in facts if f.phrased is not None]
+    catch_alls = [(flow, f.catch_all) for flow, f in facts if f.catch_all is not None]
+    return FlowsByTrigger(TriggerList.of(phrased), TriggerList.of(catch_alls), TriggerList.of(mentions),
                           TriggerList.of([(flow, t) for flow, t in mentions if t["mention"]]),
                           frozenset(map(id, agent.flows)))
 
@@ -2917,7 +2923,7 @@ def unique_slugs(slugs: Iterable[str]) -> list[str]:
 
 def harvestable(turn: Turn, flows: list) -> list[str]:
     """The unknown "anywhere" fields of the agent's ``flows``, each once: each flow's collect, then each talk
-    step's collect (runtime.md §3.4 item 7). What the flows give is worked out once per list (issue 12)."""
+    step's collect (runtime.md §3.4 item 7). What the flows give is worked out once per list."""
     def anywhere() -> tuple[str, ...]:
         fields = turn.given.agent.fields
         slugs = (slug for flow in flows for slug in flow_facts(turn.given.agent, flow).slugs)
@@ -2928,7 +2934,7 @@ def harvestable(turn: Turn, flows: list) -> list[str]:
     known = {slug for slug, value in turn.session.data.items() if is_known(value)}
     if not known:
         return list(slugs)
-    fields = turn.given.agent.fields      # a correctable known field stays asked: it may be corrected
+    fields = turn.given.agent.fields      # a known correctable field stays asked: it may change
     return [slug for slug in slugs if slug not in known or fields[slug].get("correctable") is True]
 
 
@@ -2948,7 +2954,8 @@ def decide(turn: Turn, understood: Understood) -> None:
             values = judgement.extract.get(flow["id"])
             payload = ({k: v for k, v in values.items() if v is not None and v != ""}
                        if trigger.get("extract") and isinstance(values, dict) else None)
-            start_run(turn, flow, "mention", turn.given.trigger_key, trigger=trigger, payload=payload)
+            start_run(turn, flow, "mention", turn.given.trigger_key, trigger=trigger,
+                      payload=payload)
     routed = None
     if route is not None:
         routed = next((run for run in turn.session.runs if run.flow_id == route["id"] and run.status == "suspended"),
@@ -2956,7 +2963,8 @@ def decide(turn: Turn, understood: Understood) -> None:
         if routed is not None:
             move_status(turn, routed, "routed")
         else:
-            routed = start_run(turn, route, "message", turn.given.trigger_key, trigger=route_trigger)
+            routed = start_run(turn, route, "message", turn.given.trigger_key,
+                               trigger=route_trigger)
         if routed is not None:
             turn.floor_run = routed
     if asker is not None and routed is None and not turn.floor_from_ingest:
@@ -3076,7 +3084,8 @@ def choose_speaker(turn: Turn) -> Run | str | None:
         if send_fixed_question(turn, run, step):
             return None
         return run
-    if (turn.is_message and turn.asker() is None and turn.given.agent.idle != "silent" and not turn.spoke):
+    if (turn.is_message and turn.asker() is None and turn.given.agent.idle != "silent"
+            and not turn.spoke):
         return "idle"
     if turn.is_message and turn.asker() is None and not turn.spoke:
         explain_silence(turn)
@@ -3120,8 +3129,9 @@ def speak_ask(turn: Turn, speaker: Run | str) -> SpeakAsk:
         idle = agent.idle
         assert isinstance(idle, dict)       # an idle "silent" never speaks (choose_speaker)
         instructions = kept_instructions(turn, [*agent.instructions, *(idle.get("instructions") or [])], None)
-        return SpeakAsk(input_kind=turn.given.input.kind, text=text, scope=turn.scope(), history=turn.history,
-                        now=turn.given.now, instructions=instructions, tools=offered_tools(agent, idle.get("tools")))
+        return SpeakAsk(input_kind=turn.given.input.kind, text=text, scope=turn.scope(),
+                        history=turn.history, now=turn.given.now, instructions=instructions,
+                        tools=offered_tools(agent, idle.get("tools")))
     run = speaker
     assert isinstance(run, Run)
     flow = flow_of(turn, run)
@@ -3130,8 +3140,8 @@ def speak_ask(turn: Turn, speaker: Run | str) -> SpeakAsk:
     listed = step.get("tools") if step.get("tools") is not None else flow.get("tools")
     instructions = kept_instructions(
         turn, [*agent.instructions, *(flow.get("instructions") or []), *(step.get("instructions") or [])], run)
-    return SpeakAsk(input_kind=turn.given.input.kind, text=text, scope=turn.scope(run), history=turn.history,
-                    now=turn.given.now, run=run, flow=flow, step=step,
+    return SpeakAsk(input_kind=turn.given.input.kind, text=text, scope=turn.scope(run),
+                    history=turn.history, now=turn.given.now, run=run, flow=flow, step=step,
                     pending=model_fields(agent.fields, pending_fields(turn, step, run)),
                     instructions=instructions, tools=offered_tools(agent, listed))
 
@@ -3238,7 +3248,7 @@ def defer_talk(turn: Turn, run: Run, failure: Deferred) -> None:
 # Silence wakes and pending_wakes (runtime.md §7.5, §14) ---------------------------------------
 
 def silence_flows(agent: Agent) -> list[tuple[dict, dict]]:
-    """(flow, its first silence trigger) of each flow whose silence is a duration; once per agent."""
+    """(flow, its first silence trigger) of each flow whose silence is a duration, once per agent."""
     return agent.compiled.silence_flows()
 
 
@@ -3502,7 +3512,7 @@ def claim_refusal(turn: Turn, key: str, repeat: Any) -> str | None:
 def repeat_allows(turn: Turn, flow: dict, trigger: dict | None, kind: str, trigger_key: str) -> bool:
     """The claim test of a start, without writing (runtime.md §6.1)."""
     if not turn.session.claims and not turn.given.held_claims:
-        return True                 # no claim is held, so none refuses (spares the key on every flow, issue 12)
+        return True                 # no claim is held, so none refuses (and no key is worked out)
     repeat = repeat_of(trigger, kind)
     return claim_refusal(turn, dedupe_key(flow, anchor_of(turn, flow), repeat, trigger_key), repeat) is None
 
@@ -3550,7 +3560,8 @@ def start_run(turn: Turn, flow: dict, kind: str, trigger_key: str, *, trigger: d
     turn.session.runs.append(run)
     turn.started.append(StartedRun(run_id=run.id, flow_id=run.flow_id, anchor=anchor, dedupe_key=claim))
     if kind == "event" and trigger is not None:
-        at = turn.given.now + timedelta(milliseconds=duration_ms(trigger["after"]) if trigger.get("after") else 0)
+        after_ms = duration_ms(trigger["after"]) if trigger.get("after") else 0
+        at = turn.given.now + timedelta(milliseconds=after_ms)
         if trigger.get("businessHours"):
             at = business_time(turn, at)
         if trigger.get("after") or at > turn.given.now:
@@ -3600,7 +3611,7 @@ RUN_MOVES: dict[tuple[str, str], RunStatus] = {
     # A step is entered (§3.6.4, flows.md §5.1); a staying run re-enters its stay step (§4.7).
     ("running", "enter"): "running",
     ("asking", "enter"): "running",
-    # A talk step asks, or asks again after it spoke with fields still pending (§3.6.3, §3.8 item 3).
+    # A talk step asks, or asks again when it spoke and fields are pending (§3.6.3, §3.8 item 3).
     ("running", "ask"): "asking",
     ("asking", "ask"): "asking",
     # The talk step has every field it collects, or a branch fired (§3.8 item 3, §3.6.3).
@@ -3629,8 +3640,9 @@ def move_status(turn: Turn, run: Run, event: str, waiting: dict | None = None) -
     while the run is waiting and ``suspendedAt`` exactly while it is suspended (runtime.md §4.1)."""
     to = RUN_MOVES.get((run.status, event))
     if to is None:
-        raise RuntimeError(f'run "{run.id}" cannot move from "{run.status}" on "{event}": RUN_MOVES has '
-                           "no such move (runtime.md §4.3). This is a bug in falai; please report it.")
+        raise RuntimeError(f'run "{run.id}" cannot move from "{run.status}" on "{event}": '
+                           "RUN_MOVES has no such move (runtime.md §4.3). This is a bug in falai; "
+                           "please report it.")
     if to == "waiting":
         assert waiting is not None          # parking names the wake it waits for
         run.waiting = waiting
@@ -3971,7 +3983,8 @@ def silenced_step(turn: Turn, run: Run, kind: str, then: Any, key: str) -> Go | 
     """A silenced talk or say step: skip mode moves on, otherwise the run ends (runtime.md §3.6.3, §9)."""
     assert turn.given.silenced is not None
     if turn.given.skip_mode:
-        return go(turn, run, kind, "skipped", then, code="silenced", detail=turn.given.silenced, key=key)
+        return go(turn, run, kind, "skipped", then, code="silenced", detail=turn.given.silenced,
+                  key=key)
     end_run(turn, run, "skipped", code="silenced", kind=kind, detail=turn.given.silenced)
     return None
 
@@ -4043,8 +4056,9 @@ def run_do_step(turn: Turn, run: Run, step: dict) -> Go | None:
     if action is None:
         which, value, detail, spoke = "failed", f'unknown action "{name}"', None, False
     else:
-        ctx = ActionCtx(context=turn.given.context, data=turn.session.data, input=run.input, run=run, key=key,
-                        dedupe_key=run.dedupe_key, silenced=turn.given.silenced, now=turn.given.now)
+        ctx = ActionCtx(context=turn.given.context, data=turn.session.data, input=run.input, run=run,
+                        key=key, dedupe_key=run.dedupe_key, silenced=turn.given.silenced,
+                        now=turn.given.now)
         try:
             which, value, detail, spoke = read_action_result(
                 name, action.run(render_deep(step.get("with") or {}, turn.scope(run)), ctx))
@@ -4210,7 +4224,7 @@ class Deferred:
 # The agent's tool pool ------------------------------------------------------------------------
 
 def tool_pool(agent: Agent) -> Any:
-    """The agent's one thread pool for safe tool calls, created on first use and capped (issue 12)."""
+    """The agent's one thread pool for safe tool calls, created on first use and capped."""
     return agent.compiled.tool_pool()
 
 
