@@ -110,7 +110,8 @@ PUBLIC_ELSEWHERE = {
 # these. falai reaches a sibling only through its module object, imported in the function that
 # calls it (or, for one every turn calls, at the bottom of this file, after every definition), so
 # any module may be imported first.
-# tests/test_imports.py holds every sibling to this tuple. Renaming one of these breaks a sibling.
+# tests/construction/test_imports.py holds every sibling to this tuple. Renaming one of these
+# breaks a sibling.
 FOR_SIBLING_MODULES = (
     "ABSENT", "BLOB_NESTING", "FIELD_FORMATS", "MAX_DURATION", "MAX_NESTING",
     "PLACEHOLDER", "as_definition", "claim_prefix", "closed_object", "compact_json",

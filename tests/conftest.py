@@ -46,7 +46,7 @@ def req(**kw):
 # providers.md §9.1 rule 3: no test reaches the internet. Every connection to a
 # non-loopback address fails at once (and fails the test), so a provider left on
 # its default base_url cannot call a real vendor. Tests marked `live` (the
-# opt-in smoke tests of tests/test_live_providers.py) are let through.
+# opt-in smoke tests of tests/providers/test_live_providers.py) are let through.
 import socket as _socket
 
 import pytest as _pytest
@@ -180,3 +180,44 @@ def _agent_protocol(request, monkeypatch):
         import falai
         monkeypatch.setitem(falai.Agent.__init__.__kwdefaults__, "protocol", value)
     yield
+
+# The local Postgres and Redis the store tests run against: connect, or skip saying why not.
+# FALAI_TEST_POSTGRES_DSN / FALAI_TEST_REDIS_URL point elsewhere; `unique_name` gives each run its own
+# table name / key prefix. `from conftest import postgres_connection, redis_client, unique_name`.
+
+import uuid as _uuid  # noqa: E402
+
+POSTGRES_DSN = os.environ.get("FALAI_TEST_POSTGRES_DSN",
+                              "host=127.0.0.1 port=5432 dbname=test user=postgres connect_timeout=3")
+REDIS_URL = os.environ.get("FALAI_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def unique_name(prefix="falai_test") -> str:
+    return f"{prefix}_{os.getpid()}_{_uuid.uuid4().hex[:10]}"
+
+
+def postgres_connection():
+    """A psycopg connection to the local test server, or a skip saying why not."""
+    try:
+        import psycopg
+    except ImportError:
+        _pytest.skip('psycopg is not installed: pip install "psycopg[binary]" to run the Postgres store tests')
+    try:
+        return psycopg.connect(POSTGRES_DSN)
+    except psycopg.OperationalError as error:
+        _pytest.skip(f"no Postgres server reachable at {POSTGRES_DSN!r}: {str(error).strip()}")
+
+
+def redis_client(decode_responses=False):
+    """A redis-py client to the local test server, or a skip saying why not."""
+    try:
+        import redis
+    except ImportError:
+        _pytest.skip("redis is not installed: pip install redis to run the Redis store tests")
+    client = redis.Redis.from_url(REDIS_URL, decode_responses=decode_responses, socket_connect_timeout=3)
+    try:
+        client.ping()
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as error:
+        client.close()
+        _pytest.skip(f"no Redis server reachable at {REDIS_URL}: {error}")
+    return client

@@ -1,4 +1,4 @@
-"""Shared setup of the end-to-end tests (tests/test_e2e_*.py) and the seed page tests (tests/test_seed_examples.py).
+"""Shared setup of the end-to-end tests (tests/providers/test_e2e_*.py) and the seed page tests (tests/docs/test_seed_examples.py).
 
 The seed Concierge (the Tool page's example): the agent of examples/concierge.py
 with the page's own tools. The end-to-end tests build it on a real provider class

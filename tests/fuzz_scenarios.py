@@ -1,6 +1,6 @@
 """Hypothesis strategies for the property suite: valid agents, input sequences, provider replies.
 
-Not a test module. tests/test_properties.py draws a ``Scenario`` (an agent's flows and
+Not a test module. tests/robustness/test_properties.py draws a ``Scenario`` (an agent's flows and
 options, then a list of turns, each an input plus the provider replies it will get) and
 runs it the way the README's host loop does.
 

@@ -1,6 +1,6 @@
 """The request bodies the three HTTP providers would send for a set of scripted conversations (issue 11).
 
-Shared by tests/test_protocol.py (the "v4" golden bodies) and bench/bench_tokens.py. A
+Shared by tests/model_calls/test_protocol.py (the "v4" golden bodies) and bench/bench_tokens.py. A
 ``RecordingProvider`` answers like a ``ScriptedProvider`` and keeps each ``GenerateRequest``;
 ``wire_bodies`` builds each vendor's body with the provider's own body builder
 (``_plan`` then ``_wire``), exactly what ``generate`` would POST, without sending it.

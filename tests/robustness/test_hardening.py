@@ -16,7 +16,7 @@ import falai_providers
 import falai_stores
 from falai import fake_clock
 from falai_stores import PostgresStore, RedisStore, SQLiteStore
-from test_stores import postgres_connection, redis_client, unique_name
+from conftest import postgres_connection, redis_client, unique_name
 
 from conftest import build
 

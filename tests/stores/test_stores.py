@@ -12,7 +12,6 @@ import math
 import os
 import sqlite3
 import threading
-import uuid
 from dataclasses import replace
 from datetime import datetime, timezone
 
@@ -20,44 +19,9 @@ import pytest
 
 from falai import InvalidSessionError, MemoryStore, Run, Session, SessionConflictError, Store
 from falai_stores import PostgresStore, RedisStore, SQLiteStore
+from conftest import postgres_connection, redis_client, unique_name
 
-POSTGRES_DSN = os.environ.get("FALAI_TEST_POSTGRES_DSN",
-                              "host=127.0.0.1 port=5432 dbname=test user=postgres connect_timeout=3")
-REDIS_URL = os.environ.get("FALAI_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 BARE_KEYS = {"claims", "data", "id", "inputs", "metadata", "runs", "v", "version"}
-
-
-def unique_name(prefix="falai_test") -> str:
-    return f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:10]}"
-
-
-# Servers: connect or skip with the reason ------------------------------------------------------
-
-def postgres_connection():
-    """A psycopg connection to the local test server, or pytest.skip saying why not."""
-    try:
-        import psycopg
-    except ImportError:
-        pytest.skip('psycopg is not installed: pip install "psycopg[binary]" to run the Postgres store tests')
-    try:
-        return psycopg.connect(POSTGRES_DSN)
-    except psycopg.OperationalError as error:
-        pytest.skip(f"no Postgres server reachable at {POSTGRES_DSN!r}: {str(error).strip()}")
-
-
-def redis_client(decode_responses=False):
-    """A redis-py client to the local test server, or pytest.skip saying why not."""
-    try:
-        import redis
-    except ImportError:
-        pytest.skip("redis is not installed: pip install redis to run the Redis store tests")
-    client = redis.Redis.from_url(REDIS_URL, decode_responses=decode_responses, socket_connect_timeout=3)
-    try:
-        client.ping()
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as error:
-        client.close()
-        pytest.skip(f"no Redis server reachable at {REDIS_URL}: {error}")
-    return client
 
 
 # Backends: one store (or several over the same rows) and a raw seam ----------------------------
@@ -453,7 +417,7 @@ def test_falai_stores_imports_no_database_driver():
     code = ("import sys; before = set(sys.modules); import falai_stores; "
             "new = {m.split('.')[0] for m in set(sys.modules) - before}; "
             "print(','.join(sorted(m for m in new if m not in sys.stdlib_module_names and m not in ('falai', 'falai_stores'))))")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
     assert out.stdout.strip() == ""
 

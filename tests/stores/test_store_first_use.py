@@ -6,7 +6,7 @@ import pytest
 
 from falai import Session
 from falai_stores import PostgresStore, SQLiteStore
-from test_stores import postgres_connection, unique_name
+from conftest import postgres_connection, unique_name
 
 
 def test_sqlite_creates_its_table_on_the_first_save_without_initialize(tmp_path):

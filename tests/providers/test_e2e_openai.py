@@ -66,7 +66,7 @@ def script_turn2(fake):
     text_reply(fake, SPEAK2, usage(310, 16, 60))
 
 
-@pytest.mark.protocols("v4")      # the v4 wire, byte for byte; tests/test_protocol.py covers "lean"
+@pytest.mark.protocols("v4")      # the v4 wire, byte for byte; tests/model_calls/test_protocol.py covers "lean"
 def test_two_turn_concierge_conversation_over_openai(fake):
     """The Tool page's Example on OpenAICompatibleProvider: json_schema response_format named after the call
     (providers.md §5.4, §3.1), the stable prefix as the leading system message, the prompt the last user
@@ -138,7 +138,7 @@ def test_the_wrap_up_round_carries_no_tools(fake):
     assert wrap["messages"][-1]["content"].rstrip().split("\n\n")[-1].startswith("## Wrap up")
 
 
-@pytest.mark.protocols("v4")      # v4 prompt and envelope text; tests/test_protocol.py covers "lean"
+@pytest.mark.protocols("v4")      # v4 prompt and envelope text; tests/model_calls/test_protocol.py covers "lean"
 def test_json_object_mode_carries_the_envelope_as_the_last_system_message(fake):
     """providers.md §5.4 rule 3 (DeepSeek's preset): json_object plus the schema prompt appended after the
     user prompt, for the understand call and each speak round."""

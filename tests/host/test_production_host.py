@@ -1,7 +1,7 @@
 """The production host (falai_host, ``falai host ...``) against the real Postgres and a Redis of its own.
 
 One test per guarantee or failure the guide names (docs/guide/production.md); the fault run with the
-roles as processes is tests/test_host_faults.py. Skipped with the reason when the host's extra
+roles as processes is tests/host/test_host_faults.py. Skipped with the reason when the host's extra
 (``pip install 'falai[host]'``), Postgres or ``redis-server`` is missing; CI installs and starts them.
 """
 import base64

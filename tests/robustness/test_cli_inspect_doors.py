@@ -1,5 +1,5 @@
 """Who can reach `falai inspect` (docs/guide/cli.md, "Who can reach the inspector"): one test per
-attack, at the HTTP level. tests/test_cli_inspect_browser.py checks the page still works in a
+attack, at the HTTP level. tests/cli/test_cli_inspect_browser.py checks the page still works in a
 real browser and that another origin's page cannot drive it."""
 import http.client
 import json
@@ -11,7 +11,7 @@ import pytest
 
 import falai_cli
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHOP = os.path.join(ROOT, "examples", "cli", "shop.json")
 REGISTRY = os.path.join(ROOT, "examples", "cli", "registry.json")
 TOKEN = "a-per-run-token"

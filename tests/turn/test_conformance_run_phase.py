@@ -2,7 +2,7 @@
 
 Adversarial tests of runtime.md §3.5 ("The displaced asker"), §3.6 (resume, queue, hand-back loop, choosing the
 speaker, fixed question), §4.4-§4.7 (floor, stack, hand-back, staying), §9 (silenced with `understand: True`);
-flows.md §3.6, §5.3, §6. Helpers are shared with tests/test_conformance_routing.py.
+flows.md §3.6, §5.3, §6. Helpers are shared with tests/turn/test_conformance_routing.py.
 """
 from test_conformance_routing import (SUPORTE, T0, VENDAS, build, flow, noop, section, status,
                                       understand_calls)

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SPEC = ROOT / "docs" / "spec"
 SPEC_FILES = ("README", "flows", "runtime", "model-calls", "persistence", "providers", "python-api")
 CITATION = re.compile(r"\b(?P<file>" + "|".join(re.escape(n) for n in SPEC_FILES[1:]) + r")\.md\b"

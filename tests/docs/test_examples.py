@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.join(os.path.dirname(__file__), "..")
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 NO_KEYS = ("GEMINI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "FALAI_MODEL",
            "FALAI_SERVER", "FALAI_STRUCTURED_OUTPUT", "FALAI_MAX_TOKENS")
 

@@ -9,7 +9,7 @@ import falai as F
 import falai_calls
 from falai import ScriptedProvider, Tool
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
 
 def speak_with_two_safe_calls(agent):

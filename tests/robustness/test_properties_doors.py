@@ -199,7 +199,7 @@ def inspector():
 
 def falai_cli_example(name: str) -> str:
     import os
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "cli", name)
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples", "cli", name)
 
 
 @fuzz_settings(150)

@@ -8,7 +8,7 @@ import pytest
 
 from falai import InvalidSessionError, MemoryStore, Session, migrate_session
 
-FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+FIXTURES = pathlib.Path(__file__).parent.parent / "fixtures"
 NOW = datetime(2026, 9, 21, 12, 0, tzinfo=timezone.utc)
 NOW_TEXT = "2026-09-21T12:00:00.000Z"
 SAME = lambda key: key  # noqa: E731 - the fixtures' flow_id_of

@@ -144,7 +144,7 @@ def test_nothing_older_than_the_window_spends_no_call():
 @pytest.mark.parametrize("failure", [ProviderError("down", kind="overload"), RuntimeError("boom")])
 def test_a_failed_summary_drops_the_oldest_messages_instead(failure, caplog):
     """model-calls.md §9.4: keep the window, add older items newest first while below the threshold.
-    (A dry script queue is no failed call: it raises ScriptError, tests/test_scripted_strict.py.)"""
+    (A dry script queue is no failed call: it raises ScriptError, tests/robustness/test_scripted_strict.py.)"""
     script = {"compaction": [failure]}
     history = [user("a" * 96), user("b" * 16), user("c" * 16), user("d" * 96), user("e"), user("f")]
     agent = make_agent({"maxTokens": 50, "preserveRecentCount": 2}, script=script)   # threshold 40

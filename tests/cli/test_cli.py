@@ -18,7 +18,7 @@ import pytest
 import falai
 import falai_cli
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHOP = os.path.join(ROOT, "examples", "cli", "shop.json")
 REGISTRY = os.path.join(ROOT, "examples", "cli", "registry.json")
 FLOWS = os.path.join(ROOT, "examples", "flows")
@@ -398,7 +398,7 @@ def test_migrate_bad_input_exits_2(tmp_path):
     assert status == 2 and "expected an object" in err
 
 
-# inspect (the HTTP side; tests/test_cli_inspect_browser.py drives the page) ------------------------
+# inspect (the HTTP side; tests/cli/test_cli_inspect_browser.py drives the page) ------------------------
 
 TOKEN = "per-run-token-for-tests"
 

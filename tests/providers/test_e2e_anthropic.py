@@ -58,7 +58,7 @@ def script_turn2(fake):
     fake.sse(*text_events(SPEAK2, 310, 16, cache_read=60))
 
 
-@pytest.mark.protocols("v4")      # the v4 wire, byte for byte; tests/test_protocol.py covers "lean"
+@pytest.mark.protocols("v4")      # the v4 wire, byte for byte; tests/model_calls/test_protocol.py covers "lean"
 def test_two_turn_concierge_conversation_over_anthropic(fake):
     """The Tool page's Example on AnthropicProvider: the stable prefix as the cached system block, the envelope
     as native structured output (issue 7), the prompt the last user text, tools only on speak rounds

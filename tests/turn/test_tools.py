@@ -57,7 +57,7 @@ def tool_contents(request):
 
 # §6.10: the example ----------------------------------------------------------------------------
 
-@pytest.mark.protocols("v4")      # v4 prompt and envelope text; tests/test_protocol.py covers "lean"
+@pytest.mark.protocols("v4")      # v4 prompt and envelope text; tests/model_calls/test_protocol.py covers "lean"
 def test_the_spec_example_round_trip():
     """model-calls.md §6.10: two speak rounds; round 1 sees the user, assistant and tool items."""
     def price(args, ctx):
@@ -232,7 +232,7 @@ def test_error_payloads_are_never_truncated():
 
 # §6.2: the loop --------------------------------------------------------------------------------
 
-@pytest.mark.protocols("v4")      # v4 prompt and envelope text; tests/test_protocol.py covers "lean"
+@pytest.mark.protocols("v4")      # v4 prompt and envelope text; tests/model_calls/test_protocol.py covers "lean"
 def test_max_tool_loops_then_exactly_one_wrap_up_round_without_tools():
     """model-calls.md §6.2: rounds with tools, then one wrap-up round; calls = max_tool_loops + 1."""
     count = []
@@ -374,7 +374,7 @@ def test_no_user_item_when_the_history_already_ends_with_one():
     assert [item["role"] for item in provider.calls[1].history] == ["user", "assistant", "tool"]
 
 
-@pytest.mark.protocols("v4")      # v4 prompt and envelope text; tests/test_protocol.py covers "lean"
+@pytest.mark.protocols("v4")      # v4 prompt and envelope text; tests/model_calls/test_protocol.py covers "lean"
 def test_user_item_is_the_speak_prompt_on_a_wake_turn():
     """model-calls.md §6.7 rule 1: the speak prompt without the round section, when there is no message."""
     tool = Tool(id="t", handler=lambda a, c: None)

@@ -66,7 +66,7 @@ def system_of(body: dict) -> str:
 
 # The two-turn Concierge conversation ###########################################
 
-@pytest.mark.protocols("v4")      # the v4 wire, byte for byte; tests/test_protocol.py covers "lean"
+@pytest.mark.protocols("v4")      # the v4 wire, byte for byte; tests/model_calls/test_protocol.py covers "lean"
 def test_two_turn_concierge_conversation_over_gemini(fake):
     """The Tool page's Example through agent.turn() on GeminiProvider: understand + speak with a preco
     tool round on turn 1, reservar writing `data` on turn 2 (Tool seed page; model-calls.md §6, §7;
@@ -163,7 +163,7 @@ def test_two_turn_concierge_conversation_over_gemini(fake):
 
 
 
-@pytest.mark.protocols("v4")      # the v4 wire, byte for byte; tests/test_protocol.py covers "lean"
+@pytest.mark.protocols("v4")      # the v4 wire, byte for byte; tests/model_calls/test_protocol.py covers "lean"
 def test_the_wrap_up_round_carries_no_tools_and_enforces_the_schema(fake):
     """model-calls.md §6.2 / Tool page "Rounds": after max_tool_loops rounds with calls, one round runs
     with no tools and a "## Wrap up" section; without tools Gemini enforces the schema natively
@@ -182,7 +182,7 @@ def test_the_wrap_up_round_carries_no_tools_and_enforces_the_schema(fake):
     assert [list(p)[0] for c in wrap["contents"][1:3] for p in c["parts"]] == ["functionCall", "functionResponse"]
 
 
-@pytest.mark.protocols("v4")      # the v4 wire, byte for byte; tests/test_protocol.py covers "lean"
+@pytest.mark.protocols("v4")      # the v4 wire, byte for byte; tests/model_calls/test_protocol.py covers "lean"
 def test_gemini_3_enforces_the_schema_beside_tools_and_replays_the_signature(fake):
     """providers.md §4.5: on gemini-3 the schema is enforced and the tools declared on the same call;
     §4.7: the signature returned with the call is replayed verbatim, and the engine's layout (the prompt
@@ -528,7 +528,7 @@ def test_a_stream_that_fails_after_deltas_defers_and_keeps_the_deltas(fake):
 
 # More of the stack ###############################################################
 
-@pytest.mark.protocols("v4")      # v4 prompt and envelope text; tests/test_protocol.py covers "lean"
+@pytest.mark.protocols("v4")      # v4 prompt and envelope text; tests/model_calls/test_protocol.py covers "lean"
 def test_a_field_the_speak_envelope_reports_is_written_and_the_flow_moves_on(fake):
     """model-calls.md §5.4-§5.6, §4: the collecting step's envelope carries its pending field (enforced beside
     the tools the step offers: model-calls.md §6.1, providers.md §4.5); a value the model reports
@@ -605,7 +605,7 @@ def test_the_idle_speaker_failure_writes_an_idle_deferred_line_and_no_wake(fake)
     assert r.schedule == [] and r.messages == [] and r.changed and r.llm_calls == 1
 
 
-@pytest.mark.protocols("v4")      # the v4 wire, byte for byte; tests/test_protocol.py covers "lean"
+@pytest.mark.protocols("v4")      # the v4 wire, byte for byte; tests/model_calls/test_protocol.py covers "lean"
 def test_compaction_summarizes_over_gemini_before_the_understand_call(fake):
     """model-calls.md §9.2-§9.4: one summary call (plain text, no history, max_output_tokens 1024, never
     streamed) right before the first call; the summary reaches the next calls as system text (providers.md

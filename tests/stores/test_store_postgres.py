@@ -10,7 +10,7 @@ import pytest
 
 from falai import Session, SessionConflictError
 from falai_stores import PostgresStore
-from test_stores import postgres_connection, unique_name
+from conftest import postgres_connection, unique_name
 
 
 class FakeCursor:

@@ -6,7 +6,7 @@ model-calls.md §1, §3.1-§3.2, §3.5-§3.6; flows.md §2.2-§2.3, §3.6, §4, 
 Every test drives whole turns through a ScriptedProvider and asserts only what the engine exposes: whether
 the understand call happened and what it offered (`provider.calls[i].schema` and `.prompt`), `llm_calls`,
 `started`/`ended`/`skipped`, runs' status, outcome lines, messages and keys. The Run-phase half (displaced
-asker, stack and hand-back, another-reply, `understand: True`, staying) is tests/test_conformance_run_phase.py.
+asker, stack and hand-back, another-reply, `understand: True`, staying) is tests/turn/test_conformance_run_phase.py.
 """
 import pytest
 import conftest

@@ -12,7 +12,7 @@ import pytest
 
 from falai import InvalidSessionError, Session, SessionConflictError
 from falai_stores import SAVE_SCRIPT, RedisStore
-from test_stores import redis_client, unique_name
+from conftest import redis_client, unique_name
 
 ISO_TEXT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 

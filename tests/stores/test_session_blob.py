@@ -7,7 +7,7 @@ import pytest
 
 from falai import EndedRun, FalaiError, InvalidSessionError, Run, Session
 
-FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+FIXTURES = pathlib.Path(__file__).parent.parent / "fixtures"
 TAIL = ". Repair or delete the row; it is never replaced by a fresh conversation."
 
 
