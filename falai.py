@@ -17,8 +17,8 @@ Sections, in the order data flows through a turn: what a turn is built from
    7. The session ............. Session, Run, writing and reading the v4 blob
    8. The turn ................ run_turn(): ingest, understand, decide, run, speak, settle
    9. Runs and steps .......... outcome lines, start_run(), move_run(), advance(), each step kind
-  10. Model calls ............. UnderstandAsk, Judgement, SpeakAsk, Spoken, Deferred: what the engine
-                                hands falai_calls and gets back
+  10. Model calls ............. UnderstandAsk, Judgement, SpeakAsk, Spoken, Deferred: what the
+                                engine hands falai_calls and gets back
 
 What stands on its own lives beside this file, in sibling modules (falai_*.py):
 
@@ -75,8 +75,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     # toolkit and agent
-    "falai", "Agent", "Tool", "ToolCtx", "ToolResult", "ToolValidationResult", "ToolPermissionResult",
-    "Action", "ActionCtx", "ActionResult", "EventDef", "Condition", "PredCtx",
+    "falai", "Agent", "Tool", "ToolCtx", "ToolResult", "ToolValidationResult",
+    "ToolPermissionResult", "Action", "ActionCtx", "ActionResult", "EventDef", "Condition",
+    "PredCtx",
     # results
     "TurnResult", "TurnStreamChunk", "OutboundMessage", "ScheduleEntry", "TokenUsage",
     "StartedRun", "EndedRun", "SkippedTrigger", "StepOutcome", "OUTCOME_MESSAGES",
@@ -86,8 +87,8 @@ __all__ = [
     "AiProvider", "ProviderCapabilities", "GenerateRequest", "Generation", "GenerationChunk",
     "ToolCallRequest", "ScriptedProvider", "ScriptError", "ERROR_KINDS", "classify_error",
     # JSON, validation, migration, time
-    "validate_flow", "check_flow", "Problem", "FlowValidation", "from_spec", "to_spec", "flow_spec_schema",
-    "migrate_session", "history_to_events", "events_to_history", "fake_clock",
+    "validate_flow", "check_flow", "Problem", "FlowValidation", "from_spec", "to_spec",
+    "flow_spec_schema", "migrate_session", "history_to_events", "events_to_history", "fake_clock",
     "load_registry",
     # errors
     "FalaiError", "FlowConfigurationError", "ProviderError", "SessionConflictError",
@@ -152,9 +153,9 @@ def __dir__() -> list[str]:
 
 
 class _FalaiLog:
-    """The "falai" logger, looked up on first use: ``import falai`` neither imports logging nor creates
-    a logger. An attribute is the logger's own bound method, so a record still names the engine
-    function that logged it."""
+    """The "falai" logger, looked up on first use: ``import falai`` neither imports logging nor
+    creates a logger. An attribute is the logger's own bound method, so a record still names the
+    engine function that logged it."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(falai_logger(), name)
@@ -165,7 +166,8 @@ class _FalaiLog:
         return falai_logger().isEnabledFor(level)
 
 
-@functools.cache     # logging keeps one logger per name for the process's life: remembering it changes nothing
+# logging keeps one logger per name for the process's life: remembering it changes nothing
+@functools.cache
 def falai_logger() -> logging.Logger:
     """``logging.getLogger("falai")``, importing logging on the first call."""
     import logging
@@ -173,26 +175,33 @@ def falai_logger() -> logging.Logger:
 
 
 log = _FalaiLog()
-DEBUG = 10                     # logging.DEBUG, named here so that a level check need not import logging
+# logging.DEBUG, named here so that a level check need not import logging
+DEBUG = 10
 
 
 # The spec's numbers, in one place ------------------------------------------------------------
 
-ROUTE_MIN_SCORE = 40           # a flow routes only when it scores at least this (runtime.md §3.5 rule 3)
-ROUTE_OVER_ASKER = 15          # ... and, with an asker, beats the asker's flow by this much (§3.5 rule 3)
-HOP_LIMIT = 5                  # a start at this chaining depth is skipped "hop-limit" (runtime.md §5 rule 4)
-INPUTS_KEPT = 50               # the session's last message ids, for duplicate-input (runtime.md §3.2, §13)
+# a flow routes only when it scores at least this (runtime.md §3.5 rule 3)
+ROUTE_MIN_SCORE = 40
+# ... and, with an asker, beats the asker's flow by this much (§3.5 rule 3)
+ROUTE_OVER_ASKER = 15
+# a start at this chaining depth is skipped "hop-limit" (runtime.md §5 rule 4)
+HOP_LIMIT = 5
+# the session's last message ids, for duplicate-input (runtime.md §3.2, §13)
+INPUTS_KEPT = 50
 OUTCOMES_KEPT = 50             # each run keeps its last outcome lines (runtime.md §4.1, §11.1)
 ALWAYS_CLAIMS_KEPT = 50        # "always" claims kept per flow and anchor (runtime.md §6.1, §13)
 STEP_CAP = 50                  # step executions in one move before "step-loop" (runtime.md §3.6.1)
-SHORT_WAIT_MS = 10_000         # a timer wait this short rides inline on the next message (runtime.md §3.6.3)
+# a timer wait this short rides inline on the next message (runtime.md §3.6.3)
+SHORT_WAIT_MS = 10_000
 DEFAULT_UP_TO = "30d"          # an event wait's default upTo (runtime.md §3.6.3, flows.md §5.7)
 DEFAULT_MAX_ASKS = 3           # a collect step's default maxAsks (flows.md §2.2)
 DEFAULT_MAX_TOOL_LOOPS = 5     # the agent's default max_tool_loops (model-calls.md §6.2)
 TOOL_POOL_WORKERS = 8          # safe tool calls running at once, per agent (model-calls.md §6.4)
 FIELD_ENVELOPES_KEPT = 256     # field-envelope schemas an agent keeps for reuse, a bound on memory
 UNDERSTAND_PLANS_KEPT = 64     # understand envelopes (and harvest lists) kept per agent, a bound
-RETRY_LADDER = ("1m", "5m", "15m", "1h", "6h")   # a talk step's speak retry wakes (runtime.md §10.2, §13)
+# a talk step's speak retry wakes (runtime.md §10.2, §13)
+RETRY_LADDER = ("1m", "5m", "15m", "1h", "6h")
 
 
 # 1. Public types ##############################################################################
@@ -250,9 +259,10 @@ class GenerateRequest:
     max_output_tokens: int | None = None
     effort: str | None = None
     cancel: threading.Event | None = None
-    # protocol "lean" (docs/guide/tokens.md): mark the end of the history as a cache breakpoint where the
-    # vendor wants one (Anthropic), and the turn's v4 envelope, which only a ScriptedProvider reads (to check
-    # a reply scripted in the v4 form); the HTTP providers never send it.
+    # protocol "lean" (docs/guide/tokens.md): mark the end of the history as a cache breakpoint
+    # where the vendor wants one (Anthropic), and the turn's v4 envelope, which only a
+    # ScriptedProvider reads (to check a reply scripted in the v4 form); the HTTP providers never
+    # send it.
     cache_history: bool = False
     v4_schema: dict | None = None
     # The customer's message this call reads (the understand call's, or the one a speak call
@@ -470,9 +480,11 @@ class StepOutcome:
     llm_calls: int | None = None
 
     def to_dict(self) -> dict:
-        """The line as the blob stores it: camelCase keys in OUTCOME_KEYS order, absent values omitted."""
-        values = (self.run_id, self.flow_id, self.step_id, self.key, self.kind, self.status, self.code,
-                  self.message, self.detail, self.next, self.until, self.at, self.llm_calls)
+        """The line as the blob stores it: camelCase keys in OUTCOME_KEYS order, absent values
+        omitted."""
+        values = (self.run_id, self.flow_id, self.step_id, self.key, self.kind, self.status,
+                  self.code, self.message, self.detail, self.next, self.until, self.at,
+                  self.llm_calls)
         return {camel: value for camel, value in zip(OUTCOME_CAMEL, values) if value is not None}
 
     @classmethod
@@ -485,7 +497,8 @@ OUTCOME_KEYS = {"run_id": "runId", "flow_id": "flowId", "step_id": "stepId", "ke
                 "kind": "kind", "status": "status", "code": "code", "message": "message",
                 "detail": "detail", "next": "next", "until": "until", "at": "at",
                 "llm_calls": "llmCalls"}
-OUTCOME_CAMEL = tuple(OUTCOME_KEYS.values())       # the order StepOutcome.to_dict reads its values in
+# the order StepOutcome.to_dict reads its values in
+OUTCOME_CAMEL = tuple(OUTCOME_KEYS.values())
 
 
 @dataclass
@@ -573,7 +586,8 @@ class FalaiError(Exception):
 
 
 class FlowConfigurationError(FalaiError):
-    """A flow cannot run (or cannot be stored) as written. The message starts with its class name."""
+    """A flow cannot run (or cannot be stored) as written. The message starts with its class
+    name."""
 
     def __init__(self, message: str):
         if not message.startswith("[FlowConfigurationError]"):
@@ -587,25 +601,28 @@ class InvalidSessionError(FalaiError):
     def __init__(self, session_id: str, why: str):
         self.session_id = session_id
         self.why = why
-        super().__init__(f'[InvalidSessionError] stored session "{session_id}" is unreadable: {why}. '
-                         "Repair or delete the row; it is never replaced by a fresh conversation.")
+        super().__init__(f'[InvalidSessionError] stored session "{session_id}" is unreadable: '
+                         f'{why}. Repair or delete the row; it is never replaced by a fresh '
+                         'conversation.')
 
 
 class SessionConflictError(FalaiError):
-    """A store refused a save: the stored version is not the expected one (persistence.md Part 5)."""
+    """A store refused a save: the stored version is not the expected one (persistence.md
+    Part 5)."""
 
     def __init__(self, session_id: str, expected_version: int, actual_version: int | None):
         self.session_id = session_id
         self.expected_version = expected_version
         self.actual_version = actual_version
         if actual_version is None and expected_version > 0:
-            text = (f'[SessionConflictError] Session "{session_id}" is gone from the store: it was at '
-                    f"version {expected_version} and has since been deleted or expired. Load it again; "
-                    "a load that finds nothing starts a new conversation.")
+            text = (f'[SessionConflictError] Session "{session_id}" is gone from the store: it was '
+                    f'at version {expected_version} and has since been deleted or expired. Load it '
+                    'again; a load that finds nothing starts a new conversation.')
         else:
             found = "none" if actual_version is None else actual_version
-            text = (f'[SessionConflictError] Session "{session_id}" was modified concurrently: expected '
-                    f"version {expected_version}, found {found}. Reload the session and retry the operation.")
+            text = (f'[SessionConflictError] Session "{session_id}" was modified concurrently: '
+                    f'expected version {expected_version}, found {found}. Reload the session and '
+                    'retry the operation.')
         super().__init__(text)
 
 
@@ -663,11 +680,12 @@ class ProviderError(FalaiError):
         return error
 
     def __repr__(self) -> str:
-        return f"ProviderError({str(self)!r}, provider={self.provider!r}, kind={self.kind!r}, status={self.status!r})"
+        return (f"ProviderError({str(self)!r}, provider={self.provider!r}, kind={self.kind!r}, "
+                f"status={self.status!r})")
 
 
-# providers.md §8.3: the text patterns of the classification, first match wins. They stay text, compiled
-# (and cached) by re on the first failure, so importing falai compiles none of them.
+# providers.md §8.3: the text patterns of the classification, first match wins. They stay text,
+# compiled (and cached) by re on the first failure, so importing falai compiles none of them.
 _CONTEXT = (
     r"context[_ ]length[_ ]exceeded|maximum context length|context window|prompt is too long|"
     r"input is too long|too many (input )?tokens|reduce the length of the (messages|prompt|input)|"
@@ -684,7 +702,8 @@ _QUOTA = (
 _MODEL = (r"models?/?[^.{\n]{0,40}?(not found|does not exist|unknown)|no model named|"
           r"unsupported model")
 _AUTH = (
-    r"invalid (x-api-key|api[ _-]?key|token|credentials?)|api[ _-]?key (is )?(not valid|invalid|incorrect)|"
+    r"invalid (x-api-key|api[ _-]?key|token|credentials?)|api[ _-]?key (is )?(not "
+    r"valid|invalid|incorrect)|"
     r"unauthorized|UNAUTHENTICATED|PERMISSION_DENIED|authentication[_ ](failed|invalid|error)|"
     r"account (disabled|suspended|deactivated|banned)")
 _CONTENT = r"content[_ ]filter|content policy|safety|PROHIBITED_CONTENT|blocked|refusal"
@@ -692,8 +711,10 @@ _RATE = r"rate[_ -]?limit|too many requests|RESOURCE_EXHAUSTED"
 _OVERLOAD = r"overloaded|\bunavailable\b|internal error|\bcapacity\b|\"code\":\s*5\d\d"
 _OVERLOAD_EXACT = r"UNAVAILABLE|\bINTERNAL\b"
 _NETWORK = (
-    r"failed to fetch|fetch failed|network error|connection (error|closed|refused|reset)|socket hang up|"
-    r"premature close|stream (ended|closed) unexpectedly|ECONNRESET|ECONNREFUSED|ECONNABORTED|ETIMEDOUT|"
+    r"failed to fetch|fetch failed|network error|connection (error|closed|refused|reset)|socket "
+    r"hang up|"
+    r"premature close|stream (ended|closed) "
+    r"unexpectedly|ECONNRESET|ECONNREFUSED|ECONNABORTED|ETIMEDOUT|"
     r"EPIPE|ENETUNREACH|ENETDOWN|ENOTFOUND|EHOSTUNREACH|EAI_AGAIN")
 _NETWORK_CLASSES = {("requests", "ConnectionError"), ("requests", "ChunkedEncodingError"),
                     ("urllib3", "ProtocolError"), ("urllib3", "NewConnectionError"),
@@ -732,21 +753,25 @@ def _exception_chain(exc: BaseException | None) -> list[BaseException]:
 
 
 def _class_marks(exc: BaseException) -> set[tuple[str, str]]:
-    """(top-level package, class name) of every class exc is an instance of, without importing them."""
+    """(top-level package, class name) of every class exc is an instance of, without importing
+    them."""
     return {(klass.__module__.split(".")[0], klass.__name__) for klass in type(exc).__mro__}
 
 
-def classify_error(exc: BaseException | None = None, status: int | None = None, body: str | None = None) -> str:
+def classify_error(exc: BaseException | None = None, status: int | None = None,
+                   body: str | None = None) -> str:
     """Give a failed model call one of ``ERROR_KINDS`` (providers.md §8.3)."""
     if isinstance(exc, ProviderError):
         return exc.kind
     chain = _exception_chain(exc)
     if any(type(e).__name__ in ("CancelledError", "AbortError") for e in chain):
         return "aborted"
-    text = " ".join(part for part in [error_text(exc) if exc is not None else "", body or ""] if part)
+    text = " ".join(part for part in [error_text(exc) if exc is not None else "", body or ""]
+                    if part)
     if status is None and chain:
         marks = set().union(*(_class_marks(e) for e in chain))
-        if any(pkg == "requests" and name in ("Timeout", "ReadTimeout", "ConnectTimeout") for pkg, name in marks):
+        if any(pkg == "requests" and name in ("Timeout", "ReadTimeout", "ConnectTimeout")
+               for pkg, name in marks):
             return "timeout"
         chain_text = " ".join(error_text(e) for e in chain)
         if (marks & _NETWORK_CLASSES or any(isinstance(e, ConnectionError) for e in chain)
@@ -815,10 +840,11 @@ def is_duration(value: Any) -> bool:
 def duration_ms(value: str) -> int:
     """Milliseconds of a Duration, rounded half up; ValueError names a bad one."""
     if not is_duration(value):
-        raise ValueError(f'"{value}" is not a duration. Write a number and a unit: "30s", "5m", "24h" or "3d".')
+        raise ValueError(f'"{value}" is not a duration. Write a number and a unit: "30s", "5m", '
+                         '"24h" or "3d".')
     if is_too_long(value):
-        raise ValueError(f'"{value}" is longer than the maximum duration "{MAX_DURATION}" (ten years). '
-                         "Use a shorter one.")
+        raise ValueError(f'"{value}" is longer than the maximum duration "{MAX_DURATION}" (ten '
+                         'years). Use a shorter one.')
     return _exact_ms(value)
 
 
@@ -838,7 +864,8 @@ def iso(at: datetime) -> str:
     """An aware datetime as blob text; a naive one is read as UTC; truncated to ms."""
     if at.tzinfo is not timezone.utc:
         at = at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
-    if at.year >= 1000:         # isoformat pads the year to four digits, where strftime's %Y does not
+    # isoformat pads the year to four digits, where strftime's %Y does not
+    if at.year >= 1000:
         # isoformat() without timespec= is the cheaper call, and every turn stamps its instant
         text = at.isoformat()   # "YYYY-MM-DDTHH:MM:SS[.ffffff]+00:00"
         return text[:23] + "Z" if at.microsecond else text[:19] + ".000Z"
@@ -856,7 +883,8 @@ def parse_iso(text: str) -> datetime:
         at = datetime.fromisoformat(raw)
         return at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
     except ValueError:
-        raise ValueError(f'"{text}" is not ISO date-time text such as "2026-09-20T10:00:00.000Z"') from None
+        raise ValueError(f'"{text}" is not ISO date-time text such as '
+                         '"2026-09-20T10:00:00.000Z"') from None
     except OverflowError:   # an offset that moves year 1 or 9999 out of datetime's range
         raise ValueError(f'"{text}" is outside the supported range {INSTANT_RANGE}') from None
 
@@ -867,13 +895,14 @@ def check_instant(at: datetime, what: str, fix: str) -> datetime:
         raise TypeError(f"{what} must be a datetime, not {type(at).__name__}")
     at = truncate_ms(at)
     if not EARLIEST <= at <= LATEST:
-        raise ValueError(f"{what} is {iso(at) if at.year >= 1000 else at.isoformat()}, outside the supported "
-                         f"range {INSTANT_RANGE} (docs/guide/limits.md). {fix}")
+        raise ValueError(f"{what} is {iso(at) if at.year >= 1000 else at.isoformat()}, outside the "
+                         f"supported range {INSTANT_RANGE} (docs/guide/limits.md). {fix}")
     return at
 
 
 def later(at: datetime, ms: int) -> datetime:
-    """``at`` plus ``ms`` milliseconds; an instant past datetime's range stays at its last millisecond.
+    """``at`` plus ``ms`` milliseconds; an instant past datetime's range stays at its last
+    millisecond.
 
     Only an instant already outside the supported range (an old blob's time) can get there.
     """
@@ -896,7 +925,8 @@ def from_ms(ms: int | float) -> datetime:
 def truncate_ms(at: datetime) -> datetime:
     """The instant at whole milliseconds, aware UTC (runtime.md §0, now)."""
     if type(at) is datetime and at.tzinfo is timezone.utc and at.microsecond % 1000 == 0:
-        return at                  # already there (a clock that reads whole milliseconds, fake_clock's)
+        # already there (a clock that reads whole milliseconds, fake_clock's)
+        return at
     return from_ms(to_ms(at if at.tzinfo else at.replace(tzinfo=timezone.utc)))
 
 
@@ -924,7 +954,8 @@ class FakeClock:
         elif isinstance(by, (int, float)) and not isinstance(by, bool):
             self._now = self._now + timedelta(seconds=by)
         else:
-            raise TypeError(f"advance() takes a duration such as \"1d\" or a number of seconds, not {by!r}")
+            raise TypeError("advance() takes a duration such as \"1d\" or a number of seconds, "
+                            f"not {by!r}")
         return self._now
 
     def set(self, at: str) -> datetime:
@@ -937,7 +968,8 @@ class FakeClock:
 
 
 def fake_clock(at: str) -> FakeClock:
-    """A clock for tests: ``clock = fake_clock("2026-09-20T10:00:00.000Z"); clock.advance("1d")``."""
+    """A clock for tests: ``clock = fake_clock("2026-09-20T10:00:00.000Z");
+    clock.advance("1d")``."""
     return FakeClock(at)
 
 
@@ -956,13 +988,15 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, datetime):
         return iso(value)
     if hasattr(value, "__dataclass_fields__"):
-        return {f.name: getattr(value, f.name) for f in dataclass_fields(value) if not f.name.startswith("_")}
+        return {f.name: getattr(value, f.name) for f in dataclass_fields(value)
+                if not f.name.startswith("_")}
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-# What json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_json_default) builds on every
-# call; it holds only those settings, so one serves every call.
-_COMPACT_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_json_default)
+# What json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_json_default) builds on
+# every call; it holds only those settings, so one serves every call.
+_COMPACT_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False,
+                                    default=_json_default)
 
 
 def js_kind(value: Any) -> str:
@@ -1015,12 +1049,14 @@ def js_number_text(x: int | float) -> str:
         text = "0." + "0" * -n + digits
     else:
         e = n - 1
-        text = digits[0] + ("." + digits[1:] if k > 1 else "") + ("e+" if e > 0 else "e-") + str(abs(e))
+        text = (digits[0] + ("." + digits[1:] if k > 1 else "") + ("e+" if e > 0 else "e-")
+                + str(abs(e)))
     return ("-" if x < 0 else "") + text
 
 
 def value_text(value: Any) -> str:
-    """How a value prints in a template: JS numbers, true/false, lists joined by ", " (flows.md §8.2)."""
+    """How a value prints in a template: JS numbers, true/false, lists joined by ", " (flows.md
+    §8.2)."""
     if isinstance(value, str):
         return value
     if isinstance(value, bool):
@@ -1047,7 +1083,8 @@ def _fill_placeholders(template: str, fill: Callable[[re.Match], str]) -> str:
     while at >= 0:
         match = PLACEHOLDER.match(template, at)
         if match is None:
-            # Only a "{{" ending the name can still open a placeholder (the next "{" after it starts one).
+            # Only a "{{" ending the name can still open a placeholder (the next "{" after it starts
+            # one).
             head = _PLACEHOLDER_HEAD.match(template, at)
             assert head is not None                 # at is a "{{": the head always matches
             at = template.find("{{", max(at + 1, head.end() - 2))
@@ -1137,8 +1174,9 @@ def _not_data(path: str, walked: str, value: Any) -> None:
 
 
 def _tidy(text: str) -> str:
-    """Collapse the gaps a blank placeholder leaves: runs of blanks after text become one space, blanks
-    before punctuation and at line ends go. Each run is matched once, whole (linear in the text)."""
+    """Collapse the gaps a blank placeholder leaves: runs of blanks after text become one space,
+    blanks before punctuation and at line ends go. Each run is matched once, whole (linear in the
+    text)."""
     text = _BLANKS.sub(lambda run: " " if run.start() > 0 and not text[run.start() - 1].isspace()
                        and run.end() - run.start() >= 2 else run.group(0), text)
     return _BLANKS.sub(lambda run: "" if run.end() == len(text) or text[run.end()] in ",.;:!?…\n"
@@ -1161,7 +1199,8 @@ def render(template: str, scope: Scope) -> str:
             if value is _MISSING:
                 return match.group(0)
             text = "" if value is _BLANK else value_text(value)
-        except Exception:   # a host object that fails to be read or printed is unknown, never a crash
+        # a host object that fails to be read or printed is unknown, never a crash
+        except Exception:
             return match.group(0)
         if text == "":
             blank = True
@@ -1199,7 +1238,8 @@ def json_equal(a: Any, b: Any) -> bool:
 
 
 def judge(predicate: Any, ctx: PredCtx, conditions: dict[str, Condition]) -> bool:
-    """Whether a predicate holds (flows.md §7): a callable, or a JSON condition whose every key holds."""
+    """Whether a predicate holds (flows.md §7): a callable, or a JSON condition whose every key
+    holds."""
     if predicate is None:
         return True
     if callable(predicate):
@@ -1269,7 +1309,8 @@ def flow_error(where: str, what: str, fix: str) -> NoReturn:
     raise FlowConfigurationError(f"{where}: {what}. {fix}")
 
 
-FLOW_NESTING = 96   # a flow's own levels (8 at most above a value, in a branch's equals) + a value's
+# a flow's own levels (8 at most above a value, in a branch's equals) + a value's
+FLOW_NESTING = 96
 
 
 def strip_nones(value: Any) -> Any:
@@ -1367,7 +1408,8 @@ def extract_mode(definition: dict) -> str:
     "never" marks a tool-only field: no model call is offered it, so only a
     tool, an action or the host writes it (docs/guide/flows.md, Fields).
     """
-    return definition.get("extract") or ("asked" if definition.get("type") == "boolean" else "anywhere")
+    return definition.get("extract") or ("asked" if definition.get("type") == "boolean"
+                                         else "anywhere")
 
 
 def model_fields(fields: dict, slugs: list[str]) -> list[str]:
@@ -1568,7 +1610,8 @@ def closed_object(properties: dict) -> dict:
 
 
 def nullable_envelope(definitions: dict[str, dict]) -> dict:
-    """A closed object schema whose every property is required and nullable (model-calls.md §2.7)."""
+    """A closed object schema whose every property is required and nullable (model-calls.md
+    §2.7)."""
     return closed_object({name: nullable_property(d) for name, d in definitions.items()})
 
 
@@ -1599,7 +1642,8 @@ class _Kit:
     def event(self, *, direction: str | None = None) -> EventDef:
         """A host event (flows.md §10)."""
         if direction not in (None, "inbound", "outbound"):
-            raise ValueError(f'event direction must be "inbound", "outbound" or None, not {direction!r}')
+            raise ValueError('event direction must be "inbound", "outbound" or None, not '
+                             f'{direction!r}')
         return EventDef(direction=direction)
 
     def condition(self, check: Callable[[PredCtx, Any], bool]) -> Condition:
@@ -1609,7 +1653,8 @@ class _Kit:
     def agent(self, **options: Any) -> Agent:
         """Build an Agent with this toolkit's fields."""
         if "fields" in options:
-            raise TypeError("f.agent() takes its fields from the toolkit; pass them to falai().fields(...)")
+            raise TypeError("f.agent() takes its fields from the toolkit; pass them to "
+                            "falai().fields(...)")
         return Agent(fields=self._field_defs, **options)
 
 
@@ -1627,7 +1672,8 @@ class RootToolkit(_Kit):
     def fields(self, defs: dict) -> Toolkit:
         """Bind the agent's field definitions (flows.md §2)."""
         if not isinstance(defs, dict):
-            raise TypeError(f"fields() takes a dict of field definitions, not {type(defs).__name__}")
+            raise TypeError("fields() takes a dict of field definitions, not "
+                            f"{type(defs).__name__}")
         return Toolkit(defs)
 
 
@@ -1644,7 +1690,8 @@ def correctable_fields(fields: Any, correctable: Any) -> Any:
 
 
 def falai() -> RootToolkit:
-    """The root toolkit: ``f = falai().fields({...}); agent = f.agent(name=..., provider=..., flows=[...])``."""
+    """The root toolkit: ``f = falai().fields({...}); agent = f.agent(name=..., provider=...,
+    flows=[...])``."""
     return RootToolkit()
 
 
@@ -1735,8 +1782,8 @@ class Agent:
                  goal: str | None = None, persona: str | None = None, idle: Any = None,
                  clock: Callable[[], datetime] | None = None,
                  business_hours: Callable[[datetime, Any], datetime] | None = None,
-                 max_tool_loops: int = DEFAULT_MAX_TOOL_LOOPS, compaction: dict | None = None, debug: bool = False,
-                 protocol: str = "lean", max_candidates: int | None = None,
+                 max_tool_loops: int = DEFAULT_MAX_TOOL_LOOPS, compaction: dict | None = None,
+                 debug: bool = False, protocol: str = "lean", max_candidates: int | None = None,
                  correctable: bool = False):
         # The agent's own read-only copies: the caches a turn reads rely on them never changing.
         self.name = name
@@ -1745,7 +1792,8 @@ class Agent:
         if correctable is not False:
             fields = correctable_fields(fields, correctable)
         self.fields = frozen(fields)
-        # A None anywhere in a flow means "not set" (flows.md, Notation): the engine reads stripped copies.
+        # A None anywhere in a flow means "not set" (flows.md, Notation): the engine reads stripped
+        # copies.
         self.flows = ReadOnlyList(frozen(strip_nones(flow)) for flow in flows or [])
         self.actions = ReadOnlyDict(actions or {})
         self.events = ReadOnlyDict(events or {})
@@ -1761,16 +1809,19 @@ class Agent:
         self.max_tool_loops = max_tool_loops
         self.compaction = frozen(compaction)
         if protocol not in PROTOCOLS:
-            raise FlowConfigurationError(f'protocol is {show(protocol)}: it must be "lean" or "v4". Leave it out '
-                                         'for "lean", or pass "v4" for the TypeScript original\'s model calls.')
-        if max_candidates is not None and (not is_whole(max_candidates) or isinstance(max_candidates, bool)
+            raise FlowConfigurationError(f'protocol is {show(protocol)}: it must be "lean" or '
+                                         '"v4". Leave it out for "lean", or pass "v4" for the '
+                                         'TypeScript original\'s model calls.')
+        if max_candidates is not None and (not is_whole(max_candidates)
+                                           or isinstance(max_candidates, bool)
                                            or max_candidates < 1):
-            raise FlowConfigurationError(f"max_candidates is {show(max_candidates)}: it must be a whole number of "
-                                         "at least 1. Leave it out to score every eligible flow.")
+            raise FlowConfigurationError(f"max_candidates is {show(max_candidates)}: it must be a "
+                                         "whole number of at least 1. Leave it out to score every "
+                                         "eligible flow.")
         if not isinstance(max_tool_loops, int) or isinstance(max_tool_loops, bool):
-            raise FlowConfigurationError(f"max_tool_loops is {show(max_tool_loops)}: it must be a whole number "
-                                         "(0 or less offers no tools). Leave it out for "
-                                         f"{DEFAULT_MAX_TOOL_LOOPS} tool rounds.")
+            raise FlowConfigurationError(f"max_tool_loops is {show(max_tool_loops)}: it must be a "
+                                         "whole number (0 or less offers no tools). Leave it out "
+                                         f"for {DEFAULT_MAX_TOOL_LOOPS} tool rounds.")
         self.protocol = protocol
         # How its model calls are laid out, and what they work out once (falai_protocols).
         import falai_calls      # here, not at import: the model calls load with the first agent
@@ -1800,8 +1851,8 @@ class Agent:
     def turn(self, *, session_id: str, session: Session | dict | None = None,
              message: str | None = None, id: str | None = None, at: str | None = None,
              wake: str | None = None,
-             event: str | None = None, key: str | None = None, payload: Any = None, hop: int | None = None,
-             start: dict | None = None,
+             event: str | None = None, key: str | None = None, payload: Any = None,
+             hop: int | None = None, start: dict | None = None,
              context: Any = None, history: list | None = None, silenced: str | dict | None = None,
              anchors: dict | None = None, claims: dict | None = None) -> TurnResult:
         """Run one turn (runtime.md §3); all arguments are keywords.
@@ -1825,11 +1876,13 @@ class Agent:
     def turn_stream(self, *, session_id: str, session: Session | dict | None = None,
                     message: str | None = None, id: str | None = None, at: str | None = None,
                     wake: str | None = None,
-                    event: str | None = None, key: str | None = None, payload: Any = None, hop: int | None = None,
-                    start: dict | None = None,
-                    context: Any = None, history: list | None = None, silenced: str | dict | None = None,
-                    anchors: dict | None = None, claims: dict | None = None) -> Iterator[TurnStreamChunk]:
-        """Run one turn, yielding text deltas while the reply is phrased, then the result (runtime.md §16).
+                    event: str | None = None, key: str | None = None, payload: Any = None,
+                    hop: int | None = None, start: dict | None = None,
+                    context: Any = None, history: list | None = None,
+                    silenced: str | dict | None = None, anchors: dict | None = None,
+                    claims: dict | None = None) -> Iterator[TurnStreamChunk]:
+        """Run one turn, yielding text deltas while the reply is phrased, then the result
+        (runtime.md §16).
 
         Takes the same keywords as ``turn()``.
         """
@@ -1846,13 +1899,15 @@ class Agent:
                 return
             yield TurnStreamChunk(delta=delta)
 
-    def pending_wakes(self, *, session: Session | dict, context: Any = None, anchors: dict | None = None,
+    def pending_wakes(self, *, session: Session | dict, context: Any = None,
+                      anchors: dict | None = None,
                       claims: dict | None = None) -> list[ScheduleEntry]:
         """The wakes a saved session is waiting on (runtime.md §14); changes nothing."""
         return pending_wakes(self, session, context, anchors, claims)
 
     def __repr__(self) -> str:
-        return f"Agent(name={self.name!r}, flows={[f.get('id') for f in self.flows if isinstance(f, dict)]!r})"
+        return (f"Agent(name={self.name!r}, "
+                f"flows={[f.get('id') for f in self.flows if isinstance(f, dict)]!r})")
 
 
 class Compiled:
@@ -1996,14 +2051,17 @@ class Session:
 # session always loads, copies and saves without deep recursion.
 
 MAX_NESTING = 64                  # levels of lists and dicts inside one value
-BLOB_NESTING = MAX_NESTING + 4    # a value sits at most four levels down a blob: runs[i].trigger.payload
+# a value sits at most four levels down a blob: runs[i].trigger.payload
+BLOB_NESTING = MAX_NESTING + 4
 
 
 def nests_deeper(value: Any, limit: int) -> bool:
-    """Whether lists and dicts inside ``value`` nest more than ``limit`` levels (a loop: no recursion)."""
+    """Whether lists and dicts inside ``value`` nest more than ``limit`` levels (a loop: no
+    recursion)."""
     containers = (dict, list, tuple)
     stack = [(value, 1)] if isinstance(value, containers) else []
-    while stack:                    # depth first, so even a cycle ends as soon as it passes the limit
+    # depth first, so even a cycle ends as soon as it passes the limit
+    while stack:
         item, depth = stack.pop()
         if depth > limit:
             return True
@@ -2016,8 +2074,9 @@ def nests_deeper(value: Any, limit: int) -> bool:
 def check_nesting(value: Any, where: str) -> None:
     """ValueError naming ``where`` when ``value`` nests deeper than MAX_NESTING."""
     if nests_deeper(value, MAX_NESTING):
-        raise ValueError(f"{where} nests lists and dicts deeper than {MAX_NESTING} levels, the limit for a value "
-                         "a session holds (docs/guide/limits.md). Flatten it, or keep it outside the session.")
+        raise ValueError(f"{where} nests lists and dicts deeper than {MAX_NESTING} levels, the "
+                         "limit for a value a session holds (docs/guide/limits.md). Flatten it, or "
+                         "keep it outside the session.")
 
 
 # The v4 blob: writing and reading it (persistence.md Part 2) ----------------------------------
@@ -2052,10 +2111,12 @@ def blob_whole_number(value: Any) -> int | None:
 
 
 def run_to_dict(run: Run) -> dict:
-    """The run as the blob stores it (persistence.md §2.2, §2.3 rule 2): optional keys only when set."""
+    """The run as the blob stores it (persistence.md §2.2, §2.3 rule 2): optional keys only when
+    set."""
     blob = {"id": run.id, "flowId": run.flow_id, "anchor": run.anchor, "dedupeKey": run.dedupe_key,
             "stepId": run.step_id, "status": run.status, "trigger": run.trigger, "hop": run.hop,
-            "startedAt": run.started_at, "asked": run.asked, "visits": run.visits, "outcomes": run.outcomes}
+            "startedAt": run.started_at, "asked": run.asked, "visits": run.visits,
+            "outcomes": run.outcomes}
     if run.input is not None:
         blob["input"] = run.input
     if run.waiting is not None:
@@ -2082,7 +2143,8 @@ def session_to_dict(session: Session) -> dict:
 
 
 def session_from_dict(blob: Any, session_id: str | None) -> Session:
-    """The one reader of a v4 blob (persistence.md §2.5); the first failed rule raises InvalidSessionError."""
+    """The one reader of a v4 blob (persistence.md §2.5); the first failed rule raises
+    InvalidSessionError."""
     if session_id is None:
         own = blob.get("id") if isinstance(blob, dict) else None
         session_id = own if isinstance(own, str) else ""
@@ -2169,13 +2231,14 @@ def _run_problem(run: Any, at: str) -> str | None:
 
 
 def _read_run(run: dict) -> Run:
-    """A checked run as a Run; keeps `suspendedAt` only as text and `staying` only when true (§2.5)."""
+    """A checked run as a Run; keeps `suspendedAt` only as text and `staying` only when true
+    (§2.5)."""
     suspended_at = run.get("suspendedAt")
     hop = blob_whole_number(run["hop"])
     assert hop is not None              # checked: a run whose hop is no whole number is refused
-    return Run(id=run["id"], flow_id=run["flowId"], anchor=run["anchor"], dedupe_key=run["dedupeKey"],
-               step_id=run["stepId"], status=run["status"], trigger=run["trigger"],
-               hop=hop, started_at=run["startedAt"], asked=run["asked"],
+    return Run(id=run["id"], flow_id=run["flowId"], anchor=run["anchor"],
+               dedupe_key=run["dedupeKey"], step_id=run["stepId"], status=run["status"],
+               trigger=run["trigger"], hop=hop, started_at=run["startedAt"], asked=run["asked"],
                visits=run["visits"], outcomes=run["outcomes"], input=run.get("input"),
                suspended_at=suspended_at if isinstance(suspended_at, str) else None,
                staying=run.get("staying") is True, waiting=run.get("waiting"))
@@ -2205,12 +2268,13 @@ class TurnResult:
 
 
 INPUT_KINDS = ("message", "wake", "event", "start")
-KIND_KEYWORDS = {"message": ("id", "at"), "event": ("key", "payload", "hop"), "wake": (), "start": ()}
+KIND_KEYWORDS = {"message": ("id", "at"), "event": ("key", "payload", "hop"), "wake": (),
+                 "start": ()}
 TURN_KEYWORDS = {"session_id", "session", "context", "history", "silenced", "anchors", "claims",
                  *INPUT_KINDS, "id", "at", "key", "payload", "hop"}
 # Per input kind, the keywords that belong to another kind, with that kind, in KIND_KEYWORDS order.
-FOREIGN_KEYWORDS = {kind: tuple((keyword, other) for other, keywords in KIND_KEYWORDS.items() if other != kind
-                                for keyword in keywords) for kind in INPUT_KINDS}
+FOREIGN_KEYWORDS = {kind: tuple((keyword, other) for other, keywords in KIND_KEYWORDS.items()
+                                if other != kind for keyword in keywords) for kind in INPUT_KINDS}
 TYPED_KEYWORDS = (("id", str), ("at", str), ("history", list), ("anchors", dict), ("claims", dict))
 
 
@@ -2240,18 +2304,21 @@ def read_turn_input(given: dict) -> TurnInput:
     """Check the keywords given to turn() (``given_keywords``: None is "not given"); a TypeError
     names what is wrong (runtime.md §2.2)."""
     if not TURN_KEYWORDS.issuperset(given):
-        raise TypeError(f"turn() got unexpected keyword argument(s): {', '.join(sorted(set(given) - TURN_KEYWORDS))}")
+        raise TypeError("turn() got unexpected keyword argument(s): "
+                        f"{', '.join(sorted(set(given) - TURN_KEYWORDS))}")
     session_id = given.get("session_id")
     if not isinstance(session_id, str) or not session_id:
         raise TypeError(f"turn() needs session_id=<non-empty str>, got {session_id!r}")
     kinds = [kind for kind in INPUT_KINDS if kind in given]
     if len(kinds) != 1:
         got = "none" if not kinds else " and ".join(kinds)
-        raise TypeError(f"turn() takes exactly one input kind (message, wake, event or start); got {got}")
+        raise TypeError("turn() takes exactly one input kind (message, wake, event or start); got "
+                        f"{got}")
     kind = kinds[0]
     for keyword, other in FOREIGN_KEYWORDS[kind]:
         if keyword in given:
-            raise TypeError(f"turn() got {keyword}= with a {kind} input; {keyword} belongs to {other}")
+            raise TypeError(f"turn() got {keyword}= with a {kind} input; {keyword} belongs to "
+                            f"{other}")
     value = given[kind]
     if kind == "start":
         if (not isinstance(value, dict) or not isinstance(value.get("flow"), str)
@@ -2269,7 +2336,8 @@ def read_turn_input(given: dict) -> TurnInput:
         raise TypeError(f"hop must be a whole number of 0 or more, got {hop!r}")
     for name, expected in TYPED_KEYWORDS:
         if name in given and not isinstance(given[name], expected):
-            raise TypeError(f"turn({name}=...) takes a {expected.__name__}, got {type(given[name]).__name__}")
+            raise TypeError(f"turn({name}=...) takes a {expected.__name__}, got "
+                            f"{type(given[name]).__name__}")
     at = given.get("at")
     if at is not None:
         try:
@@ -2283,19 +2351,23 @@ def read_turn_input(given: dict) -> TurnInput:
     silenced = given.get("silenced")
     if silenced is not None and not isinstance(silenced, str) and not (
             isinstance(silenced, dict) and isinstance(silenced.get("reason"), str)):
-        raise TypeError('silenced takes a reason string or {"reason": str, "understand"?: bool, "skip"?: bool}')
+        raise TypeError('silenced takes a reason string or {"reason": str, "understand"?: bool, '
+                        '"skip"?: bool}')
     session = given.get("session")
     if isinstance(session, dict):
         session = Session.from_dict(session)
     elif session is not None and not isinstance(session, Session):
-        raise TypeError(f"turn(session=...) takes a Session or a blob dict, got {type(session).__name__}")
-    read = {**given, "kind": kind, "session": session, "hop": hop}    # the keywords are TurnInput's fields
+        raise TypeError("turn(session=...) takes a Session or a blob dict, got "
+                        f"{type(session).__name__}")
+    # the keywords are TurnInput's fields
+    read = {**given, "kind": kind, "session": session, "hop": hop}
     if not read.get("id"):
         read.pop("id", None)                # id="" is no id
     return TurnInput(**read)
 
 
-# The phases of runtime.md §3 a turn passes through, in order (load is part of "ingest", return of "settle").
+# The phases of runtime.md §3 a turn passes through, in order (load is part of "ingest", return of
+# "settle").
 Phase = Literal["ingest", "understand", "decide", "run", "speak", "settle"]
 
 
@@ -2303,12 +2375,15 @@ _JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def json_copy(value: Any) -> Any:
-    """A deep copy of JSON-shaped data, several times faster than deepcopy; other values go through deepcopy."""
+    """A deep copy of JSON-shaped data, several times faster than deepcopy; other values go through
+    deepcopy."""
     kind = type(value)
     if kind is dict:
-        if not value or _JSON_SCALARS.issuperset(map(type, value.values())):   # flat: one copy, the loop in C
+        # flat: one copy, the loop in C
+        if not value or _JSON_SCALARS.issuperset(map(type, value.values())):
             return value.copy()
-        return {key: item if type(item) in _JSON_SCALARS else json_copy(item) for key, item in value.items()}
+        return {key: item if type(item) in _JSON_SCALARS else json_copy(item)
+                for key, item in value.items()}
     if kind is list:
         if _JSON_SCALARS.issuperset(map(type, value)):
             return value.copy()
@@ -2320,19 +2395,24 @@ def json_copy(value: Any) -> Any:
 
 def run_values(run: Run) -> dict:
     """A run's fields as keywords for Run or EndedRun, its nested values copied (json_copy)."""
-    return {"id": run.id, "flow_id": run.flow_id, "anchor": run.anchor, "dedupe_key": run.dedupe_key,
-            "step_id": run.step_id, "status": run.status, "trigger": json_copy(run.trigger), "hop": run.hop,
-            "started_at": run.started_at, "asked": json_copy(run.asked), "visits": json_copy(run.visits),
-            "outcomes": json_copy(run.outcomes), "input": json_copy(run.input), "suspended_at": run.suspended_at,
-            "staying": run.staying, "waiting": json_copy(run.waiting)}
+    return {"id": run.id, "flow_id": run.flow_id, "anchor": run.anchor,
+            "dedupe_key": run.dedupe_key, "step_id": run.step_id, "status": run.status,
+            "trigger": json_copy(run.trigger), "hop": run.hop, "started_at": run.started_at,
+            "asked": json_copy(run.asked), "visits": json_copy(run.visits),
+            "outcomes": json_copy(run.outcomes), "input": json_copy(run.input),
+            "suspended_at": run.suspended_at, "staying": run.staying,
+            "waiting": json_copy(run.waiting)}
 
 
 def copy_session(session: Session) -> Session:
-    """The turn's own copy of the input session: the host's object is never mutated (runtime.md §3.1)."""
-    runs = [Run(**run_values(run)) if type(run) is Run else copy.deepcopy(run) for run in session.runs]
+    """The turn's own copy of the input session: the host's object is never mutated (runtime.md
+    §3.1)."""
+    runs = [Run(**run_values(run)) if type(run) is Run else copy.deepcopy(run)
+            for run in session.runs]
     ids = session.inputs
     values = dict(data=json_copy(session.data), runs=runs, claims=json_copy(session.claims),
-                  inputs=ids.copy() if type(ids) is list else json_copy(ids),   # ids: text, only ever replaced
+                  # ids: text, only ever replaced
+                  inputs=ids.copy() if type(ids) is list else json_copy(ids),
                   metadata=json_copy(session.metadata),
                   history=json_copy(session.history))
     if type(session) is not Session:
@@ -2401,13 +2481,18 @@ class Turn:
     def __init__(self, agent: Agent, given: TurnInput):
         now = check_instant(agent.clock(), "the agent's clock reading", "Check the clock.")
         try:
-            self.session = copy_session(given.session) if given.session else Session(id=given.session_id)
-        except RecursionError:   # a Session built by hand far past BLOB_NESTING; no store would save it
+            self.session = (copy_session(given.session) if given.session
+                            else Session(id=given.session_id))
+        # a Session built by hand far past BLOB_NESTING; no store would save it
+        except RecursionError:
             assert given.session is not None    # a fresh Session never nests that deep
-            raise InvalidSessionError(given.session.id, f"it nests deeper than {BLOB_NESTING} levels "
-                                      f"(a value may nest {MAX_NESTING}; docs/guide/limits.md)") from None
+            raise InvalidSessionError(given.session.id,
+                                      f"it nests deeper than {BLOB_NESTING} levels "
+                                      f"(a value may nest {MAX_NESTING}; "
+                                      "docs/guide/limits.md)") from None
         self.given = turn_given(agent, given, now, self.session)     # read-only from here on
-        self.history = given.history if given.history is not None else list(self.session.history or [])
+        self.history = (given.history if given.history is not None
+                        else list(self.session.history or []))
         # what the turn produces
         self.messages: list[OutboundMessage] = []
         self.schedule: list[ScheduleEntry] = []
@@ -2419,31 +2504,40 @@ class Turn:
         self.usage: TokenUsage | None = None
         # where the turn is, the floor and the speaker
         self.phase: Phase = "ingest"
-        # The turn's floor run: the run a message is about. Set by Ingest (I-R, I-W, I-S, I-F), by a routed
-        # or resumed start in Decide, and inherited by a chained child (runtime.md §3.2, §3.5 rule 3, §3.6.4).
+        # The turn's floor run: the run a message is about. Set by Ingest (I-R, I-W, I-S, I-F), by a
+        # routed or resumed start in Decide, and inherited by a chained child (runtime.md §3.2, §3.5
+        # rule 3, §3.6.4).
         self.floor_run: Run | None = None
-        # A run took the floor in Ingest (rule I-F): Decide does no routing and asks no branches (§3.2, §3.4).
+        # A run took the floor in Ingest (rule I-F): Decide does no routing and asks no branches
+        # (§3.2, §3.4).
         self.floor_from_ingest = False
         # The talk step that speaks in phase 6; the latest one wins (runtime.md §3.6.3 talk rule 6).
         self.talk_request: Run | None = None
-        # Someone emitted a message this turn (say, fixed question, a `do` that spoke, the reply; §3.6.6).
+        # Someone emitted a message this turn (say, fixed question, a `do` that spoke, the reply;
+        # §3.6.6).
         self.spoke = False
-        self.spoke_runs: set[str] = set()    # the runs that spoke, for the silence wakes (runtime.md §7.6)
-        self.pending_delay_ms = 0            # short waits riding on the next message (runtime.md §3.6.3, §7.2)
-        self.queue: list[Run] = []           # runs to move in phases 5 and 7, in order (runtime.md §3.6)
-        self.compacted = False               # compaction runs once, before the first model call (§3)
+        # the runs that spoke, for the silence wakes (runtime.md §7.6)
+        self.spoke_runs: set[str] = set()
+        # short waits riding on the next message (runtime.md §3.6.3, §7.2)
+        self.pending_delay_ms = 0
+        # runs to move in phases 5 and 7, in order (runtime.md §3.6)
+        self.queue: list[Run] = []
+        # compaction runs once, before the first model call (§3)
+        self.compacted = False
 
     @property
     def is_message(self) -> bool:
         return self.given.input.kind == "message"
 
     def unanswered_message(self) -> bool:
-        """Ingest is over, the turn is a message, not silenced, not yet spoken or answered (runtime.md §4.7 rule 5)."""
+        """Ingest is over, the turn is a message, not silenced, not yet spoken or answered
+        (runtime.md §4.7 rule 5)."""
         return (self.phase not in ("ingest", "settle") and self.is_message
                 and self.given.silenced is None and not self.spoke)
 
     def live(self, run: Run) -> bool:
-        for live in self.session.runs:      # noqa: SIM110 (a loop: any() over a generator costs more, per turn)
+        # A loop: any() over a generator costs more, per turn.
+        for live in self.session.runs:      # noqa: SIM110
             if live is run:
                 return True
         return False
@@ -2472,7 +2566,8 @@ class Turn:
         self.usage = add_usage(self.usage, usage)
 
     def compact_once(self) -> None:
-        """Compaction runs right before the turn's first model call, at most once (runtime.md §3)."""
+        """Compaction runs right before the turn's first model call, at most once (runtime.md
+        §3)."""
         if self.compacted:
             return
         self.compacted = True
@@ -2483,7 +2578,8 @@ class Turn:
     def result(self, changed: bool) -> TurnResult:
         return TurnResult(session=self.session, changed=changed, messages=self.messages,
                           schedule=self.schedule, outcomes=self.outcomes, started=self.started,
-                          ended=self.ended, skipped=self.skipped, llm_calls=self.llm_calls, usage=self.usage)
+                          ended=self.ended, skipped=self.skipped, llm_calls=self.llm_calls,
+                          usage=self.usage)
 
 
 def run_turn(agent: Agent, kwargs: dict, streaming: bool) -> Generator[str, None, TurnResult]:
@@ -2517,7 +2613,8 @@ def run_turn(agent: Agent, kwargs: dict, streaming: bool) -> Generator[str, None
         spoken = yield from falai_calls.speak(agent, ask, streaming)   # ... itself changes nothing
     turn.phase = "settle"
     settle(turn, speaker, spoken)       # 7: the reply, its fields, the speaker's run, resumes
-    # What the turn produced first: comparing the sessions walks the whole blob, a long history included.
+    # What the turn produced first: comparing the sessions walks the whole blob, a long history
+    # included.
     changed = bool(turn.messages or turn.schedule or turn.outcomes or turn.skipped) or (
         given.session is None or turn.session != given.session)
     return turn.result(changed=changed)                      # phase 8
@@ -2567,7 +2664,8 @@ def ingest(turn: Turn) -> Ignored | None:
         if flow is None:
             skip(turn, given.start["flow"], turn.given.session_id, given.start["key"], "flow-gone")
         else:
-            start_run(turn, flow, "start", given.start["key"], payload=given.start.get("input"), hop=given.hop)
+            start_run(turn, flow, "start", given.start["key"], payload=given.start.get("input"),
+                      hop=given.hop)
     return None
 
 
@@ -2603,17 +2701,20 @@ def take_floor_in_ingest(turn: Turn, run: Run) -> None:
 def resolve_reply_waits(turn: Turn) -> None:
     """Rule I-R: the customer spoke, so timer waits with an ``else`` resume (runtime.md §3.2)."""
     for run in list(turn.session.runs):
-        if run.status != "waiting" or (run.waiting or {}).get("kind") != "timer" or run.step_id is None:
+        if (run.status != "waiting" or (run.waiting or {}).get("kind") != "timer"
+                or run.step_id is None):
             continue
         step = current_step(turn, run)
         if step is None or not isinstance(step.get("wait"), str) or step.get("else") is None:
             continue
         move_status(turn, run, "replied")
         target = next((branch.get("then") for branch in step.get("branches") or []
-                       if branch.get("if") is not None and turn.holds(branch["if"], run)), step["else"])
+                       if branch.get("if") is not None and turn.holds(branch["if"], run)),
+                      step["else"])
         moved = go(turn, run, "wait", "ok", target, code="replied")
         if not turn.floor_from_ingest:
-            turn.floor_run = run                # before advancing: a child it chains inherits the floor (I-F)
+            # before advancing: a child it chains inherits the floor (I-F)
+            turn.floor_run = run
         advance(turn, run, moved)
         take_floor_in_ingest(turn, run)
 
@@ -2649,7 +2750,8 @@ def ingest_silence_wake(turn: Turn, key: str) -> Ignored | None:
         skip(turn, flow_id, turn.given.session_id, ms, "flow-gone")
         return None
     last = turn.session.last_assistant_at
-    if last is None or str(to_ms(parse_iso(last))) != ms or customer_wrote_since(turn, flow_id, last):
+    if (last is None or str(to_ms(parse_iso(last))) != ms
+            or customer_wrote_since(turn, flow_id, last)):
         return Ignored("silence-broken", key)
     trigger = first_trigger(flow, "silence")
     if trigger is not None:
@@ -2660,7 +2762,8 @@ def ingest_silence_wake(turn: Turn, key: str) -> Ignored | None:
 
 
 def ingest_event(turn: Turn, given: TurnInput) -> None:
-    """An event: stamp its direction, release event waits, start event triggers (runtime.md §3.2)."""
+    """An event: stamp its direction, release event waits, start event triggers (runtime.md
+    §3.2)."""
     assert given.key is not None                # read_turn_input sets the field each kind names
     definition = turn.given.agent.events.get(given.event)
     direction = getattr(definition, "direction", None)
@@ -2682,12 +2785,14 @@ def ingest_event(turn: Turn, given: TurnInput) -> None:
     for flow in turn.given.agent.flows:
         for trigger in flow.get("on") or []:
             if trigger.get("event") == given.event and start_run(
-                    turn, flow, "event", given.key, trigger=trigger, payload=given.payload, hop=given.hop):
+                    turn, flow, "event", given.key, trigger=trigger, payload=given.payload,
+                    hop=given.hop):
                 break
 
 
 def customer_wrote_since(turn: Turn, flow_id: str, since: str) -> bool:
-    """runtime.md §7.6: lastUserAt, or an anchored flow's lastInboundAt, is strictly later than since."""
+    """runtime.md §7.6: lastUserAt, or an anchored flow's lastInboundAt, is strictly later than
+    since."""
     moment = parse_iso(since)
     last_user = turn.session.last_user_at
     if last_user is not None and parse_iso(last_user) > moment:
@@ -2711,11 +2816,13 @@ class Eligibility:
 
 
 def qualifies(turn: Turn, flow: dict, trigger: dict | None, kind: str) -> bool:
-    """A trigger's ``if`` holds for a draft run and its ``repeat`` allows a start (runtime.md §3.4)."""
+    """A trigger's ``if`` holds for a draft run and its ``repeat`` allows a start (runtime.md
+    §3.4)."""
     if trigger is None:
         return False
     key = turn.given.trigger_key
-    if trigger.get("if") is not None and not turn.holds(trigger["if"], draft_run(turn, flow, kind, key)):
+    if trigger.get("if") is not None and not turn.holds(trigger["if"],
+                                                        draft_run(turn, flow, kind, key)):
         return False
     return repeat_allows(turn, flow, trigger, kind, key)
 
@@ -2726,7 +2833,8 @@ def eligibility(turn: Turn, floor: Run | None) -> Eligibility:
     claim_free = not turn.session.claims and not turn.given.held_claims
     found = Eligibility(eligible=qualifying(turn, listed.phrased, claim_free),
                         catch_alls=qualifying(turn, listed.catch_alls, claim_free))
-    # A phrased mention is asked when its repeat allows; its if is judged when it starts (runtime.md §3.5).
+    # A phrased mention is asked when its repeat allows; its if is judged when it starts (runtime.md
+    # §3.5).
     found.mentions = list(listed.asked_mentions.flows) if claim_free else [
         flow for flow, trigger in zip(listed.asked_mentions.flows, listed.asked_mentions.triggers)
         if repeat_allows(turn, flow, trigger, "mention", turn.given.trigger_key)]
@@ -2736,15 +2844,18 @@ def eligibility(turn: Turn, floor: Run | None) -> Eligibility:
 
 
 def qualifying(turn: Turn, listed: TriggerList, claim_free: bool) -> list:
-    """The listed flows whose message trigger qualifies on this message, in agent order (runtime.md §3.4)."""
+    """The listed flows whose message trigger qualifies on this message, in agent order (runtime.md
+    §3.4)."""
     if claim_free and not listed.conditional:
         return list(listed.flows)       # no if to judge and no claim to refuse: every one qualifies
-    return [flow for flow, trigger in zip(listed.flows, listed.triggers) if qualifies(turn, flow, trigger, "message")]
+    return [flow for flow, trigger in zip(listed.flows, listed.triggers)
+            if qualifies(turn, flow, trigger, "message")]
 
 
 @dataclass(slots=True)
 class FlowFacts:
-    """What phase 3 reads from a flow on every message; the agent's flows never change, so once per agent."""
+    """What phase 3 reads from a flow on every message; the agent's flows never change, so once per
+    agent."""
     phrased: dict | None
     catch_all: dict | None
     mention: dict | None
@@ -2781,7 +2892,8 @@ class TriggerList:
 
 @dataclass(slots=True)
 class FlowsByTrigger:
-    """The agent's flows by the triggers phases 3 and 4 read on every message (runtime.md §3.4-§3.5)."""
+    """The agent's flows by the triggers phases 3 and 4 read on every message (runtime.md
+    §3.4-§3.5)."""
     phrased: TriggerList
     catch_alls: TriggerList
     mentions: TriggerList
@@ -2800,14 +2912,15 @@ def work_out_flows_by_trigger(agent: Agent) -> FlowsByTrigger:
     mentions = [(flow, f.mention) for flow, f in facts if f.mention is not None]
     phrased = [(flow, f.phrased) for flow, f in facts if f.phrased is not None]
     catch_alls = [(flow, f.catch_all) for flow, f in facts if f.catch_all is not None]
-    return FlowsByTrigger(TriggerList.of(phrased), TriggerList.of(catch_alls), TriggerList.of(mentions),
+    return FlowsByTrigger(TriggerList.of(phrased), TriggerList.of(catch_alls),
+                          TriggerList.of(mentions),
                           TriggerList.of([(flow, t) for flow, t in mentions if t["mention"]]),
                           frozenset(map(id, agent.flows)))
 
 
 def reused(cache: dict, key: Any, build: Callable[[], Any], bound: int | None = None) -> Any:
-    """``cache[key]``, built by ``build()`` on a miss; a full cache is emptied first (a bound, not a policy).
-    Without a bound, the keys are a fixed few names."""
+    """``cache[key]``, built by ``build()`` on a miss; a full cache is emptied first (a bound, not a
+    policy). Without a bound, the keys are a fixed few names."""
     value = cache.get(key)
     if value is None:
         if bound is not None and len(cache) >= bound:
@@ -2826,7 +2939,8 @@ def floor_of(turn: Turn) -> Run | None:
 
 @dataclass(slots=True)
 class Understood:
-    """What phase 3 hands phase 4: the judgement and who was eligible to be judged (runtime.md §3.4-§3.5)."""
+    """What phase 3 hands phase 4: the judgement and who was eligible to be judged (runtime.md
+    §3.4-§3.5)."""
     judgement: Judgement
     eligibility: Eligibility
 
@@ -2843,14 +2957,16 @@ def understand_message(turn: Turn) -> Understood:
     floor_flow = flow_of(turn, floor) if floor is not None else None
     if floor is not None and floor_flow is not None:
         ask_floor(turn, ask, floor, floor_flow)
-    scored = [] if found.unscored else found.eligible          # item 4: the single-flow shortcut scores none
+    # item 4: the single-flow shortcut scores none
+    scored = [] if found.unscored else found.eligible
     bound = turn.given.agent.max_candidates
     if bound is not None and len(scored) > bound:
         scored = lexical_top(turn.given.input.message, scored, bound,      # docs/guide/tokens.md
                              lambda flow: flow_words(turn.given.agent, flow))
     lead = [floor_flow] if floor_flow else []
     ask.candidates = lead + [flow for flow in scored if flow is not floor_flow]     # each flow once
-    asked_flows = found.eligible if found.unscored else scored      # a bound asks only its flows' fields
+    # a bound asks only its flows' fields
+    asked_flows = found.eligible if found.unscored else scored
     ask.fields = harvestable(turn, lead + asked_flows)
     if floor is None and found.catch_alls:
         ask.fields = unique_slugs([*ask.fields, *catch_all_fields(turn, ask, found.catch_alls[0])])
@@ -2863,8 +2979,9 @@ def understand_message(turn: Turn) -> Understood:
 
 
 def ask_floor(turn: Turn, ask: UnderstandAsk, floor: Run, flow: dict) -> None:
-    """The floor part of the ask: the run, its flow, its talk step's pending fields (runtime.md §3.4 item 1)
-    and, when it is asking there and did not take the floor in Ingest, the step's when branches (item 6)."""
+    """The floor part of the ask: the run, its flow, its talk step's pending fields (runtime.md §3.4
+    item 1) and, when it is asking there and did not take the floor in Ingest, the step's when
+    branches (item 6)."""
     ask.floor_run, ask.floor_flow = floor, flow
     step = current_step(turn, floor)
     if step is None or not is_talk(step):
@@ -2873,32 +2990,39 @@ def ask_floor(turn: Turn, ask: UnderstandAsk, floor: Run, flow: dict) -> None:
     ask.floor_pending = model_fields(turn.given.agent.fields, pending_fields(turn, step, floor))
     if floor.status == "asking" and not turn.floor_from_ingest:
         ask.branches = [AskedBranch(floor.id, step["id"], index, branch["when"])
-                        for index, branch in enumerate(step.get("branches") or []) if branch.get("when") is not None]
+                        for index, branch in enumerate(step.get("branches") or [])
+                        if branch.get("when") is not None]
 
 
 def catch_all_fields(turn: Turn, ask: UnderstandAsk, catch_all: dict) -> list[str]:
-    """The first qualifying catch-all's harvestable fields, when anything else is judged or one of them is
-    not "free"; else none: its first step asks them on its own speak call (runtime.md §3.4 item 8)."""
+    """The first qualifying catch-all's harvestable fields, when anything else is judged or one of
+    them is not "free"; else none: its first step asks them on its own speak call (runtime.md §3.4
+    item 8)."""
     first = (catch_all.get("steps") or [None])[0]
-    free = set(first.get("collect") or []) if first and is_talk(first) and not first.get("question") else set()
+    free = (set(first.get("collect") or [])
+            if first and is_talk(first) and not first.get("question") else set())
     own = harvestable(turn, [catch_all])
-    if ask.candidates or ask.mentions or ask.branches or ask.fields or any(slug not in free for slug in own):
+    if (ask.candidates or ask.mentions or ask.branches or ask.fields
+            or any(slug not in free for slug in own)):
         return own
     return []
 
 
 def _words(text: Any) -> set[str]:
-    """Lower-cased words of three or more letters or digits, accents removed (the lexical prefilter)."""
+    """Lower-cased words of three or more letters or digits, accents removed (the lexical
+    prefilter)."""
     if not isinstance(text, str):
         return set()
-    plain = "".join(c for c in unicodedata.normalize("NFKD", text.lower()) if not unicodedata.combining(c))
+    plain = "".join(c for c in unicodedata.normalize("NFKD", text.lower())
+                    if not unicodedata.combining(c))
     return set(re.findall(r"[a-z0-9]{3,}", plain))
 
 
-def lexical_top(message: Any, flows: list, k: int, words_of: Callable[[dict], frozenset[str]] | None = None) -> list:
-    """The ``k`` flows sharing the most message words with their id, name and message phrases, exclusions
-    left out; ties keep agent order (``max_candidates``, docs/guide/tokens.md). ``words_of`` may give a
-    flow's words from a cache (``flow_words``)."""
+def lexical_top(message: Any, flows: list, k: int,
+                words_of: Callable[[dict], frozenset[str]] | None = None) -> list:
+    """The ``k`` flows sharing the most message words with their id, name and message phrases,
+    exclusions left out; ties keep agent order (``max_candidates``, docs/guide/tokens.md).
+    ``words_of`` may give a flow's words from a cache (``flow_words``)."""
     said = _words(message)
     words = words_of or _flow_words
     ranked = sorted(range(len(flows)), key=lambda i: (-len(said & words(flows[i])), i))[:k]
@@ -2906,14 +3030,17 @@ def lexical_top(message: Any, flows: list, k: int, words_of: Callable[[dict], fr
 
 
 def _flow_words(flow: dict) -> frozenset[str]:
-    """The words of a flow's id, name and message phrases, exclusions left out (the lexical prefilter)."""
+    """The words of a flow's id, name and message phrases, exclusions left out (the lexical
+    prefilter)."""
     phrases = [p for t in triggers_of(flow, "message") for p in t.get("message") or []
                if isinstance(p, str) and not p.strip().startswith("!")]
-    return frozenset().union(*(_words(text) for text in [flow.get("id"), flow.get("name"), *phrases]))
+    return frozenset().union(*(_words(text)
+                               for text in [flow.get("id"), flow.get("name"), *phrases]))
 
 
 def flow_words(agent: Agent, flow: dict) -> frozenset[str]:
-    """``_flow_words`` of one of the agent's flows, worked out once (its phrases are never rendered)."""
+    """``_flow_words`` of one of the agent's flows, worked out once (its phrases are never
+    rendered)."""
     return agent.compiled.flow_words(flow)
 
 
@@ -2922,8 +3049,9 @@ def unique_slugs(slugs: Iterable[str]) -> list[str]:
 
 
 def harvestable(turn: Turn, flows: list) -> list[str]:
-    """The unknown "anywhere" fields of the agent's ``flows``, each once: each flow's collect, then each talk
-    step's collect (runtime.md §3.4 item 7). What the flows give is worked out once per list."""
+    """The unknown "anywhere" fields of the agent's ``flows``, each once: each flow's collect, then
+    each talk step's collect (runtime.md §3.4 item 7). What the flows give is worked out once per
+    list."""
     def anywhere() -> tuple[str, ...]:
         fields = turn.given.agent.fields
         slugs = (slug for flow in flows for slug in flow_facts(turn.given.agent, flow).slugs)
@@ -2939,7 +3067,8 @@ def harvestable(turn: Turn, flows: list) -> list[str]:
 
 
 def decide(turn: Turn, understood: Understood) -> None:
-    """Phase 4: route, start mention runs, write judged fields, fire the asker's branch (runtime.md §3.5)."""
+    """Phase 4: route, start mention runs, write judged fields, fire the asker's branch (runtime.md
+    §3.5)."""
     judgement, found = understood.judgement, understood.eligibility
     turn.count(judgement.llm_calls, judgement.usage)
     asker = turn.asker()
@@ -2950,7 +3079,8 @@ def decide(turn: Turn, understood: Understood) -> None:
     for flow, trigger in zip(mentions.flows, mentions.triggers):
         if not trigger["mention"]:
             start_run(turn, flow, "mention", turn.given.trigger_key, trigger=trigger)
-        elif flow in found.mentions and judgement.mentions.get(flow["id"]) is True:   # asked ones only
+        # asked ones only
+        elif flow in found.mentions and judgement.mentions.get(flow["id"]) is True:
             values = judgement.extract.get(flow["id"])
             payload = ({k: v for k, v in values.items() if v is not None and v != ""}
                        if trigger.get("extract") and isinstance(values, dict) else None)
@@ -2958,8 +3088,8 @@ def decide(turn: Turn, understood: Understood) -> None:
                       payload=payload)
     routed = None
     if route is not None:
-        routed = next((run for run in turn.session.runs if run.flow_id == route["id"] and run.status == "suspended"),
-                      None)
+        routed = next((run for run in turn.session.runs if run.flow_id == route["id"]
+                       and run.status == "suspended"), None)
         if routed is not None:
             move_status(turn, routed, "routed")
         else:
@@ -2971,8 +3101,8 @@ def decide(turn: Turn, understood: Understood) -> None:
         turn.floor_run = asker
     for slug, raw in judgement.fields.items():
         write_value(turn, slug, raw)
-    if (asker is not None and turn.floor_run is asker and routed is None and not turn.floor_from_ingest
-            and turn.live(asker) and asker.status == "asking"):
+    if (asker is not None and turn.floor_run is asker and routed is None
+            and not turn.floor_from_ingest and turn.live(asker) and asker.status == "asking"):
         step = current_step(turn, asker)
         if step is not None and is_talk(step):
             fire_branch(turn, asker, step, judgement)
@@ -2980,7 +3110,8 @@ def decide(turn: Turn, understood: Understood) -> None:
 
 def choose_route(turn: Turn, judgement: Judgement, found: Eligibility,
                  asker: Run | None) -> tuple[dict | None, dict | None]:
-    """The flow a message is routed to, and the trigger it qualified through (runtime.md §3.5 rule 3)."""
+    """The flow a message is routed to, and the trigger it qualified through (runtime.md §3.5 rule
+    3)."""
     def score(flow: dict) -> float:
         value = judgement.flows.get(flow["id"])
         return value if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
@@ -2988,13 +3119,15 @@ def choose_route(turn: Turn, judgement: Judgement, found: Eligibility,
     def best(flows: list) -> dict | None:
         """The first of the highest scored; a flow the judgement does not score counts as 0."""
         scored = [flow for flow in flows if flow["id"] in judgement.flows and score(flow) > 0]
-        return max(scored, key=score) if scored else (flows[0] if flows else None)   # max keeps the first
+        # max keeps the first
+        return max(scored, key=score) if scored else (flows[0] if flows else None)
 
     if asker is not None:
         top = best([flow for flow in found.eligible if flow["id"] != asker.flow_id])
         asker_flow = turn.given.agent.flow_by_id.get(asker.flow_id)
         asker_score = score(asker_flow) if asker_flow else 0
-        if top is not None and score(top) >= ROUTE_MIN_SCORE and score(top) >= asker_score + ROUTE_OVER_ASKER:
+        if (top is not None and score(top) >= ROUTE_MIN_SCORE
+                and score(top) >= asker_score + ROUTE_OVER_ASKER):
             return top, flow_facts(turn.given.agent, top).phrased
         return None, None
     if found.unscored:
@@ -3038,7 +3171,8 @@ def write_value(turn: Turn, slug: str, raw: Any) -> None:
 # Phase 5: run (runtime.md §3.6) ---------------------------------------------------------------
 
 def run_phase(turn: Turn) -> None:
-    """Move every run that can move, hand the message back down the stack, pick the fixed question."""
+    """Move every run that can move, hand the message back down the stack, pick the fixed
+    question."""
     resumed = resume(turn)
     if resumed is not None and turn.is_message:
         judge_resumed_branches(turn, resumed)
@@ -3064,7 +3198,8 @@ def drain(turn: Turn) -> None:
 
 
 def judge_resumed_branches(turn: Turn, run: Run) -> None:
-    """A run resumed on a message has its talk step's ``if`` branches judged first (runtime.md §4.5)."""
+    """A run resumed on a message has its talk step's ``if`` branches judged first (runtime.md
+    §4.5)."""
     step = current_step(turn, run)
     if step is not None and is_talk(step):
         fire_branch(turn, run, step, None)
@@ -3079,7 +3214,8 @@ def choose_speaker(turn: Turn) -> Run | str | None:
         step = current_step(turn, run)
         assert step is not None             # the talk request is a live run on its talk step
         if turn.is_message and any(other != run.id for other in turn.spoke_runs):
-            write_line(turn, run, talk_kind(step), "skipped", code="another-reply", key=step_key(run))
+            write_line(turn, run, talk_kind(step), "skipped", code="another-reply",
+                       key=step_key(run))
             return None
         if send_fixed_question(turn, run, step):
             return None
@@ -3122,13 +3258,15 @@ def message_triggers(agent: Agent) -> list[tuple[dict, dict]]:
 # Phase 6: speak (runtime.md §3.7; the call itself is section 10) ------------------------------
 
 def speak_ask(turn: Turn, speaker: Run | str) -> SpeakAsk:
-    """The speak request for a talk step or the idle speaker (runtime.md §3.7, model-calls.md §5.1)."""
+    """The speak request for a talk step or the idle speaker (runtime.md §3.7, model-calls.md
+    §5.1)."""
     agent = turn.given.agent
     text = turn.given.input.message if turn.is_message else None
     if speaker == "idle":
         idle = agent.idle
         assert isinstance(idle, dict)       # an idle "silent" never speaks (choose_speaker)
-        instructions = kept_instructions(turn, [*agent.instructions, *(idle.get("instructions") or [])], None)
+        instructions = kept_instructions(turn, [*agent.instructions,
+                                                *(idle.get("instructions") or [])], None)
         return SpeakAsk(input_kind=turn.given.input.kind, text=text, scope=turn.scope(),
                         history=turn.history, now=turn.given.now, instructions=instructions,
                         tools=offered_tools(agent, idle.get("tools")))
@@ -3139,7 +3277,8 @@ def speak_ask(turn: Turn, speaker: Run | str) -> SpeakAsk:
     assert flow is not None and step is not None    # the speaker is a live run on its talk step
     listed = step.get("tools") if step.get("tools") is not None else flow.get("tools")
     instructions = kept_instructions(
-        turn, [*agent.instructions, *(flow.get("instructions") or []), *(step.get("instructions") or [])], run)
+        turn, [*agent.instructions, *(flow.get("instructions") or []),
+               *(step.get("instructions") or [])], run)
     return SpeakAsk(input_kind=turn.given.input.kind, text=text, scope=turn.scope(run),
                     history=turn.history, now=turn.given.now, run=run, flow=flow, step=step,
                     pending=model_fields(agent.fields, pending_fields(turn, step, run)),
@@ -3147,7 +3286,8 @@ def speak_ask(turn: Turn, speaker: Run | str) -> SpeakAsk:
 
 
 def kept_instructions(turn: Turn, instructions: list, run: Run | None) -> list:
-    """Instructions whose ``if`` holds; a silenced turn never speaks, so ctx.silenced is None (model-calls.md §5.2)."""
+    """Instructions whose ``if`` holds; a silenced turn never speaks, so ctx.silenced is None
+    (model-calls.md §5.2)."""
     if all(item.get("if") is None for item in instructions):
         return instructions
     ctx = turn.pred_ctx(run, silenced=None)
@@ -3191,7 +3331,8 @@ def settle(turn: Turn, speaker: Run | str | None, spoken: Spoken | Deferred | No
 
 
 def settle_talk(turn: Turn, run: Run, spoken: Spoken) -> None:
-    """The talk step spoke: send, write the fields, then stay, ask again or move on (runtime.md §3.8 item 3)."""
+    """The talk step spoke: send, write the fields, then stay, ask again or move on (runtime.md §3.8
+    item 3)."""
     step = current_step(turn, run)
     assert step is not None                 # the speaker is a live run on its talk step
     key = step_key(run)
@@ -3239,7 +3380,8 @@ def defer_talk(turn: Turn, run: Run, failure: Deferred) -> None:
         return
     at = turn.given.now + timedelta(milliseconds=duration_ms(RETRY_LADDER[attempt]))
     if failure.reset_at_ms is not None and to_ms(at) < failure.reset_at_ms <= to_ms(LATEST):
-        at = from_ms(failure.reset_at_ms)     # a reset past the supported range keeps the ladder's time
+        # a reset past the supported range keeps the ladder's time
+        at = from_ms(failure.reset_at_ms)
     park(turn, run, f"{key}:retry:{to_ms(at)}", at)
     write_line(turn, run, kind, "deferred", code=failure.code, key=key, until=iso(at))
 
@@ -3248,7 +3390,8 @@ def defer_talk(turn: Turn, run: Run, failure: Deferred) -> None:
 # Silence wakes and pending_wakes (runtime.md §7.5, §14) ---------------------------------------
 
 def silence_flows(agent: Agent) -> list[tuple[dict, dict]]:
-    """(flow, its first silence trigger) of each flow whose silence is a duration, once per agent."""
+    """(flow, its first silence trigger) of each flow whose silence is a duration, once per
+    agent."""
     return agent.compiled.silence_flows()
 
 
@@ -3285,7 +3428,8 @@ def silence_wakes(turn: Turn, replaces_ms: str | None = None) -> list[ScheduleEn
             continue
         if not repeat_allows(turn, flow, trigger, "silence", ms):
             continue
-        at = later(said, duration_ms(trigger["silence"]))      # said is blob text: it may be any instant
+        # said is blob text: it may be any instant
+        at = later(said, duration_ms(trigger["silence"]))
         if trigger.get("businessHours"):
             at = business_time(turn, at)
         prefix = f"silence:{key_part(flow['id'])}:{turn.given.session_id}:"
@@ -3300,12 +3444,15 @@ def pending_wakes(agent: Agent, session: Any, context: Any, anchors: dict | None
     if isinstance(session, dict):
         session = Session.from_dict(session)
     if not isinstance(session, Session):
-        raise TypeError(f"pending_wakes(session=...) takes a Session or a blob dict, got {type(session).__name__}")
-    turn = Turn(agent, TurnInput(session_id=session.id, kind="wake", session=session, context=context,
-                                 anchors=anchors or {}, claims=claims or {}, wake="pending"))
+        raise TypeError("pending_wakes(session=...) takes a Session or a blob dict, got "
+                        f"{type(session).__name__}")
+    turn = Turn(agent, TurnInput(session_id=session.id, kind="wake", session=session,
+                                 context=context, anchors=anchors or {}, claims=claims or {},
+                                 wake="pending"))
     entries = [ScheduleEntry(key=run.waiting["key"], at=parse_iso(run.waiting["until"]))
                for run in turn.session.runs
-               if run.status == "waiting" and (run.waiting or {}).get("key") and (run.waiting or {}).get("until")]
+               if run.status == "waiting" and (run.waiting or {}).get("key")
+               and (run.waiting or {}).get("until")]
     return entries + silence_wakes(turn)
 
 
@@ -3370,7 +3517,8 @@ def first_trigger(flow: dict, kind: str) -> dict | None:
 
 def message_trigger(flow: dict, phrased: bool) -> dict | None:
     """The first message trigger with a non-empty list (phrased) or an empty one (the catch-all)."""
-    return next((trigger for trigger in triggers_of(flow, "message") if bool(trigger["message"]) == phrased), None)
+    return next((trigger for trigger in triggers_of(flow, "message")
+                 if bool(trigger["message"]) == phrased), None)
 
 
 def step_key(run: Run, step_id: str | None = None) -> str:
@@ -3380,7 +3528,8 @@ def step_key(run: Run, step_id: str | None = None) -> str:
 
 
 def message_key(turn: Turn, run: Run, key: str) -> str:
-    """A talk step's message key: the step key for the visit's first message, ``{key}:re:{triggerKey}`` after.
+    """A talk step's message key: the step key for the visit's first message,
+    ``{key}:re:{triggerKey}`` after.
 
     A collect step asks again under the same visit; the seed's key alone would
     repeat, and a host deduping on keys would drop the re-ask (docs/guide/limits.md).
@@ -3393,8 +3542,10 @@ def message_key(turn: Turn, run: Run, key: str) -> str:
 def visit_spoke(run: Run, key: str) -> bool:
     """Whether the step visit under ``key`` already sent a message (an ok talk line under it)."""
     if len(run.outcomes) >= 50 and run.outcomes[0].get("key") == key:
-        return True     # older lines of this visit were dropped: count it as spoken, so no key repeats
-    return any(line.get("key") == key and line.get("status") == "ok" and line.get("kind") in TALK_KEYS
+        # older lines of this visit were dropped: count it as spoken, so no key repeats
+        return True
+    return any(line.get("key") == key and line.get("status") == "ok"
+               and line.get("kind") in TALK_KEYS
                and line.get("code") in (None, "asked-fixed") for line in run.outcomes)
 
 
@@ -3425,11 +3576,13 @@ def write_line(turn: Turn, run: Run | None, kind: str, status: str, *, code: str
     return line
 
 
-def emit(turn: Turn, text: str, kind: str, key: str, run: Run | None = None, media: dict | None = None) -> None:
+def emit(turn: Turn, text: str, kind: str, key: str, run: Run | None = None,
+         media: dict | None = None) -> None:
     """Queue a message for the host; the pending short-wait delay rides on it (runtime.md §7.2)."""
     turn.messages.append(OutboundMessage(text=text, kind=kind, key=key, media=media,
                                          after_ms=turn.pending_delay_ms,
-                                         run_id=run.id if run else None, step_id=run.step_id if run else None))
+                                         run_id=run.id if run else None,
+                                         step_id=run.step_id if run else None))
     turn.pending_delay_ms = 0
     turn.spoke = True
     if run is not None:
@@ -3485,12 +3638,14 @@ def unescape_key_part(part: str) -> str:
 
 
 def live_pair(flow_id: str, anchor: str) -> str:
-    """``${flowId}:${anchor}``, a live run's entry in the host's ``claims["active"]`` (runtime.md §6.4)."""
+    """``${flowId}:${anchor}``, a live run's entry in the host's ``claims["active"]`` (runtime.md
+    §6.4)."""
     return f"{key_part(flow_id)}:{anchor}"
 
 
 def claim_prefix(flow_id: str, anchor: str) -> str:
-    """``${flowId}:${anchor}:``, the start of every claim key of a flow and anchor (runtime.md §6.1)."""
+    """``${flowId}:${anchor}:``, the start of every claim key of a flow and anchor (runtime.md
+    §6.1)."""
     return live_pair(flow_id, anchor) + ":"
 
 
@@ -3509,12 +3664,14 @@ def claim_refusal(turn: Turn, key: str, repeat: Any) -> str | None:
     return "already-claimed"
 
 
-def repeat_allows(turn: Turn, flow: dict, trigger: dict | None, kind: str, trigger_key: str) -> bool:
+def repeat_allows(turn: Turn, flow: dict, trigger: dict | None, kind: str,
+                  trigger_key: str) -> bool:
     """The claim test of a start, without writing (runtime.md §6.1)."""
     if not turn.session.claims and not turn.given.held_claims:
         return True                 # no claim is held, so none refuses (and no key is worked out)
     repeat = repeat_of(trigger, kind)
-    return claim_refusal(turn, dedupe_key(flow, anchor_of(turn, flow), repeat, trigger_key), repeat) is None
+    return claim_refusal(turn, dedupe_key(flow, anchor_of(turn, flow), repeat, trigger_key),
+                         repeat) is None
 
 
 def draft_run(turn: Turn, flow: dict, kind: str, trigger_key: str) -> Run:
@@ -3527,7 +3684,8 @@ def draft_run(turn: Turn, flow: dict, kind: str, trigger_key: str) -> Run:
 
 def start_run(turn: Turn, flow: dict, kind: str, trigger_key: str, *, trigger: dict | None = None,
               payload: Any = None, hop: int = 0, keep_data: bool = False) -> Run | None:
-    """Every start goes through one order: if, claim, hop, one live run, commit, delay (runtime.md §5)."""
+    """Every start goes through one order: if, claim, hop, one live run, commit, delay (runtime.md
+    §5)."""
     anchor = anchor_of(turn, flow)
     repeat = repeat_of(trigger, kind)
     claim = dedupe_key(flow, anchor, repeat, trigger_key)
@@ -3536,7 +3694,8 @@ def start_run(turn: Turn, flow: dict, kind: str, trigger_key: str, *, trigger: d
               started_at=turn.given.now_text, input=payload)
     if payload is not None:
         run.trigger["payload"] = payload
-    if trigger is not None and trigger.get("if") is not None and not turn.holds(trigger["if"], run, payload):
+    if (trigger is not None and trigger.get("if") is not None
+            and not turn.holds(trigger["if"], run, payload)):
         return None
     refusal = claim_refusal(turn, claim, repeat)
     if refusal is None and hop >= HOP_LIMIT:
@@ -3558,7 +3717,8 @@ def start_run(turn: Turn, flow: dict, kind: str, trigger_key: str, *, trigger: d
         for slug in flow.get("clearOnStart") or []:
             turn.session.data.pop(slug, None)
     turn.session.runs.append(run)
-    turn.started.append(StartedRun(run_id=run.id, flow_id=run.flow_id, anchor=anchor, dedupe_key=claim))
+    turn.started.append(StartedRun(run_id=run.id, flow_id=run.flow_id, anchor=anchor,
+                                   dedupe_key=claim))
     if kind == "event" and trigger is not None:
         after_ms = duration_ms(trigger["after"]) if trigger.get("after") else 0
         at = turn.given.now + timedelta(milliseconds=after_ms)
@@ -3575,7 +3735,8 @@ def prune_always_claims(turn: Turn, prefix: str) -> None:
     """Keep the 50 newest always-claims of a flow and anchor, by their ``at`` (runtime.md §6.1)."""
     claims = turn.session.claims
     keys = [key for key in claims if key.startswith(prefix) and len(key) > len(prefix)
-            and ":" not in key[len(prefix):]]      # a nonce has no ":" (key_part): a longer anchor is not ours
+            # a nonce has no ":" (key_part): a longer anchor is not ours
+            and ":" not in key[len(prefix):]]
     if len(keys) <= ALWAYS_CLAIMS_KEPT:
         return
     order = {key: index for index, key in enumerate(keys)}
@@ -3589,7 +3750,8 @@ def business_time(turn: Turn, at: datetime) -> datetime:
     if turn.given.agent.business_hours is None:
         return at
     snapped = turn.given.agent.business_hours(at, BusinessHoursCtx(context=turn.given.context))
-    return check_instant(snapped, "the time business_hours returned", "Return a working moment inside it.")
+    return check_instant(snapped, "the time business_hours returned",
+                         "Return a working moment inside it.")
 
 
 @dataclass
@@ -3704,7 +3866,8 @@ def premise_failure(turn: Turn, run: Run, flow: dict) -> str | None:
     if flow.get("while") is not None:
         return None if turn.holds(flow["while"], run) else "premise-changed"
     same_kind = triggers_of(flow, kind)
-    if not same_kind or any(trigger.get("if") is None or turn.holds(trigger["if"], run) for trigger in same_kind):
+    if not same_kind or any(trigger.get("if") is None or turn.holds(trigger["if"], run)
+                            for trigger in same_kind):
         return None
     return "premise-changed"
 
@@ -3729,7 +3892,8 @@ def end_run(turn: Turn, run: Run, reason: str, *, code: str | None = None, kind:
         turn.talk_request = None
 
 
-def park(turn: Turn, run: Run, key: str, at: datetime, kind: str = "timer", event: str | None = None) -> None:
+def park(turn: Turn, run: Run, key: str, at: datetime, kind: str = "timer",
+         event: str | None = None) -> None:
     """Park a run until its wake (runtime.md §7.1)."""
     waiting = {"kind": kind, "key": key, "until": iso(at), "setAt": turn.given.now_text}
     if event is not None:
@@ -3740,27 +3904,30 @@ def park(turn: Turn, run: Run, key: str, at: datetime, kind: str = "timer", even
 
 @dataclass(slots=True)
 class Go:
-    """What moves a run on: this then, else, onFail or branch target (``None``: the next step, runtime.md §3.6.4).
+    """What moves a run on: this then, else, onFail or branch target (``None``: the next step,
+    runtime.md §3.6.4).
 
-    A step kind returns one (runtime.md §3.6.3), and so do the releases of Ingest (a timer wait the customer
-    answered, a wake, an event: §3.2), a branch that fired (§3.5.2) and a talk step settled with nothing left
-    to ask (§3.8 item 3). ``advance`` applies it.
+    A step kind returns one (runtime.md §3.6.3), and so do the releases of Ingest (a timer wait the
+    customer answered, a wake, an event: §3.2), a branch that fired (§3.5.2) and a talk step settled
+    with nothing left to ask (§3.8 item 3). ``advance`` applies it.
     """
     target: Any
 
 
 def go(turn: Turn, run: Run, kind: str, status: str, target: Any, **line: Any) -> Go:
-    """Write the outcome line that moves the run, ``next`` = the target's label (runtime.md §11.1), and the Go."""
+    """Write the outcome line that moves the run, ``next`` = the target's label (runtime.md §11.1),
+    and the Go."""
     write_line(turn, run, kind, status, next=target_label(target), **line)
     return Go(target)
 
 
 def advance(turn: Turn, run: Run, moved: Go | None) -> None:
-    """The one place a run moves on: apply a Go's target (runtime.md §3.6.4); ``None`` leaves the run be.
+    """The one place a run moves on: apply a Go's target (runtime.md §3.6.4); ``None`` leaves the
+    run be.
 
-    The target is the next step (``None``), ``"end"`` (the flow finishes, §3.6.5), ``{"flow": ...}`` (chain:
-    this run ends, that flow starts one hop deeper) or a step id, as text or ``{"step", "clear"?}``. A target
-    step the flow no longer has ends the run (step-gone).
+    The target is the next step (``None``), ``"end"`` (the flow finishes, §3.6.5), ``{"flow": ...}``
+    (chain: this run ends, that flow starts one hop deeper) or a step id, as text or ``{"step",
+    "clear"?}``. A target step the flow no longer has ends the run (step-gone).
     """
     if moved is None:
         return
@@ -3769,7 +3936,8 @@ def advance(turn: Turn, run: Run, moved: Go | None) -> None:
     if target is None:
         assert flow is not None             # a run moves on only while its flow is the agent's
         steps = flow.get("steps") or []
-        index = next((i for i, step in enumerate(steps) if step.get("id") == run.step_id), len(steps))
+        index = next((i for i, step in enumerate(steps) if step.get("id") == run.step_id),
+                     len(steps))
         if index + 1 < len(steps):
             enter_step(turn, run, steps[index + 1]["id"])
         else:
@@ -3802,13 +3970,16 @@ def chain(turn: Turn, run: Run, target: dict) -> None:
     if flow is None:
         skip(turn, child_id, turn.given.session_id, key, "flow-gone")
         return
-    payload = copy.deepcopy(target["input"]) if target.get("input") is not None else run.input   # not the Agent's
+    # not the Agent's
+    payload = copy.deepcopy(target["input"]) if target.get("input") is not None else run.input
     start_child(turn, run, flow, key, payload, keep_data=False)
 
 
-def start_child(turn: Turn, parent: Run, flow: dict, key: str, payload: Any, keep_data: bool) -> None:
+def start_child(turn: Turn, parent: Run, flow: dict, key: str, payload: Any,
+                keep_data: bool) -> None:
     """Start a chained (or reset) run; it inherits the floor from its parent or an empty floor."""
-    child = start_run(turn, flow, "flow", key, payload=payload, hop=parent.hop + 1, keep_data=keep_data)
+    child = start_run(turn, flow, "flow", key, payload=payload, hop=parent.hop + 1,
+                      keep_data=keep_data)
     if child is None:
         return
     if turn.floor_run is None or turn.floor_run is parent:
@@ -3833,10 +4004,12 @@ def finish_flow(turn: Turn, run: Run, flow: dict) -> None:
 
 
 def stay(turn: Turn, run: Run, flow: dict) -> None:
-    """``onEnd: "stay"``: go back to the last talk step taken and keep answering (runtime.md §4.7)."""
+    """``onEnd: "stay"``: go back to the last talk step taken and keep answering (runtime.md
+    §4.7)."""
     talk_ids = [step["id"] for step in flow.get("steps") or [] if is_talk(step)]
     stay_id = next((line.get("stepId") for line in reversed(run.outcomes)
-                    if line.get("kind") in TALK_KEYS and line.get("stepId") in talk_ids), talk_ids[-1])
+                    if line.get("kind") in TALK_KEYS and line.get("stepId") in talk_ids),
+                   talk_ids[-1])
     enter_step(turn, run, stay_id)
     run.staying = True
     move_status(turn, run, "ask")
@@ -3851,7 +4024,8 @@ def stay(turn: Turn, run: Run, flow: dict) -> None:
 
 
 def suspend(turn: Turn, run: Run) -> None:
-    """Set a run aside until nobody else asks (runtime.md §4.5); a suspended run does not speak this turn."""
+    """Set a run aside until nobody else asks (runtime.md §4.5); a suspended run does not speak this
+    turn."""
     move_status(turn, run, "suspend")
     if turn.talk_request is run:
         turn.talk_request = None
@@ -3880,7 +4054,8 @@ def fire_branch(turn: Turn, run: Run, step: dict, judgement: Judgement | None) -
                 continue
             hit = turn.holds(branch["if"], run)
         else:
-            hit = judgement is not None and judgement.branches.get(f"{run.id}/{step['id']}/{index}") is True
+            hit = (judgement is not None
+                   and judgement.branches.get(f"{run.id}/{step['id']}/{index}") is True)
         if hit:
             moved = go(turn, run, talk_kind(step), "ok", target, code="branch", key=step_key(run))
             move_status(turn, run, "branch")
@@ -3923,7 +4098,8 @@ def execute_step(turn: Turn, run: Run, flow: dict, step: dict, resuming: bool) -
 
 
 def run_if_step(turn: Turn, run: Run, step: dict) -> Go:
-    """``if`` step: ``then`` when the predicate holds, else ``else`` (default "end") (runtime.md §3.6.3)."""
+    """``if`` step: ``then`` when the predicate holds, else ``else`` (default "end") (runtime.md
+    §3.6.3)."""
     target = step.get("then") if turn.holds(step.get("if"), run) else step.get("else", "end")
     return go(turn, run, "if", "ok", target, key=step_key(run))
 
@@ -3944,7 +4120,8 @@ def write_given_up(turn: Turn, run: Run, step: dict) -> None:
     limit = max_asks(step)
     for slug in step.get("collect") or []:
         if not is_known(turn.session.data.get(slug)) and run.asked.get(slug, 0) >= limit:
-            write_line(turn, run, "collect", "skipped", code="max-asks", detail=slug, key=step_key(run))
+            write_line(turn, run, "collect", "skipped", code="max-asks", detail=slug,
+                       key=step_key(run))
 
 
 def run_talk_step(turn: Turn, run: Run, step: dict, resuming: bool) -> Go | None:
@@ -3953,7 +4130,8 @@ def run_talk_step(turn: Turn, run: Run, step: dict, resuming: bool) -> Go | None
     Rule 2: every collected field known (or given up) and not staying: move on.
     Rule 3: silenced: a resuming run keeps asking; otherwise skip or end (silenced_step).
     Rules 4-5: every other asking run is suspended; this one asks.
-    Rule 6: before phase 6 it becomes the talk request; after it, the fixed question (§3.6.7) may go out.
+    Rule 6: before phase 6 it becomes the talk request; after it, the fixed question (§3.6.7) may go
+    out.
     """
     kind = talk_kind(step)
     key = step_key(run)
@@ -3980,7 +4158,8 @@ def run_talk_step(turn: Turn, run: Run, step: dict, resuming: bool) -> Go | None
 
 
 def silenced_step(turn: Turn, run: Run, kind: str, then: Any, key: str) -> Go | None:
-    """A silenced talk or say step: skip mode moves on, otherwise the run ends (runtime.md §3.6.3, §9)."""
+    """A silenced talk or say step: skip mode moves on, otherwise the run ends (runtime.md §3.6.3,
+    §9)."""
     assert turn.given.silenced is not None
     if turn.given.skip_mode:
         return go(turn, run, kind, "skipped", then, code="silenced", detail=turn.given.silenced,
@@ -3993,7 +4172,8 @@ def send_fixed_question(turn: Turn, run: Run, step: dict) -> bool:
     """A collect step's ``question`` goes out word for word on its first ask (runtime.md §3.6.7)."""
     collect = step.get("collect") or []
     if (step.get("question") is None or not collect or run.staying
-            or pending_fields(turn, step, run) != collect or any(run.asked.get(slug) for slug in collect)):
+            or pending_fields(turn, step, run) != collect
+            or any(run.asked.get(slug) for slug in collect)):
         return False
     key = step_key(run)
     emit(turn, render(step["question"], turn.scope(run)), "verbatim", key, run=run)
@@ -4006,8 +4186,8 @@ def send_fixed_question(turn: Turn, run: Run, step: dict) -> bool:
 def run_say_step(turn: Turn, run: Run, flow: dict, step: dict) -> Go | None:
     """``say`` step (runtime.md §3.6.3 say rules 1-4).
 
-    Rule 1: silenced: skip or end (silenced_step). Rule 2: ``once`` holds a claim; a held claim moves on
-    unsent. Rules 3-4: emit the rendered text verbatim and move on.
+    Rule 1: silenced: skip or end (silenced_step). Rule 2: ``once`` holds a claim; a held claim
+    moves on unsent. Rules 3-4: emit the rendered text verbatim and move on.
     """
     key = step_key(run)
     then = step.get("then")
@@ -4018,7 +4198,8 @@ def run_say_step(turn: Turn, run: Run, flow: dict, step: dict) -> Go | None:
         if claim in turn.session.claims or claim in turn.given.held_claims:
             return go(turn, run, "say", "skipped", then, code="already-sent", key=key)
         turn.session.claims[claim] = {"at": turn.given.now_text}
-    emit(turn, render(step["say"], turn.scope(run)), "verbatim", key, run=run, media=copy.deepcopy(step.get("media")))
+    emit(turn, render(step["say"], turn.scope(run)), "verbatim", key, run=run,
+         media=copy.deepcopy(step.get("media")))
     return go(turn, run, "say", "ok", then, key=key)
 
 
@@ -4030,7 +4211,8 @@ RESULT_KEYS = ("ok", "skipped", "failed", "defer")
 
 
 def read_action_result(name: str, result: Any) -> tuple[str, Any, Any, bool]:
-    """An action's return value as (which, value, detail, spoke); which is ok/skipped/failed/defer (flows.md §9.5)."""
+    """An action's return value as (which, value, detail, spoke); which is ok/skipped/failed/defer
+    (flows.md §9.5)."""
     if result is None:
         return "ok", True, None, False
     if isinstance(result, ActionResult):
@@ -4041,14 +4223,17 @@ def read_action_result(name: str, result: Any) -> tuple[str, Any, Any, bool]:
         for key in RESULT_KEYS:
             if key in result:
                 return key, result[key], result.get("detail"), bool(result.get("spoke"))
-    return "failed", f'action "{name}" returned no result it understands. {ACTION_SHAPES}', None, False
+    return ("failed", f'action "{name}" returned no result it understands. {ACTION_SHAPES}', None,
+            False)
 
 
 def run_do_step(turn: Turn, run: Run, step: dict) -> Go | None:
     """``do`` step (runtime.md §3.6.3 do rules 1-4).
 
-    Rules 1-3: render ``with``, call the action, read its result (a raise or an unknown action fails).
-    Rule 4: ok and skipped follow ``then``, failed follows ``onFail`` (else ``then``), defer parks the run.
+    Rules 1-3: render ``with``, call the action, read its result (a raise or an unknown action
+    fails).
+    Rule 4: ok and skipped follow ``then``, failed follows ``onFail`` (else ``then``), defer parks
+    the run.
     """
     name = step["do"]
     key = step_key(run)
@@ -4056,8 +4241,8 @@ def run_do_step(turn: Turn, run: Run, step: dict) -> Go | None:
     if action is None:
         which, value, detail, spoke = "failed", f'unknown action "{name}"', None, False
     else:
-        ctx = ActionCtx(context=turn.given.context, data=turn.session.data, input=run.input, run=run,
-                        key=key, dedupe_key=run.dedupe_key, silenced=turn.given.silenced,
+        ctx = ActionCtx(context=turn.given.context, data=turn.session.data, input=run.input,
+                        run=run, key=key, dedupe_key=run.dedupe_key, silenced=turn.given.silenced,
                         now=turn.given.now)
         try:
             which, value, detail, spoke = read_action_result(
@@ -4066,11 +4251,12 @@ def run_do_step(turn: Turn, run: Run, step: dict) -> Go | None:
             log_swallowed(f'action "{name}"')
             which, value, detail, spoke = "failed", error_text(error), None, False
     if which == "defer" and not is_duration(value):
-        which, value = "failed", (f'action "{name}" asked to defer by "{value}", which is not a duration. '
-                                  'Use a value like "2m" or "1h".')
+        which, value = "failed", (f'action "{name}" asked to defer by "{value}", which is not a '
+                                  'duration. Use a value like "2m" or "1h".')
     elif which == "defer" and is_too_long(value):
-        which, value = "failed", (f'action "{name}" asked to defer by "{value}", longer than the maximum '
-                                  f'duration "{MAX_DURATION}". Use a value like "2m" or "1h".')
+        which, value = "failed", (f'action "{name}" asked to defer by "{value}", longer than the '
+                                  f'maximum duration "{MAX_DURATION}". Use a value like "2m" or '
+                                  '"1h".')
     then = step.get("then")
     if which == "ok":
         if spoke:
@@ -4078,14 +4264,16 @@ def run_do_step(turn: Turn, run: Run, step: dict) -> Go | None:
             turn.spoke_runs.add(run.id)
         return go(turn, run, "do", "ok", then, key=key, detail=text_or_none(detail or None))
     if which == "skipped":
-        return go(turn, run, "do", "skipped", then, code="action-skipped", key=key, detail=text_or_none(value))
+        return go(turn, run, "do", "skipped", then, code="action-skipped", key=key,
+                  detail=text_or_none(value))
     if which == "failed":
         target = step.get("onFail") if step.get("onFail") is not None else then
-        return go(turn, run, "do", "failed", target, code="action-failed", key=key, detail=text_or_none(value))
+        return go(turn, run, "do", "failed", target, code="action-failed", key=key,
+                  detail=text_or_none(value))
     at = turn.given.now + timedelta(milliseconds=duration_ms(value))
     park(turn, run, f"{run.id}:{run.step_id}:{to_ms(at)}", at)
-    write_line(turn, run, "do", "deferred", code="action-deferred", key=key, detail=text_or_none(detail),
-               until=iso(at))
+    write_line(turn, run, "do", "deferred", code="action-deferred", key=key,
+               detail=text_or_none(detail), until=iso(at))
     return None
 
 
@@ -4127,12 +4315,13 @@ def speaks_next(flow: dict, step: dict, then: Any) -> bool:
 
 
 def run_event_wait(turn: Turn, run: Run, step: dict) -> None:
-    """Event ``wait`` step: park until the event or ``upTo`` (default 30d), never snapped (runtime.md §3.6.3)."""
+    """Event ``wait`` step: park until the event or ``upTo`` (default 30d), never snapped
+    (runtime.md §3.6.3)."""
     wait = step["wait"]
     at = turn.given.now + timedelta(milliseconds=duration_ms(wait.get("upTo") or DEFAULT_UP_TO))
     park(turn, run, f"{run.id}:{run.step_id}:{to_ms(at)}", at, kind="event", event=wait["event"])
-    write_line(turn, run, "wait", "waiting", code="awaiting-event", detail=wait["event"], key=step_key(run),
-               until=iso(at))
+    write_line(turn, run, "wait", "waiting", code="awaiting-event", detail=wait["event"],
+               key=step_key(run), until=iso(at))
 
 
 # 10. Model calls ##############################################################################
@@ -4141,13 +4330,16 @@ def run_event_wait(turn: Turn, run: Run, step: dict) -> None:
 # that into provider calls and reads the replies back, laid out by the agent's protocol object
 # (falai_protocols). Here: what the engine hands it and gets back. The engine calls
 #   falai_calls.needs_understand_call(ask) -> bool     model-calls.md §3.1 zero-call rules
-#   falai_calls.understand(agent, ask) -> Judgement    one "understand" call (raises on provider failure)
-#   falai_calls.speak(agent, ask, streaming)           generator: yields deltas, returns Spoken | Deferred
+#   falai_calls.understand(agent, ask) -> Judgement    one "understand" call (raises on provider
+#                                                      failure)
+#   falai_calls.speak(agent, ask, streaming)           generator: yields deltas, returns Spoken |
+#                                                      Deferred
 #   falai_calls.compact_history(agent, history)        -> Compacted(history, llm_calls, usage), §9
 
 
 class AskedBranch(NamedTuple):
-    """A ``when`` branch of the floor's asking talk step, for the model to judge (runtime.md §3.4 item 6).
+    """A ``when`` branch of the floor's asking talk step, for the model to judge (runtime.md §3.4
+    item 6).
 
     A NamedTuple, so an ask built by hand with plain 4-tuples reads the same.
     """
