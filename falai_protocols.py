@@ -244,17 +244,21 @@ def speak_prompt(agent: Agent, ask: SpeakAsk, wire: list[tuple[str, str]],
             identity, f"{GUIDELINE_HEADING}\n{render_text(idle.get('prompt'), scope)}".strip(),
             instructions_section(ask.instructions, scope), input_section(ask),
             response_format_section(agent, []))
-    flow = ask.flow or {}
-    flow_text = flow_name(flow) if flow else ""
-    if flow.get("description"):
-        flow_text += f": {flow['description']}"
     guideline = render_text(ask.step.get("prompt"), scope) or (
         DEFAULT_COLLECT_GUIDELINE if ask.pending else DEFAULT_ANSWER_GUIDELINE)
     return join_sections(
-        identity, f"## Flow\n{flow_text}" if flow_text else None,
+        identity, flow_section(ask.flow or {}),
         f"{GUIDELINE_HEADING}\n{guideline}", _still_to_collect_section(agent, ask),
         already_known_section(agent, scope.data), instructions_section(ask.instructions, scope),
         input_section(ask), response_format_section(agent, wire))
+
+
+def flow_section(flow: dict) -> str | None:
+    """The speak prompt's ``## Flow`` section, the flow's name and description (both protocols)."""
+    text = flow_name(flow) if flow else ""
+    if flow.get("description"):
+        text += f": {flow['description']}"
+    return f"## Flow\n{text}" if text else None
 
 
 def _still_to_collect_section(agent: Agent, ask: SpeakAsk) -> str | None:
@@ -555,17 +559,13 @@ def lean_speak_prompt(agent: Agent, ask: SpeakAsk, system: str | None, identity:
         return join_sections(
             identity, f"{LEAN_GUIDELINE_HEADING}\n{guideline}" if guideline else None,
             instructions_section(ask.instructions, scope), input_section(ask))
-    flow = ask.flow or {}
-    flow_text = flow_name(flow) if flow else ""
-    if flow.get("description"):
-        flow_text += f": {flow['description']}"
     guideline = render_text(ask.step.get("prompt"), scope) or (
         LEAN_COLLECT_GUIDELINE if ask.pending else DEFAULT_ANSWER_GUIDELINE)
     data = scope.data
     known = [f"- {slug}: {json_text(data[slug])}" for slug in agent.fields
              if slug in data and is_known(data[slug])]
     return join_sections(
-        identity, f"## Flow\n{flow_text}" if flow_text else None,
+        identity, flow_section(ask.flow or {}),
         f"{LEAN_GUIDELINE_HEADING}\n{guideline}",
         _lean_still_to_collect(agent, ask, field_lines),
         "## Already known\n" + "\n".join(known) if known else None,
