@@ -905,57 +905,43 @@ class Host:
             for kind, session_id, key, reason, at in rows
         ]
 
+    # Where each kind of dead letter lives: its table, its key column, its status column.
+    DEAD_LETTER_TABLES = (
+        ("inbox", "input_key", "result"),
+        ("wakes", "wake_key", "result"),
+        ("outbox", "message_key", "outcome"),
+    )
+    RETRIED = {
+        "inbox": "done_at = NULL, result = NULL, attempts = 0, hand_count = 0, handed_at = NULL",
+        "wakes": "done_at = NULL, result = NULL, attempts = 0, hand_count = 0, handed_at = NULL",
+        "outbox": "dead_at = NULL, outcome = NULL, attempts = 0, not_before = NULL",
+    }
+
     def retry_dead(
         self, kind: str | None = None, session_id: str | None = None, key: str | None = None
     ) -> int:
         """Give dead letters their tries back (all, or one named by kind, session and key)."""
-        p = self.config.prefix
-        count = 0
-        for table, column, statement in (
-            (
-                "inbox",
-                "input_key",
-                "done_at = NULL, result = NULL, attempts = 0, hand_count = 0, handed_at = NULL",
-            ),
-            (
-                "wakes",
-                "wake_key",
-                "done_at = NULL, result = NULL, attempts = 0, hand_count = 0, handed_at = NULL",
-            ),
-            (
-                "outbox",
-                "message_key",
-                "dead_at = NULL, outcome = NULL, attempts = 0, not_before = NULL",
-            ),
-        ):
-            if kind in (None, table):
-                dead = "outcome = 'dead'" if table == "outbox" else "result = 'dead'"
-                count += len(
-                    self.sql(
-                        f"UPDATE {p}{table} SET {statement} WHERE {dead} "
-                        f"AND (%s::text IS NULL OR session_id = %s) "
-                        f"AND (%s::text IS NULL OR {column} = %s) RETURNING 1",
-                        (session_id, session_id, key, key),
-                    )
-                )
-        return count
+        return self._update_dead(lambda table, mark: self.RETRIED[table], kind, session_id, key)
 
     def drop_dead(
         self, kind: str | None = None, session_id: str | None = None, key: str | None = None
     ) -> int:
         """Give up dead letters for good: kept as ``dropped``, so a redelivered webhook stays
         deduped."""
-        p = self.config.prefix
+        return self._update_dead(lambda table, mark: f"{mark} = 'dropped'", kind, session_id, key)
+
+    def _update_dead(
+        self, setting: Callable[[str, str], str], kind: str | None, session_id: str | None,
+        key: str | None,
+    ) -> int:
+        """Apply ``setting(table, status column)`` to the dead letters named; how many rows."""
         count = 0
-        for table, column, mark in (
-            ("inbox", "input_key", "result"),
-            ("wakes", "wake_key", "result"),
-            ("outbox", "message_key", "outcome"),
-        ):
+        for table, column, mark in self.DEAD_LETTER_TABLES:
             if kind in (None, table):
                 count += len(
                     self.sql(
-                        f"UPDATE {p}{table} SET {mark} = 'dropped' WHERE {mark} = 'dead' "
+                        f"UPDATE {self.config.prefix}{table} SET {setting(table, mark)} "
+                        f"WHERE {mark} = 'dead' "
                         f"AND (%s::text IS NULL OR session_id = %s) "
                         f"AND (%s::text IS NULL OR {column} = %s) RETURNING 1",
                         (session_id, session_id, key, key),
