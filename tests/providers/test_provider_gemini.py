@@ -353,6 +353,48 @@ def test_the_understand_call_thinks_as_little_as_the_model_allows(fake):
 
 # Structured output (§4.5) ######################################################
 
+def test_a_lean_conversation_keeps_everything_but_the_new_turn_byte_identical_on_the_wire(fake):
+    """docs/guide/tokens.md "Measured": a lean agent's calls of one kind send the same
+    systemInstruction, tools and generationConfig (its response schema) every time, and contents
+    that only grow: the history is appended to and only the last content, the turn's prompt, is
+    new. So whether Gemini reads the schema before the contents (a changed schema defeats the
+    implicit cache of the same contents, googleapis/python-genai#1148) or after them, nothing but
+    the new turn and, at worst, the schema is left out of the cached prefix."""
+    from request_bodies import triage_agent
+    replies = [('{"flows":[{"id":"triagem","score":95}],"fields":["nome: Ana"]}',
+                '{"message":"Oi Ana! De qual empresa você fala?","fields":[]}'),
+               ('{"flows":[{"id":"triagem","score":90}],"fields":["empresa: Acme"]}',
+                '{"message":"Quantas pessoas trabalham na Acme?","fields":[]}'),
+               ('{"flows":[{"id":"triagem","score":90}],"fields":["porte: 11-50"]}', None)]
+    agent = triage_agent(gemini(fake), protocol="lean")
+    history = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"mensagem antiga {i}"}
+               for i in range(6)]
+    session = None
+    messages = ["oi, quero saber como funciona, sou a Ana", "da Acme", "umas 30"]
+    for n, (message, (understand, speak)) in enumerate(zip(messages, replies, strict=True)):
+        ok(fake, understand)
+        if speak is not None:
+            ok(fake, speak)
+        result = agent.turn(session_id="t", session=session, message=message, id=f"m{n}",
+                            history=list(history))
+        session = result.session
+        history += [{"role": "user", "content": message}] + [
+            {"role": "assistant", "content": m.text} for m in result.messages]
+    assert session.data == {"nome": "Ana", "empresa": "Acme", "porte": "11-50"}
+    bodies = [r.json for r in fake.requests]
+    kinds = {"understand": [b for b in bodies if "flows" in json.dumps(b["generationConfig"])],
+             "speak": [b for b in bodies if '"message"' in json.dumps(b["generationConfig"])]}
+    assert (len(kinds["understand"]), len(kinds["speak"])) == (3, 2)
+    for kind, calls in kinds.items():
+        for key in ("systemInstruction", "tools", "generationConfig"):
+            assert len({json.dumps(b.get(key), sort_keys=True) for b in calls}) == 1, (kind, key)
+        assert calls[0]["generationConfig"]["responseMimeType"] == "application/json"
+        for before, after in zip(calls, calls[1:]):
+            assert after["contents"][:len(before["contents"]) - 1] == before["contents"][:-1]
+            assert after["contents"][-1] != before["contents"][-1]
+    assert "tools" not in kinds["understand"][0] and "tools" in kinds["speak"][0]
+
+
 def test_schema_with_tools_on_gemini_3_is_enforced_and_tools_declared(fake):
     """providers.md §4.5, the capability table: Gemini 3.x takes a schema and tools together."""
     ok(fake, '{"message":"ok"}')
