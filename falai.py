@@ -71,6 +71,8 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, NoReturn, Protocol, 
 if TYPE_CHECKING:
     import logging
 
+    import falai_calls
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -1823,11 +1825,9 @@ class Agent:
                                          "whole number (0 or less offers no tools). Leave it out "
                                          f"for {DEFAULT_MAX_TOOL_LOOPS} tool rounds.")
         self.protocol = protocol
-        # How its model calls are laid out, and what they work out once (falai_protocols).
-        import falai_calls      # here, not at import: the model calls load with the first agent
-        self.model_calls = falai_calls.for_protocol(protocol)
         self.max_candidates = max_candidates
-        self.compiled = Compiled(self)   # what the turn works out once from this configuration
+        # Everything worked out once from this configuration, its protocol object included.
+        self.compiled = Compiled(self)
         if debug:
             log.setLevel(DEBUG)
         flow_by_id: dict[str, dict] = {}
@@ -1911,17 +1911,22 @@ class Agent:
 
 
 class Compiled:
-    """What an agent works out once from its frozen configuration and keeps, each on first use:
-    each flow's facts and words, its flows by trigger kind, the fields a list of flows can fill,
-    its silence flows, and the thread pool for safe tool calls.
+    """Everything an agent works out once from its frozen configuration and keeps, each on first
+    use: each flow's facts and words, its flows by trigger kind, the fields a list of flows can
+    fill, its silence flows, the thread pool for safe tool calls, and its protocol object, which
+    keeps the parts of its model calls (envelopes, system texts, schemas: falai_protocols).
 
-    One per agent (``agent.compiled``). The engine asks through these methods; nothing reaches
-    into what they keep. Flows are the agent's own read-only copies, kept as long as the agent,
-    so their ids name them. The model calls keep their own parts (falai_calls).
+    One per agent (``agent.compiled``), the one owner of every cache the agent has. The engine
+    and the model calls ask through these methods; nothing reaches into what they keep. Flows
+    are the agent's own read-only copies, kept as long as the agent, so their ids name them.
     """
 
     def __init__(self, agent: Agent) -> None:
+        import falai_calls      # here, not at import: the model calls load with the first agent
         self._agent = agent
+        # The agent's one protocol object (Lean or V4): how its model calls are laid out, and the
+        # parts of them it builds once, kept inside it and reached through its methods.
+        self._model_calls = falai_calls.for_protocol(agent.protocol)
         self._flow_facts: dict[int, tuple[dict, FlowFacts]] = {}
         self._flow_words: dict[int, frozenset[str]] = {}
         self._by_trigger: FlowsByTrigger | None = None
@@ -1962,6 +1967,11 @@ class Compiled:
         if self._silence_flows is None:
             self._silence_flows = work_out_silence_flows(self._agent)
         return self._silence_flows
+
+    def model_calls(self) -> falai_calls.ModelCalls:
+        """The agent's protocol object (falai_protocols): it lays out the agent's model calls and
+        keeps the parts of them it builds once."""
+        return self._model_calls
 
     def tool_pool(self) -> Any:
         """The agent's one thread pool for safe tool calls, created on first use and capped."""

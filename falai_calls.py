@@ -76,7 +76,8 @@ _NOT_BUILT = object()
 
 
 def for_protocol(name: str) -> ModelCalls:
-    """A new protocol object for one agent: ``name`` is ``"lean"`` or ``"v4"`` (Agent checks it)."""
+    """A new protocol object for one agent's ``Compiled``, its one owner: ``name`` is ``"lean"``
+    or ``"v4"`` (Agent checks it)."""
     return falai_protocols.PROTOCOLS[name]()
 
 
@@ -88,8 +89,9 @@ class ModelCalls:
     requests; both read replies alike, so a reply in either form reads the same under each
     (docs/guide/tokens.md). The object also keeps what its agent's calls work out once: the
     agent's flows and fields never change after construction, so a part built from them alone,
-    or from which of them a turn asks about, is built on first use and kept. Nothing outside
-    the object reads these caches.
+    or from which of them a turn asks about, is built on first use and kept. It is a part of the
+    agent's ``Compiled`` (``agent.compiled.model_calls()``), which owns every cache of the agent;
+    its own caches are read only by its methods.
     """
     name = ""
 
@@ -654,7 +656,7 @@ def understand_schema(agent: Agent, cand: list, ment: list, branches: list, fiel
         properties["branches"] = closed_object({
             alias: {"type": ["boolean", "null"], "description": when} for alias, when in branches})
     if fields:
-        properties["fields"] = agent.model_calls.fields_envelope(agent, fields)
+        properties["fields"] = agent.compiled.model_calls().fields_envelope(agent, fields)
     return closed_object(properties)
 
 
@@ -787,7 +789,7 @@ def understand(agent: Agent, ask: UnderstandAsk) -> Judgement:
     """
     if not needs_understand_call(ask):
         return Judgement()
-    protocol = agent.model_calls
+    protocol = agent.compiled.model_calls()
     call = protocol.understand_request(agent, ask)
     generation = agent.provider.generate(call.request)
     log_call(call.request, generation)
@@ -1114,7 +1116,7 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
     nothing. It returns ``Spoken`` or ``Deferred`` and never raises for a
     provider failure or a tool.
     """
-    protocol = agent.model_calls
+    protocol = agent.compiled.model_calls()
     plan = protocol.speak_request(agent, ask)
     declarations = [{"name": t.id, "description": t.description, "parameters": t.parameters}
                     for t in ask.tools]

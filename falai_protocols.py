@@ -1,10 +1,12 @@
 """falai's two model-call protocols, ``Lean`` and ``V4``, behind one seam (falai_calls.ModelCalls).
 
-An agent chooses one when it is built (``falai(protocol=...)``, python-api.md) and keeps it. Each
-lays out the understand request and the speak request its own way; both read replies alike
-(falai_calls). ``V4`` is the TypeScript original's, kept byte for byte to cross-check it
-(docs/guide/conformance.md); ``Lean``, the default, asks the same questions in fewer tokens
-(docs/guide/tokens.md). To change how a protocol talks to the model, read this module.
+An agent chooses one when it is built (``falai(protocol=...)``, python-api.md); its ``Compiled``
+(``agent.compiled``, the owner of every cache of the agent) keeps the object, which keeps what
+the calls build once, read only by its own methods. Each lays out the understand request and
+the speak request its own way; both read replies alike (falai_calls). ``V4`` is the TypeScript
+original's, kept byte for byte to cross-check it (docs/guide/conformance.md); ``Lean``, the
+default, asks the same questions in fewer tokens (docs/guide/tokens.md). To change how a
+protocol talks to the model, read this module.
 
 Sections: the v4 understand prompt (model-calls.md §3.4); the v4 speak prompt (§5.2-§5.4); the
 lean understand call; the lean speak call; the two protocol objects.
@@ -14,7 +16,7 @@ SPDX-License-Identifier: MIT. Copyright (c) 2026 The falai for Python authors; f
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -545,12 +547,12 @@ def lean_speak_schema() -> dict:
 
 
 def lean_speak_prompt(agent: Agent, ask: SpeakAsk, system: str | None, identity: str | None,
-                      field_lines: dict) -> str:
+                      collect_line: Callable[[str], str]) -> str:
     """The prompt of a speak call under protocol "lean" (docs/guide/tokens.md), after ``system``.
 
     The response-format rules join the stable system part, the reply schema
     (``lean_speak_schema``) is the same on every speak call of the agent, and
-    each pending field is listed once (``field_lines``: a field's line, kept).
+    each pending field is listed once (``collect_line(slug)``: a field's line, kept).
     """
     scope = ask.scope
     if ask.step is None:
@@ -567,12 +569,13 @@ def lean_speak_prompt(agent: Agent, ask: SpeakAsk, system: str | None, identity:
     return join_sections(
         identity, flow_section(ask.flow or {}),
         f"{LEAN_GUIDELINE_HEADING}\n{guideline}",
-        _lean_still_to_collect(agent, ask, field_lines),
+        _lean_still_to_collect(agent, ask, collect_line),
         "## Already known\n" + "\n".join(known) if known else None,
         instructions_section(ask.instructions, scope), input_section(ask))
 
 
-def _lean_still_to_collect(agent: Agent, ask: SpeakAsk, known_lines: dict) -> str | None:
+def _lean_still_to_collect(agent: Agent, ask: SpeakAsk,
+                           collect_line: Callable[[str], str]) -> str | None:
     """``## Still to collect``, one line per pending field and its wording; the rules are in the
     system part."""
     if not ask.pending:
@@ -586,10 +589,7 @@ def _lean_still_to_collect(agent: Agent, ask: SpeakAsk, known_lines: dict) -> st
         if wording is None and isinstance(definition, dict):
             wording = definition.get("ask")
         how = render_text(wording, ask.scope)
-        line = known_lines.get(slug)
-        if line is None:
-            line = known_lines[slug] = f"- {lean_field_line(slug, definition)}"
-        lines.append(line + (f" — ask: {how}" if how else ""))
+        lines.append(collect_line(slug) + (f" — ask: {how}" if how else ""))
     return "\n".join(lines)
 
 
@@ -667,7 +667,8 @@ class Lean(ModelCalls):
         wire, envelope = self.speak_reply_shape(agent, ask.pending if ask.step is not None else [])
         system, identity = self.speak_prefix(agent, ask.scope)
         return SpeakCall(wire=wire, system=system,
-                         prompt=lean_speak_prompt(agent, ask, system, identity, self._field_lines),
+                         prompt=lean_speak_prompt(agent, ask, system, identity,
+                                                  lambda slug: self.collect_line(agent, slug)),
                          schema=self._speak_schema, v4_schema=envelope,
                          tools_section=None,    # the tools rule is in the system part
                          wrap_up=LEAN_WRAP_UP, cache_history=True)
@@ -681,6 +682,13 @@ class Lean(ModelCalls):
         if self._parts is None:
             self._parts = lean_parts(agent)
         return self._parts
+
+    def collect_line(self, agent: Agent, slug: str) -> str:
+        """A pending field's ``## Still to collect`` line, without its wording, built once."""
+        line = self._field_lines.get(slug)
+        if line is None:
+            line = self._field_lines[slug] = f"- {lean_field_line(slug, agent.fields.get(slug))}"
+        return line
 
     def field_order(self, agent: Agent) -> dict:
         """Each of the agent's field slugs -> its place among them."""
