@@ -2516,10 +2516,10 @@ class Turn:
         self.phase: Phase = "ingest"
         # The turn's floor run: the run a message is about. Set by Ingest (I-R, I-W, I-S, I-F), by a
         # routed or resumed start in Decide, and inherited by a chained child (runtime.md §3.2, §3.5
-        # rule 3, §3.6.4).
+        # rule 3, §3.6.4); it moves only through move_floor(), by FLOOR_MOVES.
         self.floor_run: Run | None = None
         # A run took the floor in Ingest (rule I-F): Decide does no routing and asks no branches
-        # (§3.2, §3.4).
+        # (§3.2, §3.4). Set by move_floor() too.
         self.floor_from_ingest = False
         # The talk step that speaks in phase 6; the latest one wins (runtime.md §3.6.3 talk rule 6).
         self.talk_request: Run | None = None
@@ -2592,12 +2592,53 @@ class Turn:
                           usage=self.usage)
 
 
+# Why the turn's floor run moves, by the spec's floor rules (runtime.md §3.2, §3.5, §3.6.4, §4.4).
+# move_floor() is the one writer of ``turn.floor_run`` and ``turn.floor_from_ingest``.
+FLOOR_MOVES: dict[str, str] = {
+    # Ingest (§3.2)
+    "replied": "I-R: a reply resolved the run's timer wait: it holds the floor, unless a run took "
+               "it in Ingest, so that a stay it reaches answers this message",
+    "resolved": "I-F: a run resolved in Ingest (I-R, an arrived event), still live after "
+                "following its target, takes the floor in Ingest, once per turn",
+    "woken": "I-W: the run a run wake moves on",
+    "silence": "I-S: the run a silence wake started",
+    # Decide (§3.5)
+    "routed": "rule 5: the run routing started or resumed",
+    "asker": "rule 6: nothing was routed and no run took the floor in Ingest: the asker holds it",
+    # Run (§3.6.4)
+    "chained": "chaining rule 6: a chained child inherits an unset floor or its parent's; during "
+               "Ingest it so takes the floor in Ingest",
+}
+
+
+def move_floor(turn: Turn, run: Run, why: str, parent: Run | None = None) -> None:
+    """``run`` takes the turn's floor on ``why``, a key of FLOOR_MOVES, when that rule lets it;
+    otherwise nothing changes. ``parent``: the run a ``"chained"`` child was chained from."""
+    if why not in FLOOR_MOVES:
+        raise RuntimeError(f'the floor cannot move to run "{run.id}" on "{why}": FLOOR_MOVES has '
+                           "no such rule (runtime.md §4.4). This is a bug in falai; please "
+                           "report it.")
+    if why in ("replied", "asker") and turn.floor_from_ingest:
+        return
+    if why == "resolved":
+        if turn.floor_from_ingest or not turn.live(run):
+            return
+        turn.floor_from_ingest = True
+    elif why == "chained":
+        if turn.floor_run is not None and turn.floor_run is not parent:
+            return
+        if turn.phase == "ingest":
+            turn.floor_from_ingest = True
+    turn.floor_run = run
+
+
 def run_turn(agent: Agent, kwargs: dict, streaming: bool) -> Generator[str, None, TurnResult]:
     """The one pipeline behind turn() and turn_stream(): yields deltas, returns the TurnResult.
 
     ``turn.given`` never changes. What each phase changes of the rest (the session copy, its runs,
     the history, what the turn produces, the floor) is said on its line; a run's status moves only
-    through move_status(), by RUN_MOVES.
+    through move_status(), by RUN_MOVES, and the turn's floor only through move_floor(), by
+    FLOOR_MOVES.
     """
     given = read_turn_input(kwargs)
     turn = Turn(agent, given)                  # copies the session: the input one never changes
@@ -2701,13 +2742,6 @@ def instant_key(session: Session, instant: str) -> str:
     return f"{instant}#{n}"
 
 
-def take_floor_in_ingest(turn: Turn, run: Run) -> None:
-    """Rule I-F: a run resolved in Ingest that is still live takes the floor, once per turn."""
-    if turn.live(run) and not turn.floor_from_ingest:
-        turn.floor_from_ingest = True
-        turn.floor_run = run
-
-
 def resolve_reply_waits(turn: Turn) -> None:
     """Rule I-R: the customer spoke, so timer waits with an ``else`` resume (runtime.md §3.2)."""
     for run in list(turn.session.runs):
@@ -2722,11 +2756,9 @@ def resolve_reply_waits(turn: Turn) -> None:
                        if branch.get("if") is not None and turn.holds(branch["if"], run)),
                       step["else"])
         moved = go(turn, run, "wait", "ok", target, code="replied")
-        if not turn.floor_from_ingest:
-            # before advancing: a child it chains inherits the floor (I-F)
-            turn.floor_run = run
+        move_floor(turn, run, "replied")    # before advancing: a child it chains inherits it
         advance(turn, run, moved)
-        take_floor_in_ingest(turn, run)
+        move_floor(turn, run, "resolved")
 
 
 def ingest_run_wake(turn: Turn, key: str) -> Ignored | None:
@@ -2736,7 +2768,7 @@ def ingest_run_wake(turn: Turn, key: str) -> Ignored | None:
         return Ignored("stale-wake", key)
     set_at = run.waiting.get("setAt") or run.started_at
     move_status(turn, run, "wake")
-    turn.floor_run = run
+    move_floor(turn, run, "woken")
     step = current_step(turn, run)
     if run.step_id is None or step is None:
         return None
@@ -2767,7 +2799,7 @@ def ingest_silence_wake(turn: Turn, key: str) -> Ignored | None:
     if trigger is not None:
         run = start_run(turn, flow, "silence", ms, trigger=trigger)
         if run is not None:
-            turn.floor_run = run
+            move_floor(turn, run, "silence")
     return None
 
 
@@ -2791,7 +2823,7 @@ def ingest_event(turn: Turn, given: TurnInput) -> None:
         if flow_of(turn, run) is None or step is None:
             continue
         advance(turn, run, go(turn, run, "wait", "ok", step.get("then"), code="event-arrived"))
-        take_floor_in_ingest(turn, run)
+        move_floor(turn, run, "resolved")
     for flow in turn.given.agent.flows:
         for trigger in flow.get("on") or []:
             if trigger.get("event") == given.event and start_run(
@@ -3106,9 +3138,9 @@ def decide(turn: Turn, understood: Understood) -> None:
             routed = start_run(turn, route, "message", turn.given.trigger_key,
                                trigger=route_trigger)
         if routed is not None:
-            turn.floor_run = routed
-    if asker is not None and routed is None and not turn.floor_from_ingest:
-        turn.floor_run = asker
+            move_floor(turn, routed, "routed")
+    if asker is not None and routed is None:
+        move_floor(turn, asker, "asker")
     for slug, raw in judgement.fields.items():
         write_value(turn, slug, raw)
     if (asker is not None and turn.floor_run is asker and routed is None
@@ -3992,10 +4024,7 @@ def start_child(turn: Turn, parent: Run, flow: dict, key: str, payload: Any,
                       keep_data=keep_data)
     if child is None:
         return
-    if turn.floor_run is None or turn.floor_run is parent:
-        turn.floor_run = child
-        if turn.phase == "ingest":
-            turn.floor_from_ingest = True       # rule I-F (runtime.md §3.2)
+    move_floor(turn, child, "chained", parent)
     turn.queue.append(child)
 
 
