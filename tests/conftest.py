@@ -1,3 +1,4 @@
+import functools
 import os
 import sys
 
@@ -12,7 +13,10 @@ T0 = "2026-09-20T10:00:00.000Z"
 # Shared builders (issue 12): `from conftest import T0, build, lines` in a test module.
 
 def build(flows, *, fields=None, script=None, clock=None, usage=False, **options):
-    """An agent over ``flows`` on a fake clock at T0: (agent, its ScriptedProvider, the clock)."""
+    """An agent over ``flows`` on a fake clock at T0: (agent, its ScriptedProvider, the clock).
+
+    ``options`` go to the agent: a test parametrized with ``protocol`` passes ``protocol=protocol``.
+    """
     clock = clock or fake_clock(T0)
     provider = ScriptedProvider(script=script or {}, usage=usage)
     agent = falai().fields(fields or {}).agent(name="Ana", provider=provider, clock=clock,
@@ -134,9 +138,10 @@ def fake():
 # Protocols (docs/guide/development.md, "The protocol passes"). A module marked
 # ``pytestmark = pytest.mark.protocols("lean", "v4")`` holds under either protocol: a run takes the
 # one ``--protocol`` names, "lean" (the default) in the default run; ``pytest --protocol=v4`` is the
-# v4 conformance pass, which runs only those modules, with agents built under "v4" (CI runs it after
-# the default run). ``protocols("v4")`` alone pins a test that reads v4 prompts: it runs in every
-# default run.
+# v4 conformance pass, which runs only those modules (CI runs it after the default run).
+# ``protocols("v4")`` alone pins a test that reads v4 prompts: it runs in every default run. A marked
+# test gets the protocol as its ``protocol`` parameter and passes ``protocol=protocol`` to each agent
+# it builds; ``_agents_use_the_protocol`` fails it when it does not.
 PROTOCOL_NAMES = ("lean", "v4")
 
 
@@ -172,14 +177,54 @@ def _keep_the_protocol_pass(config, items):
 
 
 @_pytest.fixture(autouse=True)
-def _agent_protocol(request, monkeypatch):
-    """Agents built in the test default to its ``protocol`` parameter (the engine's own default otherwise)."""
+def _agents_use_the_protocol(request, monkeypatch):
+    """A test parametrized with ``protocol`` builds every agent with ``protocol=protocol``.
+
+    The test passes the protocol itself, where it builds its agents; this only checks that it did,
+    and fails the test otherwise: an agent built without it would quietly run under the engine's
+    default, and the v4 pass would test "lean" under the name "v4".
+    """
     callspec = getattr(request.node, "callspec", None)
-    value = callspec.params.get("protocol") if callspec is not None else None
-    if value is not None:
-        import falai
-        monkeypatch.setitem(falai.Agent.__init__.__kwdefaults__, "protocol", value)
+    protocol = callspec.params.get("protocol") if callspec is not None else None
+    if protocol is None:
+        yield
+        return
+    strays = agents_built_without(protocol, monkeypatch)
     yield
+    if strays:
+        _pytest.fail(f"agents built without protocol={protocol!r} in a test of that protocol: "
+                     + "; ".join(strays), pytrace=False)
+
+
+def agents_built_without(protocol: str, monkeypatch) -> list[str]:
+    """The agents built from now on without ``protocol=protocol``, as "where (what was given)".
+
+    It wraps Agent.__init__ to look at what each agent was given; what gets built is unchanged.
+    """
+    import falai
+    strays: list[str] = []
+    build_agent = falai.Agent.__init__
+
+    @functools.wraps(build_agent)
+    def recording_build(self, *args, **kwargs):
+        build_agent(self, *args, **kwargs)
+        if kwargs.get("protocol") != protocol:
+            strays.append(f"{_build_site()} (protocol={kwargs.get('protocol', '<not given>')!r})")
+
+    monkeypatch.setattr(falai.Agent, "__init__", recording_build)
+    return strays
+
+
+def _build_site() -> str:
+    """Where the test code built the agent: the first caller outside falai and this file."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not os.path.basename(name).startswith("falai") and name != __file__:
+            return f"{os.path.relpath(name)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<unknown>"
+
 
 # The local Postgres and Redis the store tests run against: connect, or skip saying why not.
 # FALAI_TEST_POSTGRES_DSN / FALAI_TEST_REDIS_URL point elsewhere; `unique_name` gives each run its own

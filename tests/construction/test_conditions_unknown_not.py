@@ -34,12 +34,12 @@ def flow_with(condition):
                                                 {"id": "b", "say": "B", "then": "end"}, {"id": "c", "say": "C"}]}
 
 
-def test_an_equals_that_tests_nothing_is_refused_with_the_fix():
+def test_an_equals_that_tests_nothing_is_refused_with_the_fix(protocol):
     flow = flow_with({"equals": {"reserva": None}})
     expected = ('flow "f", step "a": if.equals gives "reserva" null, which a flow reads as "not set", so the '
                 'condition would test nothing and always hold. For "not known" write { "unknown": ["reserva"] }.')
     with pytest.raises(FlowConfigurationError) as caught:
-        falai().fields(FIELDS).agent(name="A", provider=ScriptedProvider(), flows=[flow])
+        falai().fields(FIELDS).agent(name="A", provider=ScriptedProvider(), flows=[flow], protocol=protocol)
     assert str(caught.value) == "[FlowConfigurationError] " + expected
     assert [p.message for p in F.check_flow(flow, {"fields": FIELDS})] == [expected]
     with pytest.raises(FlowConfigurationError, match="unknown"):     # the FlowSpec path refuses it too
@@ -47,13 +47,15 @@ def test_an_equals_that_tests_nothing_is_refused_with_the_fix():
                                      flows=[from_spec({**flow_with({"equals": {"reserva": None}}),
                                                        "steps": [{"kind": "if", **s} if "if" in s else
                                                                  {"kind": "say", **s}
-                                                                 for s in flow["steps"]]})])
+                                                                 for s in flow["steps"]]})],
+                                     protocol=protocol)
 
 
-def test_a_strict_schema_none_beside_a_real_test_is_not_given():
+def test_a_strict_schema_none_beside_a_real_test_is_not_given(protocol):
     """flow_spec_schema requires every field in equals, nullable: a None there is "not given"."""
     flow = flow_with({"equals": {"reserva": None, "plano": "pro"}})
-    agent = falai().fields(FIELDS).agent(name="A", provider=ScriptedProvider(), flows=[flow])
+    agent = falai().fields(FIELDS).agent(name="A", provider=ScriptedProvider(), flows=[flow],
+                                         protocol=protocol)
     r = agent.turn(session_id="s", start={"flow": "f", "key": "k"})
     assert [m.text for m in r.messages] == ["C"]          # plano is not "pro"
 
@@ -74,7 +76,7 @@ def test_a_function_inside_not_cannot_be_stored():
         to_spec(flow_with({"not": lambda ctx: True}))
 
 
-def test_the_silence_guard_recipe_stops_the_nudge_once_booked():
+def test_the_silence_guard_recipe_stops_the_nudge_once_booked(protocol):
     """docs/guide/surprises.md: a silence trigger with "if": {"unknown": [...]} never nudges after the booking."""
     f = falai().fields(FIELDS)
     booking = f.flow({"id": "reservar", "name": "Book", "on": [{"message": ["wants a table"]}], "steps": [
@@ -87,7 +89,7 @@ def test_the_silence_guard_recipe_stops_the_nudge_once_booked():
     provider = ScriptedProvider(script={"understand": [{"flows": {"reservar": 95}}, {"fields": {"nome": "Ana"}}],
                                         "speak": [{"message": "Your name?"}]})
     agent = f.agent(name="A", provider=provider, flows=[booking, nudge], actions={"book": book},
-                    clock=fake_clock("2026-09-20T10:00:00.000Z"))
+                    clock=fake_clock("2026-09-20T10:00:00.000Z"), protocol=protocol)
     asking = agent.turn(session_id="s", message="a table for two", id="m1")
     assert [e.key.split(":")[1] for e in asking.schedule] == ["cutucar"]     # unbooked: the nudge is armed
     booked = agent.turn(session_id="s", session=asking.session, message="Ana", id="m2")

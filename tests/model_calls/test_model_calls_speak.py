@@ -32,9 +32,9 @@ def make_run():
                  started_at="2026-09-20T10:00:00.000Z", input={"origem": "do site"})
 
 
-def make_agent(script=None, provider=None, **options):
+def make_agent(script=None, provider=None, *, protocol, **options):
     options.setdefault("fields", FIELDS)
-    return F.Agent(name="Ana", provider=provider or ScriptedProvider(script=script or {}), **options)
+    return F.Agent(name="Ana", provider=provider or ScriptedProvider(script=script or {}), protocol=protocol, **options)
 
 
 def talk_ask(**changes):
@@ -70,18 +70,18 @@ def speak(agent, ask, streaming=False):
     return drive(falai_calls.speak(agent, ask, streaming))
 
 
-def first_request(ask, reply=None, **options):
-    agent = make_agent({"speak": [reply or {"message": "Oi!"}]}, **options)
+def first_request(ask, reply=None, *, protocol, **options):
+    agent = make_agent({"speak": [reply or {"message": "Oi!"}]}, protocol=protocol, **options)
     _, result = speak(agent, ask)
     return agent.provider.calls[0], result
 
 
 # §5.3: the talk step's prompt ------------------------------------------------------------------
 
-def test_talk_step_prompt_sections_in_order():
+def test_talk_step_prompt_sections_in_order(protocol):
     """model-calls.md §5.3: Flow, Guideline, Still to collect, Already known, Instructions, Input, Response format."""
     ask = talk_ask(instructions=[{"prompt": "Responda em até três frases."}])
-    request, _ = first_request(ask)
+    request, _ = first_request(ask, protocol=protocol)
     assert list(sections(request.prompt)) == [
         "Flow", "Guideline for your reply (adapt to the conversation)", "Still to collect", "Already known",
         "Instructions", "Customer's latest message", "Response format"]
@@ -89,43 +89,45 @@ def test_talk_step_prompt_sections_in_order():
     assert request.history == ask.history and request.context == {"loja": "Azul"}
 
 
-def test_flow_section_is_name_and_description_as_written():
+def test_flow_section_is_name_and_description_as_written(protocol):
     """model-calls.md §5.3 item 2: not rendered."""
-    request, _ = first_request(talk_ask())
+    request, _ = first_request(talk_ask(), protocol=protocol)
     assert sections(request.prompt)["Flow"] == "Triagem: qualifica quem chega {{data.nome}}"
 
 
-def test_flow_section_prints_the_id_without_a_name():
+def test_flow_section_prints_the_id_without_a_name(protocol):
     """flows.md §3.1: a flow without name prints its id."""
-    request, _ = first_request(talk_ask(flow={"id": "triagem", "steps": []}))
+    request, _ = first_request(talk_ask(flow={"id": "triagem", "steps": []}), protocol=protocol)
     assert sections(request.prompt)["Flow"] == "triagem"
 
 
-def test_guideline_is_the_step_prompt_rendered_with_input():
+def test_guideline_is_the_step_prompt_rendered_with_input(protocol):
     """model-calls.md §2.4: speak renders step prompts with data, context and the run's input."""
-    request, _ = first_request(talk_ask())
+    request, _ = first_request(talk_ask(), protocol=protocol)
     assert sections(request.prompt)["Guideline for your reply (adapt to the conversation)"] == \
         "Descubra quem é, do site."
 
 
-def test_default_guideline_asks_to_collect_when_fields_are_pending():
+def test_default_guideline_asks_to_collect_when_fields_are_pending(protocol):
     """model-calls.md §5.3 item 3: the default when the step has no prompt and fields are pending."""
-    request, _ = first_request(talk_ask(step={"id": "quem", "collect": ["empresa"]}, pending=["empresa"]))
+    request, _ = first_request(talk_ask(step={"id": "quem", "collect": ["empresa"]}, pending=["empresa"]),
+                               protocol=protocol)
     assert sections(request.prompt)["Guideline for your reply (adapt to the conversation)"] == \
         falai_protocols.DEFAULT_COLLECT_GUIDELINE
 
 
-def test_default_guideline_answers_in_flow_when_nothing_is_pending():
+def test_default_guideline_answers_in_flow_when_nothing_is_pending(protocol):
     """model-calls.md §5.3 item 3: a staying run with nothing pending answers the message."""
-    request, _ = first_request(talk_ask(step={"id": "quem", "collect": ["empresa"]}, pending=[]))
+    request, _ = first_request(talk_ask(step={"id": "quem", "collect": ["empresa"]}, pending=[]),
+                               protocol=protocol)
     prompt = sections(request.prompt)
     assert prompt["Guideline for your reply (adapt to the conversation)"] == falai_calls.DEFAULT_ANSWER_GUIDELINE
     assert "Still to collect" not in prompt
 
 
-def test_still_to_collect_lists_pending_fields_with_how_to_ask():
+def test_still_to_collect_lists_pending_fields_with_how_to_ask(protocol):
     """model-calls.md §5.3 item 4: step ask wins over field ask; rendered; a slug with no definition alone."""
-    request, _ = first_request(talk_ask(pending=["empresa", "porte", "sem-def"]))
+    request, _ = first_request(talk_ask(pending=["empresa", "porte", "sem-def"]), protocol=protocol)
     lines = sections(request.prompt)["Still to collect"].splitlines()
     assert lines[1:] == ["- empresa (string): Empresa da pessoa",
                          "  How to ask: Pergunte de qual empresa Bia fala.",
@@ -134,20 +136,20 @@ def test_still_to_collect_lists_pending_fields_with_how_to_ask():
                          "- sem-def"]
 
 
-def test_already_known_lists_known_agent_fields_only():
+def test_already_known_lists_known_agent_fields_only(protocol):
     """model-calls.md §2.6: strings quoted as JSON; data keys that are not agent fields are left out."""
     ask = talk_ask(scope=F.Scope(data={"nome": "Bia", "idade": 30, "empresa": "", "outro": 1}))
-    request, _ = first_request(ask)
+    request, _ = first_request(ask, protocol=protocol)
     assert sections(request.prompt)["Already known"].splitlines()[1:] == ['- nome: "Bia"', "- idade: 30"]
 
 
-def test_no_already_known_section_when_nothing_is_known():
+def test_no_already_known_section_when_nothing_is_known(protocol):
     """model-calls.md §2.6: present only when at least one agent field is known."""
-    request, _ = first_request(talk_ask(scope=F.Scope(data={"outro": 1})))
+    request, _ = first_request(talk_ask(scope=F.Scope(data={"outro": 1})), protocol=protocol)
     assert "## Already known" not in request.prompt
 
 
-def test_instruction_lines_follow_the_exact_format():
+def test_instruction_lines_follow_the_exact_format(protocol):
     """model-calls.md §5.2: `- [kind] [Always] prompt (apply only when: a OR b)`; empty prompts dropped."""
     instructions = [
         {"kind": "never", "prompt": "Nunca prometa prazos."},
@@ -158,7 +160,7 @@ def test_instruction_lines_follow_the_exact_format():
         {"kind": "should", "when": "{{data.nome}} está com pressa", "prompt": "Seja breve."},
     ]
     request, _ = first_request(talk_ask(instructions=instructions,
-                                        scope=F.Scope(data={"nome": "Bia", "vazio": ""})))
+                                        scope=F.Scope(data={"nome": "Bia", "vazio": ""})), protocol=protocol)
     assert sections(request.prompt)["Instructions"].splitlines() == [
         "- [never] [Always] Nunca prometa prazos.",
         "- [must] [Always] Peça desculpas antes de qualquer explicação. "
@@ -167,45 +169,45 @@ def test_instruction_lines_follow_the_exact_format():
         "- [should] [Always] Seja breve. (apply only when: {{data.nome}} está com pressa)"]
 
 
-def test_no_instructions_section_without_lines():
+def test_no_instructions_section_without_lines(protocol):
     """model-calls.md §5.2 rule 5."""
-    request, _ = first_request(talk_ask(instructions=[{"prompt": "  "}]))
+    request, _ = first_request(talk_ask(instructions=[{"prompt": "  "}]), protocol=protocol)
     assert "## Instructions" not in request.prompt
 
 
-def test_input_section_quotes_the_stripped_message():
+def test_input_section_quotes_the_stripped_message(protocol):
     """model-calls.md §5.3, Input: non-blank message text, stripped, in double quotes."""
-    request, _ = first_request(talk_ask())
+    request, _ = first_request(talk_ask(), protocol=protocol)
     assert sections(request.prompt)["Customer's latest message"] == '"sou a Bia, quero saber o preço"'
 
 
-def test_blank_message_has_no_input_section():
+def test_blank_message_has_no_input_section(protocol):
     """model-calls.md §5.3, Input: a message whose text is blank gets no section."""
-    request, _ = first_request(talk_ask(text="   "))
+    request, _ = first_request(talk_ask(text="   "), protocol=protocol)
     prompt = sections(request.prompt)
     assert "Customer's latest message" not in prompt and "Situation" not in prompt
 
 
 @pytest.mark.parametrize("kind", ["wake", "event", "start"])
-def test_retry_situation_when_history_ends_with_a_user_item(kind):
+def test_retry_situation_when_history_ends_with_a_user_item(kind, protocol):
     """model-calls.md §5.3, §10.2: the retry wake answers the customer's unanswered message."""
     ask = talk_ask(input_kind=kind, text=None, history=[{"role": "user", "content": "e o preço?"}])
-    request, _ = first_request(ask)
+    request, _ = first_request(ask, protocol=protocol)
     situation = sections(request.prompt)["Situation"]
     assert "no answer yet" in situation and "speak first" not in situation
 
 
 @pytest.mark.parametrize("kind", ["wake", "event", "start"])
-def test_speak_first_situation_otherwise(kind):
+def test_speak_first_situation_otherwise(kind, protocol):
     """model-calls.md §5.3: no new message, the assistant opens."""
-    request, _ = first_request(talk_ask(input_kind=kind, text=None))
+    request, _ = first_request(talk_ask(input_kind=kind, text=None), protocol=protocol)
     situation = sections(request.prompt)["Situation"]
     assert "speak first" in situation and "no answer yet" not in situation
 
 
-def test_response_format_lists_wire_names_with_field_lines_and_rules():
+def test_response_format_lists_wire_names_with_field_lines_and_rules(protocol):
     """model-calls.md §5.3, Response format: one line per envelope field in pending order, then rules."""
-    request, _ = first_request(talk_ask(pending=["empresa", "nome completo"]))
+    request, _ = first_request(talk_ask(pending=["empresa", "nome completo"]), protocol=protocol)
     lines = sections(request.prompt)["Response format"].splitlines()
     assert '- "empresa": empresa (string): Empresa da pessoa. The value the customer gave, or null.' in lines
     assert '- "field_1": nome completo (string). The value the customer gave, or null.' in lines
@@ -214,17 +216,17 @@ def test_response_format_lists_wire_names_with_field_lines_and_rules():
     assert any("never guess" in line for line in lines)
 
 
-def test_response_format_without_fields_has_no_field_rules():
+def test_response_format_without_fields_has_no_field_rules(protocol):
     """model-calls.md §5.3: the rules follow only when there is at least one field."""
-    request, _ = first_request(talk_ask(pending=[]))
+    request, _ = first_request(talk_ask(pending=[]), protocol=protocol)
     body = sections(request.prompt)["Response format"]
     assert '"message"' in body and "never guess" not in body and '- "' not in body
 
 
-def test_persona_that_varies_renders_with_the_runs_input_in_the_prompt():
+def test_persona_that_varies_renders_with_the_runs_input_in_the_prompt(protocol):
     """model-calls.md §2.3-§2.4: Identity first in the prompt, rendered with data, context and input."""
     request, _ = first_request(talk_ask(), persona="Veio {{input.origem}} para a {{context.loja}}.",
-                               knowledge_base={"horario": "9h"})
+                               knowledge_base={"horario": "9h"}, protocol=protocol)
     assert request.system == "## Knowledge base\n- horario: 9h"
     assert list(sections(request.prompt))[0] == "Identity"
     assert "Veio do site para a Azul." in sections(request.prompt)["Identity"]
@@ -232,10 +234,11 @@ def test_persona_that_varies_renders_with_the_runs_input_in_the_prompt():
 
 # §5.3: the idle speaker ------------------------------------------------------------------------
 
-def test_idle_prompt_sections():
+def test_idle_prompt_sections(protocol):
     """model-calls.md §5.3: Guideline, Instructions, Input, Response format; no Flow/collect/known."""
     ask = idle_ask(instructions=[{"kind": "must", "prompt": "Fale de {{data.nome}}."}])
-    request, _ = first_request(ask, idle={"prompt": "Atenda pela {{context.loja}} {{data.nome}}."})
+    request, _ = first_request(ask, idle={"prompt": "Atenda pela {{context.loja}} {{data.nome}}."},
+                               protocol=protocol)
     prompt = sections(request.prompt)
     assert list(prompt) == ["Guideline for your reply (adapt to the conversation)", "Instructions",
                             "Customer's latest message", "Response format"]
@@ -244,17 +247,17 @@ def test_idle_prompt_sections():
     assert request.schema == F.nullable_envelope({"message": {"type": "string"}})
 
 
-def test_idle_guideline_heading_is_emitted_even_when_the_prompt_is_empty():
+def test_idle_guideline_heading_is_emitted_even_when_the_prompt_is_empty(protocol):
     """model-calls.md §5.3: TypeScript parity."""
-    request, _ = first_request(idle_ask())
+    request, _ = first_request(idle_ask(), protocol=protocol)
     assert request.prompt.startswith("## Guideline for your reply (adapt to the conversation)\n\n## Customer")
 
 
 # §5.4: the envelope ----------------------------------------------------------------------------
 
-def test_envelope_has_message_and_pending_fields_nullable_with_enum_null():
+def test_envelope_has_message_and_pending_fields_nullable_with_enum_null(protocol):
     """model-calls.md §5.4, §2.7."""
-    request, _ = first_request(talk_ask(pending=["empresa", "porte", "sem-def"]))
+    request, _ = first_request(talk_ask(pending=["empresa", "porte", "sem-def"]), protocol=protocol)
     assert request.schema == {
         "type": "object", "additionalProperties": False, "required": ["message", "empresa", "porte", "sem-def"],
         "properties": {"message": {"type": ["string", "null"]},
@@ -275,11 +278,11 @@ def test_wire_names_skip_a_field_n_a_real_slug_holds():
         ("a b", "field_2"), ("field_0", "field_0"), ("field_1", "field_1")]
 
 
-def test_fields_come_back_under_their_slugs():
+def test_fields_come_back_under_their_slugs(protocol):
     """model-calls.md §5.5 rule 3: wire names mapped back; None and "" dropped."""
     ask = talk_ask(pending=["nome completo", "message", "empresa", "porte"])
     agent = make_agent({"speak": [{"message": "Obrigada!", "field_0": "Bia Souza", "field_1": "ligar depois",
-                                   "empresa": "", "porte": None}]})
+                                   "empresa": "", "porte": None}]}, protocol=protocol)
     _, result = speak(agent, ask)
     assert result == F.Spoken(message="Obrigada!", fields={"nome completo": "Bia Souza", "message": "ligar depois"},
                               data={}, llm_calls=1, usage=None)
@@ -287,43 +290,44 @@ def test_fields_come_back_under_their_slugs():
 
 # §5.5: reading one round's reply ---------------------------------------------------------------
 
-def test_reply_from_json_in_text_when_structured_is_missing():
+def test_reply_from_json_in_text_when_structured_is_missing(protocol):
     """model-calls.md §5.5 rule 1: the first JSON object in the text."""
-    agent = make_agent({"speak": ['Claro:\n```json\n{"message": "Oi, Bia!", "empresa": "Acme"}\n```']})
+    agent = make_agent({"speak": ['Claro:\n```json\n{"message": "Oi, Bia!", "empresa": "Acme"}\n```']},
+                       protocol=protocol)
     _, result = speak(agent, talk_ask())
     assert result.message == "Oi, Bia!" and result.fields == {"empresa": "Acme"}
 
 
-def test_plain_prose_passes_through_stripped():
+def test_plain_prose_passes_through_stripped(protocol):
     """model-calls.md §5.5 rule 2: no object: the raw text, stripped at the end."""
-    agent = make_agent({"speak": ["  Olá! Tudo bem?\n"]})
+    agent = make_agent({"speak": ["  Olá! Tudo bem?\n"]}, protocol=protocol)
     _, result = speak(agent, talk_ask())
     assert result.message == "Olá! Tudo bem?" and result.fields == {}
 
 
-def test_structured_without_a_string_message_reads_as_blank_and_defers():
+def test_structured_without_a_string_message_reads_as_blank_and_defers(protocol):
     """model-calls.md §5.5 rule 2, §10.2: parsed["message"] not a string reads as ""."""
-    agent = make_agent({"speak": [{"message": None, "empresa": "Acme"}]})
+    agent = make_agent({"speak": [{"message": None, "empresa": "Acme"}]}, protocol=protocol)
     _, result = speak(agent, talk_ask())
     assert result == F.Deferred(code="provider-unavailable", retryable=True, llm_calls=1)
 
 
 @pytest.mark.parametrize("text", ['{"message": "oi"', '  ```json\n{"message": ', "   ", ""])
-def test_broken_envelope_or_blank_reply_defers_and_never_reaches_the_customer(text, caplog):
+def test_broken_envelope_or_blank_reply_defers_and_never_reaches_the_customer(text, caplog, protocol):
     """model-calls.md §5.5, §10.2: unparsable envelope-shaped text counts as empty: provider-unavailable."""
-    agent = make_agent({"speak": [text]})
+    agent = make_agent({"speak": [text]}, protocol=protocol)
     with caplog.at_level(logging.WARNING, logger="falai"):
         _, result = speak(agent, talk_ask())
     assert result == F.Deferred(code="provider-unavailable", retryable=True, reset_at_ms=None, llm_calls=1)
     assert any("blank" in r.getMessage() for r in caplog.records)
 
 
-def test_fields_merge_round_over_round():
+def test_fields_merge_round_over_round(protocol):
     """model-calls.md §5.5: a later known value replaces an earlier one; a later null does not erase it."""
     tool = F.Tool(id="t", handler=lambda args, ctx: None)
     agent = make_agent({"speak": [
         {"message": "", "empresa": "Acme", "porte": "1-10", "toolCalls": [{"toolName": "t"}]},
-        {"message": "Pronto.", "empresa": None, "porte": "11-50"}]})
+        {"message": "Pronto.", "empresa": None, "porte": "11-50"}]}, protocol=protocol)
     _, result = speak(agent, talk_ask(tools=[tool]))
     assert result.fields == {"empresa": "Acme", "porte": "11-50"}
     assert result.llm_calls == 2
@@ -339,49 +343,51 @@ def test_fields_merge_round_over_round():
     ("entitlement", "provider-auth", False), ("model", "provider-invalid", False),
     ("invalid", "provider-invalid", False), ("content", "provider-invalid", False),
     ("context", "provider-context", False), ("length", "provider-length", True)])
-def test_provider_error_kinds_classify_into_deferrals(kind, code, retryable):
+def test_provider_error_kinds_classify_into_deferrals(kind, code, retryable, protocol):
     """model-calls.md §10.2: the classification table."""
-    agent = make_agent({"speak": [ProviderError("x", kind=kind)]})
+    agent = make_agent({"speak": [ProviderError("x", kind=kind)]}, protocol=protocol)
     _, result = speak(agent, talk_ask())
     assert result == F.Deferred(code=code, retryable=retryable, reset_at_ms=None, llm_calls=1, usage=None)
 
 
-def test_quota_with_a_reset_time_is_retryable_and_carries_it():
+def test_quota_with_a_reset_time_is_retryable_and_carries_it(protocol):
     """model-calls.md §10.2: quota is retryable only when the error carries reset_at_ms."""
-    agent = make_agent({"speak": [ProviderError("x", kind="quota", reset_at_ms=1789900000000)]})
+    agent = make_agent({"speak": [ProviderError("x", kind="quota", reset_at_ms=1789900000000)]},
+                       protocol=protocol)
     _, result = speak(agent, talk_ask())
     assert (result.code, result.retryable, result.reset_at_ms) == ("provider-quota", True, 1789900000000)
 
 
 @pytest.mark.parametrize("kind, should_retry", [("auth", True), ("overload", False), ("quota", True)])
-def test_should_retry_overrides_the_computed_retryable(kind, should_retry):
+def test_should_retry_overrides_the_computed_retryable(kind, should_retry, protocol):
     """model-calls.md §10.2: a stated should_retry replaces the default, in either direction."""
-    agent = make_agent({"speak": [ProviderError("x", kind=kind, should_retry=should_retry)]})
+    agent = make_agent({"speak": [ProviderError("x", kind=kind, should_retry=should_retry)]},
+                       protocol=protocol)
     _, result = speak(agent, talk_ask())
     assert result.retryable is should_retry
 
 
-def test_an_exception_that_is_not_a_provider_error_is_unavailable_and_retryable(caplog):
+def test_an_exception_that_is_not_a_provider_error_is_unavailable_and_retryable(caplog, protocol):
     """model-calls.md §10.2: kind unknown. A warning names the call."""
     with caplog.at_level(logging.WARNING, logger="falai"):
-        _, result = speak(make_agent({"speak": [RuntimeError("boom")]}), talk_ask())
+        _, result = speak(make_agent({"speak": [RuntimeError("boom")]}, protocol=protocol), talk_ask())
     assert result == F.Deferred(code="provider-unavailable", retryable=True, llm_calls=1)
     assert any("call 1" in r.getMessage() and "provider-unavailable" in r.getMessage() for r in caplog.records)
 
 
-def test_failed_round_counts_as_a_call_and_completed_rounds_keep_their_usage():
+def test_failed_round_counts_as_a_call_and_completed_rounds_keep_their_usage(protocol):
     """model-calls.md §7, §10.2: llm_calls includes the failed round; usage the completed ones; data dropped."""
     tool = F.Tool(id="t", handler=lambda args, ctx: {"data": {"x": 1}})
     usage = TokenUsage(5, 3, 1)
     provider = ScriptedProvider(script={"speak": [{"message": "", "toolCalls": [{"toolName": "t"}]},
                                                   ProviderError("busy", kind="rate")]}, usage=usage)
-    _, result = speak(make_agent(provider=provider), talk_ask(tools=[tool]))
+    _, result = speak(make_agent(provider=provider, protocol=protocol), talk_ask(tools=[tool]))
     assert result == F.Deferred(code="provider-unavailable", retryable=True, llm_calls=2, usage=usage)
 
 
 # §7: counting ----------------------------------------------------------------------------------
 
-def test_usage_sums_over_rounds_and_skips_rounds_that_reported_none():
+def test_usage_sums_over_rounds_and_skips_rounds_that_reported_none(protocol):
     """model-calls.md §7: summed field by field; a call that reported nothing adds nothing."""
     tool = F.Tool(id="t", handler=lambda args, ctx: None)
     provider = ScriptedProvider(script={"speak": [
@@ -389,13 +395,13 @@ def test_usage_sums_over_rounds_and_skips_rounds_that_reported_none():
                    usage=TokenUsage(10, 1, 2)),
         Generation(message="", tool_calls=[F.ToolCallRequest(id="b", name="t", arguments={})]),
         Generation(message="Feito.", usage=TokenUsage(7, 3, 0))]})
-    _, result = speak(make_agent(provider=provider), talk_ask(tools=[tool]))
+    _, result = speak(make_agent(provider=provider, protocol=protocol), talk_ask(tools=[tool]))
     assert result.llm_calls == 3 and result.usage == TokenUsage(17, 4, 2)
 
 
-def test_usage_is_none_when_nobody_counted():
+def test_usage_is_none_when_nobody_counted(protocol):
     """model-calls.md §7: never a zero-filled object."""
-    _, result = speak(make_agent({"speak": [{"message": "Oi"}]}), talk_ask())
+    _, result = speak(make_agent({"speak": [{"message": "Oi"}]}, protocol=protocol), talk_ask())
     assert result.usage is None and result.llm_calls == 1
 
 
@@ -439,13 +445,13 @@ def replies():
             (ENVELOPE, None, [], TokenUsage(4, 5, 1))]
 
 
-def test_streaming_speak_yields_deltas_and_returns_the_same_spoken():
+def test_streaming_speak_yields_deltas_and_returns_the_same_spoken(protocol):
     """model-calls.md §8: every round streams; the result equals the non-streaming one."""
     tool = F.Tool(id="t", handler=lambda args, ctx: {"value": "ok", "data": {"x": 1}})
     plain_provider = ChunkedProvider(replies())
-    _, plain = speak(make_agent(provider=plain_provider), talk_ask(tools=[tool]), streaming=False)
+    _, plain = speak(make_agent(provider=plain_provider, protocol=protocol), talk_ask(tools=[tool]), streaming=False)
     provider = ChunkedProvider(replies())
-    deltas, streamed = speak(make_agent(provider=provider), talk_ask(tools=[tool]), streaming=True)
+    deltas, streamed = speak(make_agent(provider=provider, protocol=protocol), talk_ask(tools=[tool]), streaming=True)
     assert provider.streamed == 2 and plain_provider.streamed == 0
     assert streamed == plain
     assert streamed.message == 'Oi, Bia! "Acme" anotada é 😀.\nAté!'
@@ -455,32 +461,32 @@ def test_streaming_speak_yields_deltas_and_returns_the_same_spoken():
     assert len(deltas) > 2 and all(deltas)
 
 
-def test_streaming_a_broken_envelope_defers_like_generate():
+def test_streaming_a_broken_envelope_defers_like_generate(protocol):
     """model-calls.md §5.5, §8: the streamed text was shown, but the result is the same deferral."""
     provider = ChunkedProvider([('{"message": "oi', None, [], None)])
-    deltas, result = speak(make_agent(provider=provider), talk_ask(), streaming=True)
+    deltas, result = speak(make_agent(provider=provider, protocol=protocol), talk_ask(), streaming=True)
     assert "".join(deltas) == "oi"
     assert result == F.Deferred(code="provider-unavailable", retryable=True, llm_calls=1)
 
 
-def test_streaming_failure_keeps_yielded_deltas_and_returns_a_deferral():
+def test_streaming_failure_keeps_yielded_deltas_and_returns_a_deferral(protocol):
     """model-calls.md §8, Failures: a speak failure never raises; deltas already yielded stay."""
     provider = ChunkedProvider([('{"message": "Olá, tudo certo por aqui?"}', None, [], None)], size=4,
                                fail_after=16)
-    deltas, result = speak(make_agent(provider=provider), talk_ask(), streaming=True)
+    deltas, result = speak(make_agent(provider=provider, protocol=protocol), talk_ask(), streaming=True)
     assert "".join(deltas) == "Olá"                  # the pieces up to character 16
     assert result == F.Deferred(code="provider-unavailable", retryable=True, llm_calls=1)
 
 
-def test_streaming_with_the_scripted_provider():
+def test_streaming_with_the_scripted_provider(protocol):
     """python-api.md, Providers: ScriptedProvider streams the message, then the done chunk."""
-    agent = make_agent({"speak": [{"message": "Oi, Bia!", "empresa": "Acme"}]})
+    agent = make_agent({"speak": [{"message": "Oi, Bia!", "empresa": "Acme"}]}, protocol=protocol)
     deltas, result = speak(agent, talk_ask(), streaming=True)
     assert deltas == ["Oi, Bia!"]
     assert result == F.Spoken(message="Oi, Bia!", fields={"empresa": "Acme"}, llm_calls=1)
 
 
-def test_non_streaming_speak_yields_nothing():
+def test_non_streaming_speak_yields_nothing(protocol):
     """The interface: without streaming the generator only returns."""
-    deltas, result = speak(make_agent({"speak": [{"message": "Oi"}]}), talk_ask(), streaming=False)
+    deltas, result = speak(make_agent({"speak": [{"message": "Oi"}]}, protocol=protocol), talk_ask(), streaming=False)
     assert deltas == [] and result.message == "Oi"

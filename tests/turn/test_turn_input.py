@@ -10,11 +10,12 @@ pytestmark = pytest.mark.protocols("lean", "v4")     # the same results under bo
 
 
 @pytest.fixture
-def agent():
+def agent(protocol):
     f = falai().fields({"nome": {"type": "string"}})
     return f.agent(name="Ana", provider=ScriptedProvider(script={"speak": [{"message": "Oi!"}] * 5}),
                    clock=fake_clock("2026-09-20T10:00:00.000Z"), idle={"prompt": "Atenda."},
-                   flows=[f.flow({"id": "x", "name": "X", "steps": [{"id": "s", "say": "Olá"}]})])
+                   flows=[f.flow({"id": "x", "name": "X", "steps": [{"id": "s", "say": "Olá"}]})],
+                   protocol=protocol)
 
 
 @pytest.mark.parametrize("kwargs, words", [
