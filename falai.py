@@ -1862,10 +1862,11 @@ class Agent:
 
         ``agent.turn(session_id="s1", session=saved, message="oi", id="m1")``
         """
-        arguments = given_keywords(
-            session_id=session_id, session=session, message=message, id=id, at=at, wake=wake,
-            event=event, key=key, payload=payload, hop=hop, start=start, context=context,
-            history=history, silenced=silenced, anchors=anchors, claims=claims)
+        arguments = given_keywords({
+            "session_id": session_id, "session": session, "message": message, "id": id, "at": at,
+            "wake": wake, "event": event, "key": key, "payload": payload, "hop": hop,
+            "start": start, "context": context, "history": history, "silenced": silenced,
+            "anchors": anchors, "claims": claims})
         stream = run_turn(self, arguments, streaming=False)
         while True:
             try:
@@ -1886,10 +1887,11 @@ class Agent:
 
         Takes the same keywords as ``turn()``.
         """
-        arguments = given_keywords(
-            session_id=session_id, session=session, message=message, id=id, at=at, wake=wake,
-            event=event, key=key, payload=payload, hop=hop, start=start, context=context,
-            history=history, silenced=silenced, anchors=anchors, claims=claims)
+        arguments = given_keywords({
+            "session_id": session_id, "session": session, "message": message, "id": id, "at": at,
+            "wake": wake, "event": event, "key": key, "payload": payload, "hop": hop,
+            "start": start, "context": context, "history": history, "silenced": silenced,
+            "anchors": anchors, "claims": claims})
         stream = run_turn(self, arguments, streaming=True)
         while True:
             try:
@@ -1983,9 +1985,10 @@ class Compiled:
             return self._tool_pool
 
 
-def given_keywords(**keywords: Any) -> dict:
+def given_keywords(keywords: dict) -> dict:
     """The keywords a turn() or turn_stream() call was given (None is "not given"), as
-    read_turn_input checks them."""
+    read_turn_input checks them. A dict, not ``**keywords``: packing 16 keywords into a call costs
+    more than the dict display."""
     return {name: value for name, value in keywords.items() if value is not None}
 
 
@@ -2431,10 +2434,13 @@ def copy_session(session: Session) -> Session:
                    last_assistant_at=session.last_assistant_at, v=session.v, **values)
 
 
-@dataclass(frozen=True, slots=True)
-class TurnGiven:
+class TurnGiven(NamedTuple):
     """What a turn is given and never changes: the agent, the checked input, the turn's one instant,
-    and the host's context, anchors, claims and silenced (runtime.md §2, §3.1)."""
+    and the host's context, anchors, claims and silenced (runtime.md §2, §3.1).
+
+    Read-only as a NamedTuple: a frozen dataclass sets each field through ``object.__setattr__``,
+    which took 2% of a triage turn's instructions.
+    """
     agent: Agent
     input: TurnInput
     now: datetime
@@ -3842,19 +3848,22 @@ RUN_MOVES: dict[tuple[str, str], RunStatus] = {
 def move_status(turn: Turn, run: Run, event: str, waiting: dict | None = None) -> None:
     """Move a run's status on ``event`` by RUN_MOVES. ``waiting`` (the wait, §7.1) is set exactly
     while the run is waiting and ``suspendedAt`` exactly while it is suspended (runtime.md §4.1)."""
-    to = RUN_MOVES.get((run.status, event))
+    was = run.status
+    to = RUN_MOVES.get((was, event))
     if to is None:
-        raise RuntimeError(f'run "{run.id}" cannot move from "{run.status}" on "{event}": '
+        raise RuntimeError(f'run "{run.id}" cannot move from "{was}" on "{event}": '
                            "RUN_MOVES has no such move (runtime.md §4.3). This is a bug in falai; "
                            "please report it.")
+    if to == was:               # running or asking stays so: no wait, no suspension to set or clear
+        return
     if to == "waiting":
         assert waiting is not None          # parking names the wake it waits for
         run.waiting = waiting
-    elif run.status == "waiting":
+    elif was == "waiting":
         run.waiting = None
     if to == "suspended":
         run.suspended_at = turn.given.now_text
-    elif run.status == "suspended":
+    elif was == "suspended":
         run.suspended_at = None
     run.status = to
 

@@ -93,12 +93,11 @@ def test_a_turn_moves_runs_through_the_table(monkeypatch):
 
 def test_what_a_turn_is_given_is_read_only():
     """A turn splits what it was given (``turn.given``, frozen) from what it changes."""
-    import dataclasses
     agent = falai.Agent(name="Ana", provider=falai.ScriptedProvider(script={}),
                         clock=falai.fake_clock(NOW))
     turn = falai.Turn(agent, falai.read_turn_input({"session_id": "s1", "message": "oi", "id": "m1"}))
     assert (turn.given.agent, turn.given.now_text, turn.given.trigger_key) == (agent, NOW, "m1")
     for name in ("now_text", "silenced", "trigger_key", "agent"):
-        with pytest.raises(dataclasses.FrozenInstanceError):
+        with pytest.raises(AttributeError):
             setattr(turn.given, name, None)
     assert turn.session.runs == [] and turn.phase == "ingest"     # the state it changes starts here
