@@ -6,6 +6,7 @@
     python bench/bench_turn.py --issue12 --baseline REV --rounds 20 --pairs 10
     python bench/bench_turn.py --issue12 --cpu            # CPU time rather than wall time
     python bench/bench_turn.py --issue12 --instructions   # valgrind's instruction counts, e397a6a and this tree
+    python bench/bench_turn.py --issue12 --instructions REV --rows triage,old1000,import   # only those rows
 
 What it measures is falai's own work (routing, runs and steps, prompts,
 envelopes, the session copy), not a model's latency: every model call is an
@@ -50,6 +51,11 @@ it); the hash seed is fixed and the bytecode cached, and an import is
 Instructions are not time (a cache miss costs more than an add), so the CPU
 time of ``--baseline`` stays the verdict; the count says which way a change
 moved a row when the timing's noise is as large as the change.
+
+``--rows KEY,KEY`` (with ``--issue12``, alone or with ``--baseline`` or
+``--instructions``) measures only those of ISSUE12's rows: while a change is
+being tried, the triage row's count takes under a minute where every row takes
+three.
 """
 from __future__ import annotations
 
@@ -259,10 +265,21 @@ ISSUE12: dict[str, tuple[str, Callable[[], Callable[[], object]] | None, float, 
 }
 
 
+def chosen_rows() -> dict:
+    """ISSUE12, or the rows ``--rows KEY,KEY`` names, in ISSUE12's order."""
+    if "--rows" not in sys.argv:
+        return ISSUE12
+    keys = sys.argv[sys.argv.index("--rows") + 1].split(",")
+    unknown = [key for key in keys if key not in ISSUE12]
+    if unknown:
+        sys.exit(f"bench_turn --rows: no row {', '.join(unknown)}; the rows are {', '.join(ISSUE12)}")
+    return {key: row for key, row in ISSUE12.items() if key in keys}
+
+
 def issue12_rows() -> list[tuple[str, str, str, str]]:
     """The rows of issue 12's table, measured in this process (the import in fresh interpreters)."""
     return [(what, f"{import_time_ms():,.1f} ms" if prepare is None else f"{median_us(prepare(), REPEAT // 2):,.0f} µs",
-             "", "") for what, prepare, _, _ in ISSUE12.values()]
+             "", "") for what, prepare, _, _ in chosen_rows().values()]
 
 
 def export_tree(rev: str, folder: str) -> None:
@@ -348,7 +365,9 @@ def paired(measure_base: Callable[[], float], measure_now: Callable[[], float], 
 def issue12_side_by_side(rev: str, rounds: int, pairs: int) -> None:
     """Each row for commit ``rev`` and for this tree: ``rounds`` fresh pairs of servers, each timing ``pairs``
     pairs of batches, one tree right after the other."""
-    samples: dict[tuple[str, str], list[list[float]]] = {(key, name): [] for key in ISSUE12 for name in ("base", "now")}
+    rows_asked = chosen_rows()
+    samples: dict[tuple[str, str], list[list[float]]] = {(key, name): [] for key in rows_asked
+                                                         for name in ("base", "now")}
     with tempfile.TemporaryDirectory() as folder:
         export_tree(rev, os.path.join(folder, "tree"))
         trees = {"base": os.path.join(folder, "tree"), "now": ROOT}
@@ -357,7 +376,7 @@ def issue12_side_by_side(rev: str, rounds: int, pairs: int) -> None:
             one_import_ms(trees[name], caches[name])     # writes the bytecode the later imports read
         for round_number in range(rounds):
             servers = {name: Server(tree) for name, tree in trees.items()}
-            for key, (_, prepare, _, _) in ISSUE12.items():
+            for key, (_, prepare, _, _) in rows_asked.items():
                 if prepare is None:
                     measures = [functools.partial(one_import_ms, trees[name], caches[name]) for name in trees]
                 else:
@@ -371,7 +390,7 @@ def issue12_side_by_side(rev: str, rounds: int, pairs: int) -> None:
                 server.close()
             print(f"round {round_number + 1} of {rounds} done", file=sys.stderr)
     rows = []
-    for key, (what, _, today, target) in ISSUE12.items():
+    for key, (what, _, today, target) in rows_asked.items():
         base, now = ([value for batch in samples[key, name] for value in batch] for name in ("base", "now"))
         ratio, wanted = statistics.median(now) / statistics.median(base), target / today
         per_round = [statistics.median(n) / statistics.median(b)
@@ -439,13 +458,13 @@ def issue12_instructions(rev: str) -> None:
         caches = {name: os.path.join(folder, f"pycache-{name}") for name in trees}
         for name in trees:      # writes the bytecode the counted runs read: compiling would be counted too
             run_counted(trees[name], caches[name], ["--issue12-count", "triage", "0"])
-        jobs = [(name, key, repeat) for key in ISSUE12 for name in trees
+        jobs = [(name, key, repeat) for key in chosen_rows() for name in trees
                 for repeat in ((0, 1) if key == "import" else (0, COUNTED))]
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
             counts = dict(zip(jobs, pool.map(lambda job: instructions(trees[job[0]], caches[job[0]], job[1], job[2]),
                                              jobs)))
     rows = []
-    for key, (what, _, today, target) in ISSUE12.items():
+    for key, (what, _, today, target) in chosen_rows().items():
         top = 1 if key == "import" else COUNTED
         base, now = ((counts[name, key, top] - counts[name, key, 0]) / top for name in ("base", "now"))
         wanted = target / today
