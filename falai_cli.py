@@ -236,10 +236,10 @@ def standin_condition(value: bool) -> Condition:
 
 
 def build_agent(flow_paths: list[str], registry: Registry, provider: Any, clock: Callable,
-                protocol: str = "lean") -> Agent:
+                protocol: str | None = None) -> Agent:
     """An agent of the flows files and the registry's stand-ins; FalaiError when a flow cannot run.
 
-    The registry's ``agent.protocol`` wins over ``protocol``.
+    ``protocol`` wins over the registry's ``agent.protocol``; without either, "lean".
     """
     specs = [spec for _, _, spec in load_specs(flow_paths)]
     flows = [falai.from_spec(spec) for spec in specs]
@@ -255,7 +255,7 @@ def build_agent(flow_paths: list[str], registry: Registry, provider: Any, clock:
                  tools=[standin_tool(t) for t in registry.tools], persona=options.get("persona"),
                  goal=options.get("goal"), idle=options.get("idle"),
                  instructions=options.get("instructions"), clock=clock,
-                 protocol=options.get("protocol") or protocol)
+                 protocol=protocol or options.get("protocol") or "lean")
 
 
 # 2. validate and schema #######################################################################
@@ -938,9 +938,15 @@ class Playground:
     def __init__(self, flow_paths: list[str], registry: Registry, provider: Any, now: str):
         self.clock = falai.fake_clock(now)
         self.provider = RecordingProvider(provider)
-        # The offline stand-in reads the v4 prompts (docs/guide/tokens.md), so it plays under "v4".
-        protocol = "v4" if isinstance(provider, ScriptedProvider) else "lean"
-        self.agent = build_agent(flow_paths, registry, self.provider, self.clock, protocol)
+        # The offline stand-in reads the v4 prompts (docs/guide/tokens.md), so it plays under "v4",
+        # whatever the registry asks; a real provider takes the registry's protocol.
+        standin = isinstance(provider, ScriptedProvider)
+        self.agent = build_agent(flow_paths, registry, self.provider, self.clock,
+                                 "v4" if standin else None)
+        asked = registry.agent.get("protocol")
+        self.note = (f'the offline stand-in reads only "v4" prompts, so it plays under "v4"; the '
+                     f'registry\'s protocol "{asked}" applies with a real --provider'
+                     if standin and asked not in (None, "v4") else None)
         self.specs = [spec for _, _, spec in load_specs(flow_paths)]
         self.graph = flow_graph(self.specs)
         self.session: Session | None = None
@@ -1073,7 +1079,9 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, environ: dict,
     logging.basicConfig(format="  (falai: %(message)s)", level=logging.WARNING)
     playground = make_playground(args, environ)
     out.write(f"falai chat: {playground.agent.name} with {len(playground.specs)} flow(s), provider "
-              f"{args.provider}, clock {playground.clock}.\n" + CHAT_HELP)
+              f"{args.provider} (protocol {playground.agent.protocol}), clock "
+              f"{playground.clock}.\n" + (f"({playground.note})\n" if playground.note else "")
+              + CHAT_HELP)
     while True:
         try:
             text = read("you: ").strip()
@@ -1345,7 +1353,8 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO, environ: dict) -> int:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", args.port),
                                              inspect_handler(playground,
                                                              INSPECT_PAGE.encode("utf-8")))
-    out.write(f"falai inspect: http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C to stop)\n")
+    out.write(f"falai inspect: http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C to stop)\n"
+              + (f"({playground.note})\n" if playground.note else ""))
     out.flush()
     try:
         server.serve_forever()

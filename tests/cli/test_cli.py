@@ -284,6 +284,41 @@ def test_the_offline_stand_in_asks_extracts_and_calls_tools(tmp_path):
     assert "llm_calls: 3" in second                      # understand, the tool call, the reply
 
 
+def test_the_offline_stand_in_plays_under_v4_and_says_so_when_the_registry_asks_lean(tmp_path):
+    """The stand-in reads only v4 prompts: a registry's "lean" cannot change that, and chat says so."""
+    registry = json.load(open(REGISTRY, encoding="utf-8"))
+    registry.setdefault("agent", {})["protocol"] = "lean"
+    status, out, _ = run("chat", SHOP, "--registry", write(tmp_path, "r.json", registry), "--now",
+                         "2026-12-01T10:00:00Z", lines=["where is my order?"])
+    header = out.splitlines()[:2]
+    assert status == 0 and "provider scripted (protocol v4)" in header[0]
+    assert header[1] == ('(the offline stand-in reads only "v4" prompts, so it plays under "v4"; '
+                         'the registry\'s protocol "lean" applies with a real --provider)')
+    assert "bot: Sure: what is the order number?" in out      # it routed: the stand-in read v4
+
+
+def test_chat_with_a_real_provider_takes_the_registrys_protocol(tmp_path):
+    from fake_model_server import FakeModelServer, openai_frame
+
+    registry = json.load(open(REGISTRY, encoding="utf-8"))
+    registry.setdefault("agent", {})["protocol"] = "v4"
+    fake = FakeModelServer()
+    fake.sse(openai_frame(content='{"message": "Olá"}'), openai_frame(finish="stop"), "[DONE]")
+    flow = {"id": "oi", "name": "Oi", "on": [{"message": []}], "steps": [{"id": "a", "kind": "prompt",
+                                                                           "prompt": "Greet."}]}
+    try:
+        status, out, err = run("chat", write(tmp_path, "f.json", flow), "--registry",
+                               write(tmp_path, "r.json", registry), "--provider", "openai", "--model",
+                               "gpt-4.1-mini", "--base-url", fake.url + "/v1", lines=["oi"],
+                               environ={"OPENAI_API_KEY": "test-key"})
+    finally:
+        fake.close()
+    assert status == 0, err
+    assert "provider openai (protocol v4)" in out.splitlines()[0] and "stand-in" not in out
+    status, out, _ = run(*CHAT)
+    assert "provider scripted (protocol v4)" in out.splitlines()[0] and "stand-in reads" not in out
+
+
 def test_chat_with_a_vendor_provider_talks_to_it_over_http(tmp_path):
     """--provider openai with --base-url and OPENAI_API_KEY: a real request to a local fake server."""
     from fake_model_server import FakeModelServer, openai_frame
