@@ -91,7 +91,7 @@ __all__ = [
     # JSON, validation, migration, time
     "validate_flow", "check_flow", "Problem", "FlowValidation", "from_spec", "to_spec",
     "flow_spec_schema", "migrate_session", "history_to_events", "events_to_history", "fake_clock",
-    "load_registry",
+    "load_registry", "check_registry",
     # errors
     "FalaiError", "FlowConfigurationError", "ProviderError", "SessionConflictError",
     "InvalidSessionError",
@@ -104,6 +104,7 @@ PUBLIC_ELSEWHERE = {
     "from_spec": "falai_spec", "to_spec": "falai_spec", "flow_spec_schema": "falai_spec",
     "migrate_session": "falai_spec", "history_to_events": "falai_spec",
     "events_to_history": "falai_spec", "load_registry": "falai_spec",
+    "check_registry": "falai_spec",
     "ScriptedProvider": "falai_testing", "MemoryScheduler": "falai_testing",
     "Store": "falai_stores", "MemoryStore": "falai_stores",
 }
@@ -132,8 +133,8 @@ FOR_SIBLING_MODULES = (
 
 if TYPE_CHECKING:       # what a type checker sees for the names PUBLIC_ELSEWHERE loads on use
     from falai_checks import check_flow, validate_flow
-    from falai_spec import (events_to_history, flow_spec_schema, from_spec, history_to_events,
-                            load_registry, migrate_session, to_spec)
+    from falai_spec import (check_registry, events_to_history, flow_spec_schema, from_spec,
+                            history_to_events, load_registry, migrate_session, to_spec)
     from falai_stores import MemoryStore, Store
     from falai_testing import MemoryScheduler, ScriptedProvider
 

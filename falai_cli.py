@@ -40,7 +40,6 @@ from falai import (
     Action,
     Agent,
     Condition,
-    EventDef,
     FalaiError,
     GenerateRequest,
     Generation,
@@ -125,20 +124,16 @@ def load_specs(paths: list[str]) -> list[tuple[str, int | None, dict]]:
     return found
 
 
-REGISTRY_KEYS = ("fields", "actions", "events", "conditions", "tools", "agent")
-
-
 @dataclass
 class Registry:
     """A registry file: the names flows may use, with stand-ins for the code behind them.
 
-    ``actions``: {name: {"parameters", "description", "result", "set"}}; the stand-in
-    action writes ``set`` into the session and returns ``result`` (default ``{"ok": true}``).
-    ``tools``: [{"id", "description", "parameters", "result", "data"}]; the stand-in tool returns
-    ``result`` and writes ``data`` into the session. ``conditions``: {name: true/false} or a list
-    of names (false).
-    ``events``: {name: {"direction": ...}} or a list of names. ``agent``: name,
-    persona, goal, idle, instructions.
+    The sections ``falai.check_registry`` gives (docs/guide/cli.md). ``actions``:
+    {name: {"parameters", "description", "result", "set"}}; the stand-in action writes ``set``
+    into the session and returns ``result`` (default ``{"ok": true}``). ``tools``: [{"id",
+    "description", "parameters", "result", "data"}]; the stand-in tool returns ``result`` and
+    writes ``data`` into the session. ``conditions``: {name: true/false}. ``events``: {name:
+    EventDef}. ``agent``: the options name, persona, goal, idle, instructions and protocol.
     """
     fields: dict = field(default_factory=dict)
     actions: dict = field(default_factory=dict)
@@ -161,49 +156,18 @@ class Registry:
         return names
 
 
-def _named(value: Any, path: str, key: str, default: Any) -> dict:
-    """A registry section written as {name: ...} or as a list of names."""
-    if value is None:
-        return {}
-    if isinstance(value, list) and all(isinstance(name, str) for name in value):
-        return {name: default for name in value}
-    if isinstance(value, dict):
-        return value
-    raise UsageError(f'{path}: "{key}" is {type(value).__name__}. Write it as an object {{name: '
-                     f'...}} '
-                     "or a list of names.")
-
-
 def load_registry(path: str | None) -> Registry:
-    """The registry file, checked for its shape; an empty registry when no path is given."""
+    """The registry file, checked for its shape by ``falai.check_registry`` (as a program's
+    ``falai.load_registry`` checks it); an empty registry when no path is given.
+    """
     if path is None:
         return Registry()
-    raw = read_json(path, "registry")
-    if not isinstance(raw, dict):
-        raise UsageError(f"{path}: the registry is {type(raw).__name__}, not an object. Write "
-                         '{"fields": {...}, "actions": {...}, "events": {...}, "conditions": '
-                         '{...}, "tools": [...]}.')
-    unknown = [key for key in raw if key not in REGISTRY_KEYS]
-    if unknown:
-        raise UsageError(f'{path}: unknown key "{unknown[0]}". A registry has '
-                         f'{", ".join(REGISTRY_KEYS)}.')
-    tools = raw.get("tools") or []
-    if not isinstance(tools, list) or not all(isinstance(t, dict) and isinstance(t.get("id"), str)
-                                              for t in tools):
-        raise UsageError(f'{path}: "tools" must be a list of objects with an "id". Write '
-                         '[{"id": "price", "description": "...", "parameters": {...}}].')
-    for key in ("fields", "agent"):
-        if not isinstance(raw.get(key) or {}, dict):
-            raise UsageError(f'{path}: "{key}" must be an object.')
-    actions = _named(raw.get("actions"), path, "actions", {})
-    for name, action in actions.items():
-        if not isinstance(action, dict):
-            raise UsageError(f'{path}: action "{name}" is {type(action).__name__}, not an object. '
-                             'Write {"parameters": {...}, "result": {"ok": true}}.')
-    return Registry(fields=raw.get("fields") or {}, actions=actions,
-                    events=_named(raw.get("events"), path, "events", {}),
-                    conditions=_named(raw.get("conditions"), path, "conditions", False),
-                    tools=tools, agent=raw.get("agent") or {}, given=True)
+    value = read_json(path, "registry")
+    try:
+        sections = falai.check_registry(value, path)
+    except ValueError as error:     # the same message a program gets, as unusable input here
+        raise UsageError(str(error)) from None
+    return Registry(**sections, given=True)
 
 
 def standin_action(name: str, definition: dict) -> Action:
@@ -243,19 +207,13 @@ def build_agent(flow_paths: list[str], registry: Registry, provider: Any, clock:
     """
     specs = [spec for _, _, spec in load_specs(flow_paths)]
     flows = [falai.from_spec(spec) for spec in specs]
-    options = registry.agent
-    conditions = {name: standin_condition(bool(value))
-                  for name, value in registry.conditions.items()}
-    events = {name: EventDef(direction=(d or {}).get("direction") if isinstance(d, dict) else None)
-              for name, d in registry.events.items()}
-    return Agent(name=options.get("name") or "Agent", provider=provider, fields=registry.fields,
-                 flows=flows,
+    conditions = {name: standin_condition(value) for name, value in registry.conditions.items()}
+    options = {**registry.agent, "name": registry.agent.get("name") or "Agent",
+               "protocol": protocol or registry.agent.get("protocol") or "lean"}
+    return Agent(provider=provider, fields=registry.fields, flows=flows,
                  actions={name: standin_action(name, d) for name, d in registry.actions.items()},
-                 events=events, conditions=conditions,
-                 tools=[standin_tool(t) for t in registry.tools], persona=options.get("persona"),
-                 goal=options.get("goal"), idle=options.get("idle"),
-                 instructions=options.get("instructions"), clock=clock,
-                 protocol=protocol or options.get("protocol") or "lean")
+                 events=registry.events, conditions=conditions,
+                 tools=[standin_tool(t) for t in registry.tools], clock=clock, **options)
 
 
 # 2. validate and schema #######################################################################

@@ -3,7 +3,8 @@
    from_spec, to_spec ......... a flow as FlowSpec JSON and back (persistence.md §1.7-§1.9)
    flow_spec_schema ........... the JSON Schema of a FlowSpec (persistence.md §1.12)
    migrate_session ............ a 3.x state read once into a v4 Session (persistence.md Part 4)
-   load_registry .............. the CLI's registry file, read by a program (docs/guide/cli.md)
+   load_registry,
+   check_registry ............. the CLI's registry file, read by a program (docs/guide/cli.md)
    history_to_events,
    events_to_history .......... history items and a host's event log (model-calls.md §11.2)
 
@@ -30,7 +31,7 @@ from falai import (ABSENT, EventDef, FlowConfigurationError, InvalidSessionError
 from falai_checks import INSTRUCTION_KINDS, RESERVED_CONDITIONS, action_parameters, check_flow_shape
 
 __all__ = ["from_spec", "to_spec", "flow_spec_schema", "migrate_session", "load_registry",
-           "history_to_events", "events_to_history"]
+           "check_registry", "history_to_events", "events_to_history"]
 
 
 # FlowSpec JSON: from_spec and to_spec (persistence.md §1.7-§1.9) ------------------------------
@@ -497,9 +498,116 @@ def _dates_as_text(value: Any) -> Any:
 
 
 # The CLI's registry file, read by a program (docs/guide/cli.md) ---------------------------------
+#
+# check_registry is the one place a registry's shape is checked: load_registry here and the CLI's
+# own reader (which adds its size and nesting limits) both call it, so they refuse the same files
+# with the same message.
 
 REGISTRY_SECTIONS = ("fields", "actions", "events", "conditions", "tools", "agent")
 REGISTRY_AGENT_OPTIONS = ("name", "persona", "goal", "idle", "instructions", "protocol")
+
+
+def check_registry(value: Any, path: str) -> dict:
+    """A registry file's parsed JSON, checked for its shape: every section, filled in.
+
+    Gives ``fields`` ({slug: definition}), ``actions`` ({name: object}),
+    ``events`` ({name: EventDef}), ``conditions`` ({name: true/false}),
+    ``tools`` ([{"id", ...}]) and ``agent`` (its options that are not null).
+    ``events``, ``actions`` and ``conditions`` may be written as a list of
+    names. Every section is checked, the stand-ins' too, so a program refuses
+    the files ``falai chat`` refuses; what the sections mean (a field's type,
+    an event's direction) the agent checks when it is built. A registry of
+    the wrong shape raises ValueError naming ``path``, the problem and the fix.
+    """
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: the registry is {_json_type(value)}, not an object. Write "
+                         '{"fields": {...}, "actions": {...}, "events": {...}, "conditions": '
+                         '{...}, "tools": [...], "agent": {...}}.')
+    unknown = [key for key in value if key not in REGISTRY_SECTIONS]
+    if unknown:
+        raise ValueError(f'{path}: unknown key "{unknown[0]}". A registry has '
+                         f'{", ".join(REGISTRY_SECTIONS)}.')
+    return {"fields": _registry_object(value, "fields", path, '{"pedido": {"type": "string"}}'),
+            "actions": _registry_actions(value, path), "events": _registry_events(value, path),
+            "conditions": _registry_conditions(value, path), "tools": _registry_tools(value, path),
+            "agent": _registry_agent(value, path)}
+
+
+def _json_type(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _registry_object(registry: dict, key: str, path: str, example: str) -> dict:
+    """A section written as an object; absent or null is empty."""
+    section = registry.get(key)
+    if section is None:
+        return {}
+    if not isinstance(section, dict):
+        raise ValueError(f'{path}: "{key}" must be an object, not {_json_type(section)}. '
+                         f"Write {example}.")
+    return section
+
+
+def _registry_named(registry: dict, key: str, path: str, example: str, default: Any) -> dict:
+    """A section written as {name: ...} or as a list of names (each given ``default``)."""
+    section = registry.get(key)
+    if isinstance(section, list) and all(isinstance(name, str) for name in section):
+        return {name: default for name in section}
+    if section is not None and not isinstance(section, dict):
+        raise ValueError(f'{path}: "{key}" must be an object {example} or a list of names, '
+                         f"not {_json_type(section)}.")
+    return section or {}
+
+
+def _registry_actions(registry: dict, path: str) -> dict:
+    actions = _registry_named(registry, "actions", path, '{name: {"parameters": {...}}}', {})
+    for name, action in actions.items():
+        if not isinstance(action, dict):
+            raise ValueError(f'{path}: action "{name}" is {_json_type(action)}, not an object. '
+                             'Write {"parameters": {...}, "result": {"ok": true}}.')
+    return actions
+
+
+def _registry_events(registry: dict, path: str) -> dict:
+    events = _registry_named(registry, "events", path, '{name: {"direction": ...}}', None)
+    for name, event in events.items():
+        if event is not None and not isinstance(event, dict):
+            raise ValueError(f'{path}: event "{name}" is {_json_type(event)}, not an object. '
+                             'Write {"direction": "inbound"}, or {} for none.')
+    return {name: EventDef(direction=(event or {}).get("direction"))
+            for name, event in events.items()}
+
+
+def _registry_conditions(registry: dict, path: str) -> dict:
+    conditions = _registry_named(registry, "conditions", path, "{name: true or false}", False)
+    for name, answer in conditions.items():
+        if not isinstance(answer, bool):
+            raise ValueError(f'{path}: condition "{name}" is {_json_type(answer)}, not true or '
+                             "false. Write the answer its stand-in gives, e.g. "
+                             f'{{"{name}": false}}.')
+    return conditions
+
+
+def _registry_tools(registry: dict, path: str) -> list:
+    tools = registry.get("tools")
+    if tools is None:
+        return []
+    if not isinstance(tools, list) or not all(isinstance(tool, dict)
+                                              and isinstance(tool.get("id"), str)
+                                              for tool in tools):
+        raise ValueError(f'{path}: "tools" must be a list of objects with an "id". Write '
+                         '[{"id": "price", "description": "...", "parameters": {...}}].')
+    return tools
+
+
+def _registry_agent(registry: dict, path: str) -> dict:
+    """The agent section's options that are not null."""
+    agent = _registry_object(registry, "agent", path, '{"name": "Shop", "persona": "..."}')
+    unknown = [key for key in agent if key not in REGISTRY_AGENT_OPTIONS]
+    if unknown:
+        raise ValueError(f'{path}: "agent" has no option "{unknown[0]}". Its options are '
+                         f'{", ".join(REGISTRY_AGENT_OPTIONS)}.')
+    return {key: value for key, value in agent.items() if value is not None}
 
 
 def load_registry(path: str) -> dict:
@@ -508,35 +616,23 @@ def load_registry(path: str) -> dict:
     Gives ``fields``, ``events`` (an EventDef per name, with its direction)
     and the ``agent`` section's options (name, persona, goal, idle,
     instructions, protocol). Its actions, tools and conditions describe your
-    code for the CLI's stand-ins: pass your real ones yourself. The agent
-    checks everything when it is built; a file that is not a registry raises
-    ValueError naming the fix.
+    code for the CLI's stand-ins: pass your real ones yourself. The whole
+    file is checked as the CLI checks it (``check_registry``), the stand-ins'
+    sections too, so a file ``falai chat`` refuses is refused here with the
+    same message: a ValueError naming the problem and the fix. The agent
+    checks what the sections mean when it is built.
 
     ``Agent(provider=..., flows=..., actions={...}, **load_registry("registry.json"))``
     """
-    with open(path, encoding="utf-8") as file:
-        raw = json.load(file)
-    if not isinstance(raw, dict):
-        raise ValueError(f"{path}: the registry is {type(raw).__name__}, not an object. Write "
-                         '{"fields": {...}, "events": {...}, "agent": {...}}.')
-    unknown = [key for key in raw if key not in REGISTRY_SECTIONS]
-    if unknown:
-        raise ValueError(f'{path}: unknown key "{unknown[0]}". A registry has '
-                         f'{", ".join(REGISTRY_SECTIONS)}.')
-    for key in ("fields", "agent"):
-        if raw.get(key) is not None and not isinstance(raw[key], dict):
-            raise ValueError(f'{path}: "{key}" must be an object.')
-    events = raw.get("events") or {}
-    if isinstance(events, list) and all(isinstance(name, str) for name in events):
-        events = {name: {} for name in events}
-    if not isinstance(events, dict):
-        raise ValueError(f'{path}: "events" must be an object {{name: {{"direction": ...}}}} or a '
-                         "list of names.")
-    options = {key: value for key, value in (raw.get("agent") or {}).items()
-               if key in REGISTRY_AGENT_OPTIONS and value is not None}
-    return {**options, "fields": raw.get("fields") or {},
-            "events": {name: EventDef(direction=d.get("direction") if isinstance(d, dict) else None)
-                       for name, d in events.items()}}
+    with open(path, "rb") as file:
+        data = file.read()
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except ValueError as error:            # UnicodeDecodeError is one
+        raise ValueError(f"{path}: the registry is not valid JSON ({error}). "
+                         "Fix its syntax.") from None
+    sections = check_registry(value, path)
+    return {**sections["agent"], "fields": sections["fields"], "events": sections["events"]}
 
 
 # History items and events (model-calls.md §11.2) ----------------------------------------------

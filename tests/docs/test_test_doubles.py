@@ -61,7 +61,7 @@ def test_load_registry_gives_the_agent_the_clis_fields_events_and_options(tmp_pa
 @pytest.mark.parametrize("content, message", [
     ([], "the registry is list, not an object"),
     ({"fieldz": {}}, 'unknown key "fieldz". A registry has fields, actions, events, conditions, tools, agent.'),
-    ({"fields": []}, '"fields" must be an object.'),
+    ({"fields": []}, '"fields" must be an object, not list. Write {"pedido": {"type": "string"}}.'),
     ({"events": 3}, '"events" must be an object'),
 ])
 def test_load_registry_names_what_is_wrong(tmp_path, content, message):
