@@ -2485,11 +2485,12 @@ _FALLBACK_FORM = {"json_schema": "json_object_schema", "json_object_schema": "pr
 class ServerProfile:
     """What an OpenAI-compatible server takes: its structured-output form, whether it streams tool
     calls, whether a stream carries usage (``stream_options.include_usage``), whether it takes
-    ``tool_choice``."""
+    ``tool_choice``, whether a tool round answered in text keeps its text."""
     structured_output: str
     streams_tool_calls: bool = True
     stream_usage: bool = True
     tool_choice: bool = True
+    tool_round_text: bool = True
 
 
 # Each row as measured or documented (docs/guide/providers.md, "Local models").
@@ -2500,10 +2501,13 @@ SERVER_PROFILES: dict[str, ServerProfile] = {
     # llama.cpp's llama-server with --jinja: json_schema becomes a grammar; usage (with cached
     # tokens) arrives in a last chunk whose choices are empty.
     "llama.cpp": ServerProfile("json_schema"),
-    # llama-cpp-python[server]: response_format.type is "text" or "json_object" (json_schema is an
-    # HTTP 500); "auto" tool choice refuses to stream; stream_options is ignored (no stream usage).
+    # llama-cpp-python[server] 0.3.36, checked against the real server: response_format.type is
+    # "text" or "json_object" (json_schema is an HTTP 500); "auto" tool choice refuses to stream;
+    # stream_options is ignored (no stream usage); with --chat_format chatml-function-calling, a
+    # tool round the model answers in text comes back empty (its grammar allows only a call or
+    # the end after "message:").
     "llama-cpp-python": ServerProfile("json_object_schema", streams_tool_calls=False,
-                                      stream_usage=False),
+                                      stream_usage=False, tool_round_text=False),
     "ollama": ServerProfile("json_schema"),
     "vllm": ServerProfile("json_schema"),
     "lm-studio": ServerProfile("json_schema"),
@@ -2524,7 +2528,7 @@ _REFUSED_PARAMETERS = {"response_format": re.compile(r"response_format|json_sche
 
 
 def _empty_tool_stream(error: ProviderError, request: GenerateRequest) -> bool:
-    """Whether a call with tools came back as a stream with nothing in it (see _after_error)."""
+    """Whether a call with tools came back with nothing in it (see _after_error, _attempt)."""
     return bool(request.tools) and error.kind == "overload" and error.status is None \
         and str(error).endswith(": completed with no content")
 
@@ -2683,6 +2687,27 @@ class OpenAICompatibleProvider(_HttpProvider):
     def _structured_form(self) -> str:
         return self._learned.get("response_format", self.structured_output)
 
+    def _attempt(self, plan: _Plan, model: str, streaming: bool) -> Generator[GenerationChunk, None,
+                                                                              _Failure | None]:
+        """One attempt; a tool round that came back empty from a server that loses a text reply
+        in a tool round is asked once more for the text, without the tools."""
+        failure = yield from super()._attempt(plan, model, streaming)
+        if failure is not None and self._lost_tool_round_text(failure, plan):
+            # The model chose to answer in text (llama-cpp-python's "auto" tool choice picked
+            # "message:"), and the server dropped the text: ask for it with no tools offered,
+            # which the server answers as a plain (or structured) call.
+            log.info("[%s] the tool round came back empty (the server drops a text reply when "
+                     "tools are offered); asking once more without the tools", self.name)
+            failure = yield from super()._attempt(dataclasses.replace(plan, tools=[]), model,
+                                                  streaming)
+        return failure
+
+    def _lost_tool_round_text(self, failure: _Failure, plan: _Plan) -> bool:
+        """Whether a failed attempt is a whole tool round answered with nothing, from a server
+        that loses a text reply there (its profile, or a learned llama-cpp-python)."""
+        loses = not self.profile.tool_round_text or self._learned.get("streamed_tools") is False
+        return loses and not failure.streamed and _empty_tool_stream(failure.error, plan.request)
+
     def _after_error(self, failure: _Failure, request: GenerateRequest, model: str, attempt: int,
                      backup: str | None) -> Literal["retry", "backup"]:
         """A refused parameter is learned once and the call tried again without it; else §3.8."""
@@ -2710,6 +2735,10 @@ class OpenAICompatibleProvider(_HttpProvider):
             if self._learned.get(parameter) is False:
                 return False
             self._learned[parameter] = False
+            if parameter == "streamed_tools":
+                # The error inside its event stream leaves llama-cpp-python's connection open
+                # but dead: the next request on it gets no answer. Start on a new connection.
+                self.session.close()
             setting = {"tool_choice": 'server="..."', "stream_options": "include_usage=False",
                        "streamed_tools": 'server="llama-cpp-python"'}[parameter]
             what = "a streamed tool round (an empty stream); tool rounds now go whole" \

@@ -57,6 +57,7 @@ class FakeModelServer:
         self.strict = strict
         self.chat_dialect = "generic"
         self.rejections: list[dict] = []     # {"path", "status", "message"} of each request refused
+        self.dropped = 0                     # requests left unanswered on a dead connection
         self._lock = threading.Lock()
         server = self
 
@@ -68,6 +69,13 @@ class FakeModelServer:
 
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
+                if getattr(self, "dead", False):
+                    # After its empty stream, llama-cpp-python (uvicorn) keeps the connection open
+                    # but answers nothing on it: "Disconnected from client ... before llm invoked".
+                    with server._lock:
+                        server.dropped += 1
+                    self.close_connection = True
+                    return
                 url = urllib.parse.urlsplit(self.path)
                 try:
                     body = json.loads(raw) if raw else None
@@ -92,6 +100,7 @@ class FakeModelServer:
                     else:
                         reply = server.replies.pop(0) if server.replies else \
                             {"status": 500, "body": '{"error": "no scripted reply"}'}
+                self.dead = isinstance(refusal, EmptyStream)
                 try:
                     if "frames" in reply:
                         self._stream(reply)
@@ -472,10 +481,22 @@ LLAMA_CPP_PYTHON_FORMAT_ERROR = (
 
 class EmptyStream(Rejected):
     """A request the server answers with a 200 event stream that carries nothing: llama-cpp-python raises
-    "Automatic streaming tool choice is not supported" inside the SSE response, after its headers."""
+    "Automatic streaming tool choice is not supported" inside the SSE response, after its headers. The
+    connection stays open, but the next request on it gets no answer (the server closes it)."""
 
     def __init__(self, vendor: str, message: str):
         super().__init__(vendor, message, 200)
+
+
+def llama_cpp_python_text_in_tool_round(prompt_tokens: int = 19, completion_tokens: int = 9) -> dict:
+    """llama-cpp-python 0.3.36's whole answer to an "auto" tool round the model answers in text, under
+    --chat_format chatml-function-calling: after "message:" its grammar allows only a function name
+    or <|im_end|>, so the text is always empty (measured on the real server, December 2026)."""
+    return {"id": "chatcmpl-x", "object": "chat.completion", "created": 0, "model": "smollm2-135m-instruct",
+            "choices": [{"index": 0, "message": {"content": "", "role": "assistant"}, "logprobs": None,
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens}}
 
 
 def check_local_server(dialect: str, body: Any) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import req
 from falai import ProviderError
-from fake_model_server import openai_frame
+from fake_model_server import llama_cpp_python_text_in_tool_round, openai_frame
 from falai_providers import DEFAULT_OUTPUT_CAPS, SERVER_PROFILES, OpenAICompatibleProvider
 
 SCHEMA = {"type": "object", "properties": {"reservar": {"type": "boolean"}}, "required": ["reservar"],
@@ -171,13 +171,15 @@ def tool_call_reply(fake):
 
 def test_an_unknown_server_that_cannot_stream_a_tool_round_gets_it_whole(fake, caplog):
     """llama-cpp-python without its profile answers a streamed "auto" tool round with an empty stream:
-    the provider tries the round once more whole, and keeps sending tool rounds whole."""
-    provider = local(fake, "llama-cpp-python", structured_output="json_object_schema")
+    the provider tries the round once more whole, on a new connection (the server answers nothing
+    more on that one), and keeps sending tool rounds whole."""
+    provider = local(fake, "llama-cpp-python", structured_output="json_object_schema",
+                     retry_config={"timeout": 3000, "retries": 1})
     tool_call_reply(fake)
     out = provider.generate(req(tools=[PRECO]))
     assert out.tool_calls[0].arguments == {"cidade": "Curitiba"}
     assert fake.take_rejections() == ["Automatic streaming tool choice is not supported"]
-    assert [r.json["stream"] for r in fake.requests] == [True, False]
+    assert [r.json["stream"] for r in fake.requests] == [True, False] and fake.dropped == 0
     told = warnings_about(caplog, "streamed tool round")
     assert len(told) == 1 and 'server="llama-cpp-python"' in told[0]
     tool_call_reply(fake)
@@ -185,6 +187,60 @@ def test_an_unknown_server_that_cannot_stream_a_tool_round_gets_it_whole(fake, c
     answer(fake, "olá")
     provider.generate(req())
     assert [r.json["stream"] for r in fake.requests] == [True, False, False, True]
+
+
+def test_llama_cpp_python_tool_round_answered_in_text_is_asked_again_without_the_tools(fake, caplog):
+    """Its chatml-function-calling format loses the text of a tool round the model answers in text
+    (an empty reply, finish "stop"): one more request, with no tools, brings the text; no overload."""
+    provider = local(fake, "llama-cpp-python", server="llama-cpp-python")
+    fake.json(llama_cpp_python_text_in_tool_round())
+    answer(fake, "A diária em Curitiba custa R$ 200.")
+    out = provider.generate(req(tools=[PRECO]))
+    assert out.message == "A diária em Curitiba custa R$ 200." and not out.tool_calls
+    first, second = (r.json for r in fake.requests)
+    assert first["stream"] is False and first["tool_choice"] == "auto" and first["tools"]
+    assert second["stream"] is True and "tools" not in second and "tool_choice" not in second
+    assert second["messages"] == first["messages"] and "stream_options" not in second
+    assert not warnings_about(caplog, "failed")
+
+
+def test_the_text_asked_again_streams_and_keeps_the_speak_schema(fake):
+    provider = local(fake, "llama-cpp-python", server="llama-cpp-python")
+    fake.json(llama_cpp_python_text_in_tool_round())
+    answer(fake, '{"reservar": false}')
+    chunks = list(provider.generate_stream(req(tools=[PRECO], schema=SCHEMA, schema_name="speak")))
+    assert chunks[-1].structured == {"reservar": False} and chunks[0].delta == '{"reservar": false}'
+    assert [r.json["response_format"] for r in fake.requests] == [{"type": "json_object", "schema": SCHEMA}] * 2
+    assert "tools" not in fake.requests[1].json
+
+
+def test_a_text_that_stays_empty_is_still_overload_and_retried(fake):
+    provider = local(fake, "llama-cpp-python", server="llama-cpp-python",
+                     retry_config={"timeout": 3000, "retries": 0})
+    fake.json(llama_cpp_python_text_in_tool_round())
+    fake.sse(openai_frame(finish="stop"), "[DONE]")
+    with pytest.raises(ProviderError) as error:
+        provider.generate(req(tools=[PRECO]))
+    assert error.value.kind == "overload" and len(fake.requests) == 2
+
+
+def test_a_server_that_keeps_the_text_gets_no_second_request(fake):
+    provider = local(fake, "llama.cpp", server="llama.cpp", retry_config={"timeout": 3000, "retries": 0})
+    fake.sse(openai_frame(finish="stop"), "[DONE]")
+    with pytest.raises(ProviderError) as error:
+        provider.generate(req(tools=[PRECO]))
+    assert error.value.kind == "overload" and len(fake.requests) == 1
+
+
+def test_a_learned_llama_cpp_python_asks_again_for_the_lost_text_too(fake):
+    provider = local(fake, "llama-cpp-python", structured_output="json_object_schema")
+    fake.json(llama_cpp_python_text_in_tool_round())
+    answer(fake, "olá")
+    out = provider.generate(req(tools=[PRECO]))      # an empty stream, then whole, then without tools
+    assert out.message == "olá"
+    assert fake.take_rejections() == ["Automatic streaming tool choice is not supported"]
+    assert [(r.json["stream"], "tools" in r.json) for r in fake.requests] == [
+        (True, True), (False, True), (True, False)]
 
 
 def test_an_empty_stream_without_tools_is_still_overload(fake):
