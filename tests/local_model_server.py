@@ -12,7 +12,10 @@ the first run takes 10-20 minutes on two cores and later runs start the server i
 
 ``serve`` prints ``OPENAI_BASE_URL=http://127.0.0.1:PORT/v1`` and ``FALAI_MODEL=...``: export both
 and run ``python examples/concierge.py`` or ``python -m pytest -m local_model``. The pytest marker
-starts its own server through :func:`start_server` unless ``FALAI_LOCAL_BASE_URL`` names one that runs.
+starts its own server through :func:`start_server` unless ``FALAI_LOCAL_BASE_URL`` names one that runs;
+``FALAI_LOCAL_SERVER`` names that server's profile (a key of ``falai_providers.SERVER_PROFILES``, default
+``llama.cpp``), e.g. ``llama-cpp-python`` for ``python -m llama_cpp.server`` (a manual check, never CI:
+docs/guide/providers.md, "Testing against a real model").
 
 When a step fails (no compiler, no cmake, no registry), :class:`BuildError` says which step and why.
 """

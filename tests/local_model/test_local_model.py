@@ -3,7 +3,10 @@
 Opt-in, like ``live``: the default run deselects them (setup.cfg), ``-m local_model`` selects them.
 The fixture serves the model with tests/local_model_server.py (built once, cached in
 ~/.cache/falai-llama); they skip, with the reason, when the model or the build cannot be had, and
-``FALAI_LOCAL_BASE_URL`` (plus ``FALAI_MODEL``) points them at a server already running.
+``FALAI_LOCAL_BASE_URL`` (plus ``FALAI_MODEL``) points them at a server already running, and
+``FALAI_LOCAL_SERVER`` names its profile in ``SERVER_PROFILES`` (default ``llama.cpp``; the fixture
+starts llama-server only, so another profile needs ``FALAI_LOCAL_BASE_URL``). Where a profile says a
+server does not do something (usage on a stream), the tests hold it to that instead.
 
     python tests/local_model_server.py build && python -m pytest -m local_model -s
 
@@ -16,10 +19,14 @@ import os
 import pytest
 
 from falai import GenerateRequest, ProviderError
-from falai_providers import OpenAICompatibleProvider
+from falai_providers import SERVER_PROFILES, OpenAICompatibleProvider
 from local_model_server import MODEL_ALIAS, BuildError, model_path, server_binary, start_server
 
 pytestmark = pytest.mark.local_model
+
+# The profile of the server under test: what it takes and what it reports.
+SERVER = os.environ.get("FALAI_LOCAL_SERVER") or "llama.cpp"
+PROFILE = SERVER_PROFILES.get(SERVER)
 
 FLOWS_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["flows"], "properties": {
     "flows": {"type": "array", "maxItems": 2, "items": {
@@ -35,9 +42,14 @@ PRECO = {"name": "preco", "description": "Preço da diária em uma cidade, em re
 @pytest.fixture(scope="session")
 def local_server():
     """(base URL, model) of a llama-server serving SmolLM2-135M-Instruct, started for the session."""
+    if PROFILE is None:
+        pytest.fail(f"FALAI_LOCAL_SERVER is {SERVER!r}: use one of {', '.join(SERVER_PROFILES)}")
     if os.environ.get("FALAI_LOCAL_BASE_URL"):
         yield os.environ["FALAI_LOCAL_BASE_URL"], os.environ.get("FALAI_MODEL", MODEL_ALIAS)
         return
+    if SERVER != "llama.cpp":
+        pytest.skip(f"FALAI_LOCAL_SERVER={SERVER} needs FALAI_LOCAL_BASE_URL: the fixture starts "
+                    "llama-server only")
     try:
         model_path()
         server_binary()
@@ -50,9 +62,9 @@ def local_server():
 
 def local(local_server, **options):
     base_url, model = local_server
-    options.setdefault("server", "llama.cpp")
+    options.setdefault("server", SERVER)
     options.setdefault("config", {"temperature": 0})
-    # One retry: llama-server closes a keep-alive connection idle for 5 s, so a call after a pause may
+    # One retry: the server closes a keep-alive connection idle for 5 s, so a call after a pause may
     # find its pooled connection gone (a network error, retried at once on a new one).
     options.setdefault("retry_config", {"timeout": 120_000, "retries": 1})
     return OpenAICompatibleProvider(name="local", base_url=base_url, api_key=None, model=model, **options)
@@ -63,10 +75,16 @@ def request(prompt, **fields):
     return GenerateRequest(prompt=prompt, history=[], **fields)
 
 
+# llama-cpp-python's grammar leaves an integer's minimum and maximum out (a TODO in its
+# llama_grammar.py): under it a score of -2 came back. The engine clamps scores to 0..100 anyway.
+BOUNDS_ENFORCED = SERVER != "llama-cpp-python"
+
+
 def matches_flows_schema(value):
     return (isinstance(value, dict) and set(value) == {"flows"} and len(value["flows"]) <= 2
             and all(set(item) == {"id", "score"} and item["id"] in ("hospedagem", "cancelar")
-                    and isinstance(item["score"], int) and 0 <= item["score"] <= 100 for item in value["flows"]))
+                    and isinstance(item["score"], int)
+                    and (0 <= item["score"] <= 100 or not BOUNDS_ENFORCED) for item in value["flows"]))
 
 
 # The wire ######################################################################
@@ -75,8 +93,20 @@ def test_structured_output_under_the_grammar_is_valid_and_bounded(local_server):
     out = local(local_server).generate(request(
         "Quero reservar um quarto. Quais fluxos servem?", schema=FLOWS_SCHEMA, schema_name="understand"))
     assert matches_flows_schema(out.structured), out.message
-    assert out.usage is not None and out.usage.prompt_tokens > 0 and out.usage.completion_tokens > 0
+    if PROFILE.stream_usage:
+        assert out.usage is not None and out.usage.prompt_tokens > 0 and out.usage.completion_tokens > 0
+    else:                                   # every call without tools is streamed, and the stream has none
+        assert out.usage is None
     assert out.metadata["finishReason"] == "stop"
+
+
+def test_a_provider_with_no_server_named_learns_the_profiles_form(local_server):
+    """Left out, ``server`` is learned: after one understand call the provider asks in the form the
+    profile names (llama-cpp-python refuses json_schema with a 500 and gets json_object_schema)."""
+    provider = local(local_server, server=None)
+    out = provider.generate(request("Quero reservar um quarto.", schema=FLOWS_SCHEMA, schema_name="understand"))
+    assert matches_flows_schema(out.structured), out.message
+    assert provider._structured_form() == PROFILE.structured_output
 
 
 def test_llama_cpp_pythons_json_object_form_is_enforced_too(local_server):
@@ -95,8 +125,12 @@ def test_streaming_with_usage_and_cached_tokens(local_server):
         final = chunks[-1]
         assert final.done and final.accumulated.strip()
         assert "".join(c.delta for c in chunks[:-1]) == final.accumulated
-        assert final.usage is not None and 0 < final.usage.completion_tokens <= 24
-    assert second[-1].usage.cached_input_tokens > 0          # the same prefix, read from the prompt cache
+        if PROFILE.stream_usage:
+            assert final.usage is not None and 0 < final.usage.completion_tokens <= 24
+        else:
+            assert final.usage is None
+    if PROFILE.stream_usage:
+        assert second[-1].usage.cached_input_tokens > 0      # the same prefix, read from the prompt cache
 
 
 def test_a_tool_declaration_is_accepted(local_server):
