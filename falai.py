@@ -128,7 +128,7 @@ FOR_SIBLING_MODULES = (
     "Judgement", "Scope", "SpeakAsk", "Spoken", "UnderstandAsk", "add_usage", "coerce_field",
     "error_text", "field_description", "first_trigger", "flows_by_trigger", "js_number",
     "js_number_text", "log", "log_swallowed", "merge_patch", "message_trigger", "nullable_envelope",
-    "read_boolean", "render", "tool_pool", "triggers_of", "value_text",
+    "read_boolean", "render", "tool_pool", "triggers_of", "unstorable", "value_text",
 )
 
 if TYPE_CHECKING:       # what a type checker sees for the names PUBLIC_ELSEWHERE loads on use
@@ -567,6 +567,7 @@ OUTCOME_MESSAGES: dict[str, str] = {
     "bad-value": "the value did not fit the field's type",
     "not-in-enum": "the value is not one of the field's options",
     "tool-only": "only a tool, an action or the host writes this field",
+    "not-asked": "the model was not asked for this field in this call",
     "bad-format": "the value is not in the field's format",
     "refused": "the field's validator refused the value",
     "corrected": "the customer corrected a known value",
@@ -734,6 +735,14 @@ def error_text(error: BaseException) -> str:
         return str(error)
     except Exception:
         return type(error).__name__
+
+
+def shown_text(value: Any) -> str:
+    """``str(value)`` of a host's object; its class name when ``__str__`` raises."""
+    try:
+        return str(value)
+    except Exception:
+        return type(value).__name__
 
 
 def log_swallowed(where: str) -> None:
@@ -1424,11 +1433,15 @@ def merge_patch(data: dict, patch: dict) -> None:
     """Merge a tool or action patch into session data as given; a None value deletes the key.
 
     The values are copied, so the session shares nothing with the code that
-    wrote them; one nested deeper than MAX_NESTING raises ValueError before
+    wrote them; one a session cannot hold (``unstorable``) raises ValueError before
     anything is written.
     """
     for slug, value in patch.items():
         check_nesting(value, f'the value written to "{slug}"')
+        problem = unstorable(value)
+        if problem is not None:
+            raise ValueError(f'the value written to "{slug}" {problem}, which no store keeps '
+                             "(docs/guide/limits.md). Clean it before writing it.")
     for slug, value in patch.items():
         if value is None:
             data.pop(slug, None)
@@ -1448,6 +1461,38 @@ def read_boolean(raw: Any) -> bool | None:
         word = raw.strip().lower()
         return True if word in TRUE_WORDS else False if word in FALSE_WORDS else None
     return None
+
+
+def unstorable(value: Any) -> str | None:
+    """Why a session could not hold ``value`` (so no store would save it), or None when it can:
+    JSON values and datetimes, text without a NUL character or a lone surrogate, finite numbers,
+    string keys, nested at most MAX_NESTING levels (docs/guide/limits.md). A loop: no recursion."""
+    if nests_deeper(value, MAX_NESTING):
+        return f"nests deeper than {MAX_NESTING} levels"
+    todo = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return "holds a NUL character (U+0000)"
+            if _LONE_SURROGATE.search(item):
+                return "holds a lone surrogate (not UTF-8 text)"
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return f"holds {item}, which JSON has no number for"
+        elif isinstance(item, dict):
+            if not all(isinstance(key, str) for key in item):
+                return "has a key that is not text"
+            todo.extend(item)
+            todo.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            todo.extend(item)
+        elif not (item is None or isinstance(item, (bool, int, datetime))):
+            return f"is a {type(item).__name__}, not a JSON value"
+    return None
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def coerce_field(definition: dict, raw: Any) -> tuple[str, Any]:
@@ -1477,8 +1522,8 @@ def coerce_field(definition: dict, raw: Any) -> tuple[str, Any]:
             value = read_boolean(raw)
     except OverflowError:
         value = None
-    if value is None:
-        return "bad-value", None
+    if value is None or (isinstance(value, str) and unstorable(value) is not None):
+        return "bad-value", None            # text no store keeps is no value of the field
     if "enum" in definition and not any(js_kind(e) == js_kind(value) and e == value
                                         for e in definition["enum"]):
         return "not-in-enum", None
@@ -1563,9 +1608,12 @@ def check_format_and_rule(definition: dict, value: Any) -> tuple[str, Any, str |
     try:
         kept = rule(value)
     except Exception as error:      # the host's own code: a raise is its refusal
-        return "refused", None, str(error) or type(error).__name__
+        return "refused", None, error_text(error) or type(error).__name__
     if isinstance(kept, dict) and set(kept) == {"error"}:
-        return "refused", None, str(kept["error"])
+        return "refused", None, shown_text(kept["error"])
+    problem = unstorable(kept)
+    if problem is not None:         # what it keeps must be something a session holds
+        return "refused", None, f"the validator returned a value that {problem}"
     return "ok", value if kept is None else kept, None
 
 
@@ -2712,7 +2760,7 @@ def ingest(turn: Turn) -> Ignored | None:
         return ingest_run_wake(turn, given.wake)
     elif given.kind == "event":
         if given.event not in turn.given.agent.events and not any(
-                (run.waiting or {}).get("event") == given.event for run in turn.session.runs):
+                parked_on(run).get("event") == given.event for run in turn.session.runs):
             assert given.key is not None    # nothing waits on it and no trigger names it: say so
             return Ignored("unknown-event", given.key, given.event)
         ingest_event(turn, given)
@@ -2768,9 +2816,15 @@ def resolve_reply_waits(turn: Turn) -> None:
         move_floor(turn, run, "resolved")
 
 
+def parked_on(run: Run) -> dict:
+    """What a waiting run waits on; ``{}`` for a run that is not ``waiting``, whatever its blob
+    carries (a ``waiting`` left beside another status is no wait: runtime.md §7.4)."""
+    return (run.waiting or {}) if run.status == "waiting" else {}
+
+
 def ingest_run_wake(turn: Turn, key: str) -> Ignored | None:
     """Rule I-W: the one live run parked under this exact key moves on (runtime.md §3.2)."""
-    run = next((run for run in turn.session.runs if (run.waiting or {}).get("key") == key), None)
+    run = next((run for run in turn.session.runs if parked_on(run).get("key") == key), None)
     if run is None:
         return Ignored("stale-wake", key)
     set_at = run.waiting.get("setAt") or run.started_at
@@ -2822,7 +2876,7 @@ def ingest_event(turn: Turn, given: TurnInput) -> None:
     elif direction == "outbound":
         turn.session.last_assistant_at = turn.given.now_text
     for run in list(turn.session.runs):
-        waiting = run.waiting or {}
+        waiting = parked_on(run)
         if waiting.get("kind") != "event" or waiting.get("event") != given.event:
             continue
         move_status(turn, run, "event-arrived")
@@ -2992,6 +3046,7 @@ class Understood:
     §3.4-§3.5)."""
     judgement: Judgement
     eligibility: Eligibility
+    asked: tuple = ()           # the fields the call was asked to read: the only ones written
 
 
 def understand_message(turn: Turn) -> Understood:
@@ -3024,7 +3079,7 @@ def understand_message(turn: Turn) -> Understood:
         return Understood(Judgement(), found)
     turn.compact_once()
     ask.history = turn.history
-    return Understood(falai_calls.understand(turn.given.agent, ask), found)
+    return Understood(falai_calls.understand(turn.given.agent, ask), found, tuple(ask.fields))
 
 
 def ask_floor(turn: Turn, ask: UnderstandAsk, floor: Run, flow: dict) -> None:
@@ -3131,7 +3186,9 @@ def decide(turn: Turn, understood: Understood) -> None:
         # asked ones only
         elif flow in found.mentions and judgement.mentions.get(flow["id"]) is True:
             values = judgement.extract.get(flow["id"])
-            payload = ({k: v for k, v in values.items() if v is not None and v != ""}
+            # a value no store keeps (a NUL, a lone surrogate) is dropped like a blank one
+            payload = ({k: v for k, v in values.items()
+                        if v is not None and v != "" and unstorable(v) is None}
                        if trigger.get("extract") and isinstance(values, dict) else None)
             start_run(turn, flow, "mention", turn.given.trigger_key, trigger=trigger,
                       payload=payload)
@@ -3149,7 +3206,7 @@ def decide(turn: Turn, understood: Understood) -> None:
     if asker is not None and routed is None:
         move_floor(turn, asker, "asker")
     for slug, raw in judgement.fields.items():
-        write_value(turn, slug, raw)
+        write_value(turn, slug, raw, asked=understood.asked)
     if (asker is not None and turn.floor_run is asker and routed is None
             and not turn.floor_from_ingest and turn.live(asker) and asker.status == "asking"):
         step = current_step(turn, asker)
@@ -3189,8 +3246,9 @@ def choose_route(turn: Turn, judgement: Judgement, found: Eligibility,
     return None, None
 
 
-def write_value(turn: Turn, slug: str, raw: Any) -> None:
-    """Write one model-given field value through its checks (runtime.md §3.5.1)."""
+def write_value(turn: Turn, slug: str, raw: Any, asked: Iterable[str] | None = None) -> None:
+    """Write one model-given field value through its checks (runtime.md §3.5.1). ``asked``: the
+    slugs the understand call was asked to read (rule 2a); the speak call's are its envelope's."""
     if raw is None or raw == "":
         return
     definition = turn.given.agent.fields.get(slug)
@@ -3199,6 +3257,10 @@ def write_value(turn: Turn, slug: str, raw: Any) -> None:
         return
     if extract_mode(definition) == "never":     # no model call is offered it: refuse it
         write_line(turn, None, "collect", "skipped", code="tool-only", detail=slug)
+        return
+    if asked is not None and slug not in asked:
+        # a reply may not fill what it was not asked: a boolean no step asked, a known field
+        write_line(turn, None, "collect", "skipped", code="not-asked", detail=slug)
         return
     verdict, value = coerce_field(definition, raw)
     if verdict != "ok":
@@ -3325,13 +3387,16 @@ def speak_ask(turn: Turn, speaker: Run | str) -> SpeakAsk:
     step = current_step(turn, run)
     assert flow is not None and step is not None    # the speaker is a live run on its talk step
     listed = step.get("tools") if step.get("tools") is not None else flow.get("tools")
+    repeatable = (step.get("repeatTools") if step.get("repeatTools") is not None
+                  else flow.get("repeatTools"))
     instructions = kept_instructions(
         turn, [*agent.instructions, *(flow.get("instructions") or []),
                *(step.get("instructions") or [])], run)
     return SpeakAsk(input_kind=turn.given.input.kind, text=text, scope=turn.scope(run),
                     history=turn.history, now=turn.given.now, run=run, flow=flow, step=step,
                     pending=model_fields(agent.fields, pending_fields(turn, step, run)),
-                    instructions=instructions, tools=offered_tools(agent, listed))
+                    instructions=instructions, tools=offered_tools(agent, listed),
+                    repeatable=frozenset(repeatable or ()))
 
 
 def kept_instructions(turn: Turn, instructions: list, run: Run | None) -> list:
@@ -3357,6 +3422,9 @@ def settle(turn: Turn, speaker: Run | str | None, spoken: Spoken | Deferred | No
     """Apply the speak result, drain what it moved, stamp the time, resume, arm silence wakes."""
     if isinstance(spoken, Deferred):
         turn.count(spoken.llm_calls, spoken.usage)
+        # A tool that ran did its work: what it wrote stays though the reply failed (runtime.md
+        # §10.2; a deliberate difference from the original, which drops it).
+        merge_patch(turn.session.data, spoken.data)
         if speaker == "idle":
             write_line(turn, None, "idle", "deferred", code=spoken.code, llm_calls=spoken.llm_calls)
         else:
@@ -4440,6 +4508,7 @@ class SpeakAsk:
     pending: list = field(default_factory=list)
     instructions: list = field(default_factory=list)
     tools: list = field(default_factory=list)
+    repeatable: frozenset = frozenset()     # tools whose destructive calls may repeat in a reply
 
 
 @dataclass(slots=True)
@@ -4460,6 +4529,7 @@ class Deferred:
     reset_at_ms: int | None = None
     llm_calls: int = 0
     usage: TokenUsage | None = None
+    data: dict = field(default_factory=dict)    # what the tools that ran wrote: it stays (§10.2)
 
 
 # The agent's tool pool ------------------------------------------------------------------------

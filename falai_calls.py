@@ -37,7 +37,7 @@ from falai import (
     coerce_field, compact_json, error_text, field_description, first_trigger, flows_by_trigger,
     is_known, js_number, js_number_text, log, log_swallowed, merge_patch, nests_deeper,
     nullable_envelope, read_boolean, render, reused, split_phrases, tool_pool, triggers_of,
-    value_text,
+    unstorable, value_text,
 )
 from falai_checks import check_compaction
 
@@ -1127,6 +1127,7 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
     history = list(ask.history)
     fields: dict = {}
     data: dict = {}
+    ran: dict[str, ToolOutput] = {}     # this reply's destructive calls, by tool and arguments
     usage: TokenUsage | None = None
     calls = 0
     round_no = 0
@@ -1146,7 +1147,7 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
             log.warning("speak: call %d failed (%s): %s", calls, code, error_text(error))
             log_swallowed(f"speak: call {calls}")
             return Deferred(code=code, retryable=retryable, reset_at_ms=reset_at_ms,
-                            llm_calls=calls, usage=usage)
+                            llm_calls=calls, usage=usage, data=data)
         log_call(request, generation)
         reply = protocol.read_speak_reply(plan, generation)
         usage = add_usage(usage, generation.usage)
@@ -1156,7 +1157,8 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
             break
         ctx = ToolCtx(context=ask.scope.context, data=_overlay(ask.scope.data, data),
                       history=list(history), run=ask.run, now=ask.now)
-        results = run_tool_calls(agent, tools_by_id, reply.calls, ctx)
+        results = run_tool_calls(agent, tools_by_id, reply.calls, ctx,
+                                 OncePerReply(ran, ask.repeatable))
         last = history[-1] if history else None
         if round_no == 0 and not (isinstance(last, dict) and last.get("role") == "user"):
             # model-calls.md §6.7 rule 1: the message text, else the speak prompt. A blank message
@@ -1175,7 +1177,8 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
     text = message.strip()
     if not text:
         log.warning("speak: the reply is blank after %d call(s); the speaker defers", calls)
-        return Deferred(code="provider-unavailable", retryable=True, llm_calls=calls, usage=usage)
+        return Deferred(code="provider-unavailable", retryable=True, llm_calls=calls, usage=usage,
+                        data=data)
     return Spoken(message=text, fields=fields, data=data, llm_calls=calls, usage=usage)
 
 
@@ -1293,6 +1296,11 @@ def run_tool(tool: Tool | None, name: str, arguments: dict, ctx: ToolCtx) -> Too
         log.warning('tool "%s" returned data nested deeper than %d levels; ignored', tool.id,
                     MAX_NESTING)
         data = None
+    problem = unstorable(data) if data is not None else None
+    if problem is not None:         # the session must stay one a store saves (limits.md)
+        log.warning('tool "%s" returned data that %s, which no store keeps; ignored', tool.id,
+                    problem)
+        data = None
     return ToolOutput(tool_value_text(value, tool.max_result_size_chars), data)
 
 
@@ -1314,14 +1322,57 @@ def is_safe_call(tool: Tool | None, arguments: dict) -> bool:
     return False
 
 
+@dataclass(slots=True)
+class OncePerReply:
+    """The destructive calls one reply already ran, by tool and arguments, and the tools whose
+    destructive calls the step lets repeat (``repeatTools``; docs/guide/tools.md)."""
+    ran: dict
+    repeatable: frozenset = frozenset()
+
+    def key(self, tool: Tool | None, arguments: dict) -> str | None:
+        """The call's key when it is destructive and may not repeat; None otherwise."""
+        if tool is None or tool.id in self.repeatable or tool.is_destructive is None:
+            return None
+        try:
+            destructive = bool(tool.is_destructive(_copy_args(arguments)))
+        except Exception:
+            destructive = True          # a hook that raises: the call is treated as destructive
+        if not destructive:
+            return None
+        try:
+            return f"{tool.id}\n{json.dumps(arguments, sort_keys=True, ensure_ascii=False)}"
+        except (TypeError, ValueError):
+            return f"{tool.id}\n{arguments!r}"
+
+    def run(self, tool: Tool | None, call: ToolCall, ctx: ToolCtx) -> ToolOutput:
+        """Run the call, unless the same destructive call already ran in this reply: then the
+        model reads the first result again and nothing runs (model-calls.md §6.3a)."""
+        key = self.key(tool, call.arguments)
+        if key is not None and key in self.ran:
+            log.warning('tool "%s": the same destructive call again in one reply; not run again',
+                        call.name)
+            return ToolOutput(tool_payload({"note": REPEATED_CALL_NOTE,
+                                            "result": self.ran[key].text}))
+        output = run_tool(tool, call.name, call.arguments, ctx)
+        if key is not None:
+            self.ran[key] = output
+        return output
+
+
+REPEATED_CALL_NOTE = ("Not run again: this exact call already ran earlier in this reply; "
+                      "its result follows.")
+
+
 def run_tool_calls(agent: Agent, tools_by_id: dict, calls: list[ToolCall],
-                   ctx: ToolCtx) -> list[ToolOutput]:
+                   ctx: ToolCtx, once: OncePerReply | None = None) -> list[ToolOutput]:
     """Run a round's calls in batches, results in call order (model-calls.md §6.4).
 
     A run of consecutive safe calls runs together on the agent's tool pool (at
     most TOOL_POOL_WORKERS at once); any other call runs alone. A batch starts
-    when the previous ended.
+    when the previous ended. A destructive call is never safe, so it runs alone, through
+    ``once`` (§6.3a).
     """
+    once = once if once is not None else OncePerReply({})
     tools = [tools_by_id.get(call.name) for call in calls]
     safe = [is_safe_call(tool, _copy_args(call.arguments)) for tool, call in zip(tools, calls)]
     results: list = [None] * len(calls)
@@ -1332,7 +1383,7 @@ def run_tool_calls(agent: Agent, tools_by_id: dict, calls: list[ToolCall],
             while end < len(calls) and safe[end]:
                 end += 1
         if end - i == 1:
-            results[i] = run_tool(tools[i], calls[i].name, calls[i].arguments, ctx)
+            results[i] = once.run(tools[i], calls[i], ctx)
         else:
             pool = tool_pool(agent)
             futures = [pool.submit(run_tool, tools[k], calls[k].name, calls[k].arguments, ctx)

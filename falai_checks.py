@@ -245,6 +245,7 @@ def _step_shape(step: dict, where: str) -> None:
             flow_error(where, f"{key} is {show(step[key])}, not text", f"Write {key} as a string.")
     _list_check(step.get("collect", ABSENT), "collect", where)
     _list_check(step.get("tools", ABSENT), "tools", where)
+    _list_check(step.get("repeatTools", ABSENT), "repeatTools", where)
     if "ask" in step and not isinstance(step["ask"], dict):
         flow_error(where, f"ask is {show(step['ask'])}, not an object",
                    'Write ask as { field: "how to ask" }.')
@@ -332,7 +333,7 @@ def _flow_key_shape(flow: dict, key: str, where: str) -> None:
     if key in ("description", "anchor"):
         if key in flow and not isinstance(flow[key], str):
             flow_error(where, f"{key} is {show(flow[key])}, not text", f"Write {key} as a string.")
-    elif key in ("collect", "clearOnStart", "tools"):
+    elif key in ("collect", "clearOnStart", "tools", "repeatTools"):
         _list_check(flow.get(key, ABSENT), key, where)
     elif key == "onEnd":
         if "onEnd" in flow and flow["onEnd"] not in ("end", "stay", "reset"):
@@ -377,8 +378,8 @@ def check_flow_shape(flow: Any, checks: Checks | None = None) -> None:
     checks = checks or Checks()
     flow_frame(flow)
     where = f'flow "{flow["id"]}"' if isinstance(flow.get("id"), str) else "flow"
-    for key in ("description", "anchor", "collect", "clearOnStart", "tools", "onEnd", "while",
-                "instructions"):
+    for key in ("description", "anchor", "collect", "clearOnStart", "tools", "repeatTools", "onEnd",
+                "while", "instructions"):
         checks.run((key,), _flow_key_shape, flow, key, where)
     on = flow.get("on", ABSENT)
     if on is not ABSENT and not isinstance(on, (list, tuple)):
@@ -569,8 +570,8 @@ def _flow_names_check(flow: dict, key: str, where: str, names: _FlowNames) -> No
             _field_check(slug, names, where, key)
     elif key == "while":
         condition_names_check(flow.get("while", ABSENT), "while", where, names)
-    elif key == "tools":
-        _tool_check(flow.get("tools", ()), names, where)
+    elif key in ("tools", "repeatTools"):
+        _tool_check(flow.get(key, ()), names, where)
 
 
 def _instruction_names(instruction: dict, i: int, where: str, names: _FlowNames) -> None:
@@ -637,6 +638,7 @@ def check_flow_names(flow: dict, names: _FlowNames, checks: Checks | None = None
 
     checks.run(("while",), _flow_names_check, flow, "while", where, names)
     checks.run(("tools",), _flow_names_check, flow, "tools", where, names)
+    checks.run(("repeatTools",), _flow_names_check, flow, "repeatTools", where, names)
     for i, instruction in enumerate(_items(flow.get("instructions"))):
         checks.run(("instructions", i), _instruction_names, instruction, i, where, names)
 
@@ -725,6 +727,7 @@ def _step_names(step: dict, i: int, flow_where: str, position: dict, names: _Flo
     for j, instruction in enumerate(step.get("instructions", ())):
         condition_names_check(instruction.get("if", ABSENT), f"instructions[{j}].if", where, names)
     _tool_check(step.get("tools", ()), names, where)
+    _tool_check(step.get("repeatTools", ()), names, where)
     if "do" in step:
         name = step["do"]
         if not _has_key(names.actions, name):
@@ -754,11 +757,11 @@ def _step_names(step: dict, i: int, flow_where: str, position: dict, names: _Flo
 # are the spec's tables: flows.md §3.1, §4, §5, §6, §12; persistence.md §1.2-§1.4.
 
 FLOW_KEYS = ("id", "name", "description", "on", "anchor", "while", "collect", "clearOnStart",
-             "steps", "onEnd", "instructions", "tools")
+             "steps", "onEnd", "instructions", "tools", "repeatTools")
 TRIGGER_KEYS = (*TRIGGER_KINDS, "if", "repeat", "extract", "businessHours", "after")
 BODY_KEYS = ("collect", "prompt", "say", "do", "wait", "if")
 STEP_KEYS = ("id", "kind", "label", "then", "ui", *BODY_KEYS, "ask", "question", "maxAsks",
-             "branches", "tools", "instructions", "media", "once", "with", "onFail",
+             "branches", "tools", "repeatTools", "instructions", "media", "once", "with", "onFail",
              "businessHours", "else")
 BRANCH_KEYS = ("when", "if", "then")
 INSTRUCTION_KEYS = ("id", "kind", "when", "if", "prompt")

@@ -59,7 +59,7 @@ def from_spec(spec: Any) -> dict:
 
 
 SPEC_FLOW_KEYS = ("id", "name", "description", "on", "anchor", "while", "collect", "clearOnStart",
-                  "steps", "onEnd", "instructions", "tools")
+                  "steps", "onEnd", "instructions", "tools", "repeatTools")
 SPEC_STEP_BASE_KEYS = ("id", "label", "then", "ui")
 SPEC_KIND_KEYS = {
     "say": ("say", "media", "once"),
@@ -68,8 +68,8 @@ SPEC_KIND_KEYS = {
     "waitEvent": ("wait", "else"),
     "if": ("if", "else"),
     "collect": ("collect", "prompt", "question", "ask", "maxAsks", "branches", "tools",
-                "instructions"),
-    "prompt": ("prompt", "ask", "maxAsks", "branches", "tools", "instructions"),
+                "repeatTools", "instructions"),
+    "prompt": ("prompt", "ask", "maxAsks", "branches", "tools", "repeatTools", "instructions"),
 }
 
 

@@ -229,7 +229,7 @@ def test_a_record_compares_and_shows_field_by_field_like_a_dataclass():
     assert first != falai.Deferred("provider-unavailable", True, llm_calls=2)
     assert first != falai.Spoken("provider-unavailable")       # another record type is never equal
     assert repr(first) == ("Deferred(code='provider-unavailable', retryable=True, reset_at_ms=None, "
-                           "llm_calls=1, usage=None)")
+                           "llm_calls=1, usage=None, data={})")
     with pytest.raises(TypeError):      # mutable, so unhashable, like a dataclass that compares
         hash(first)
     with pytest.raises(AttributeError):     # slotted: a misspelt attribute fails instead of sticking

@@ -376,13 +376,15 @@ def test_an_exception_that_is_not_a_provider_error_is_unavailable_and_retryable(
 
 
 def test_failed_round_counts_as_a_call_and_completed_rounds_keep_their_usage(protocol):
-    """model-calls.md §7, §10.2: llm_calls includes the failed round; usage the completed ones; data dropped."""
+    """model-calls.md §7, §10.2: llm_calls includes the failed round; usage the completed ones; what the tools
+    that ran wrote is kept (a deliberate difference: the calls happened)."""
     tool = F.Tool(id="t", handler=lambda args, ctx: {"data": {"x": 1}})
     usage = TokenUsage(5, 3, 1)
     provider = ScriptedProvider(script={"speak": [{"message": "", "toolCalls": [{"toolName": "t"}]},
                                                   ProviderError("busy", kind="rate")]}, usage=usage)
     _, result = speak(make_agent(provider=provider, protocol=protocol), talk_ask(tools=[tool]))
-    assert result == F.Deferred(code="provider-unavailable", retryable=True, llm_calls=2, usage=usage)
+    assert result == F.Deferred(code="provider-unavailable", retryable=True, llm_calls=2, usage=usage,
+                                data={"x": 1})
 
 
 # §7: counting ----------------------------------------------------------------------------------

@@ -334,8 +334,8 @@ def test_a_known_value_that_is_falsy_is_still_known_and_never_offered(value, pro
 
 def test_a_suspended_runs_flow_gives_no_fields_unless_it_is_eligible(protocol):
     """runtime.md §3.4 item 7, flows.md §2.3: only the floor flow's and eligible flows' fields are offered; a
-    suspended "once" run's unknown field is not (it is neither), though a value the model adds on its own is
-    still applied (model-calls.md §3.5)."""
+    suspended "once" run's unknown field is not (it is neither), and a value the model adds on its own is
+    dropped with `not-asked` (model-calls.md §3.5, runtime.md §3.5.1 rule 2a)."""
     a = flow("a", on=[{"message": ["quer A"]}], steps=[{"id": "q", "collect": ["email"]}])
     b = flow("b", on=[{"message": ["quer B"]}], steps=[{"id": "q", "collect": ["nome"]}])
     agent, provider, clock = build([a, b], {
@@ -348,7 +348,8 @@ def test_a_suspended_runs_flow_gives_no_fields_unless_it_is_eligible(protocol):
     r = agent.turn(session_id="s1", session=r.session, message="meu e-mail é a@b.c", id="m3")
     call = understand_calls(provider)[2]
     assert section(call, "fields") == ["nome"] and section(call, "flows") == ["b"]
-    assert r.session.data == {"email": "a@b.c"}
+    assert r.session.data == {}
+    assert [(o.code, o.detail) for o in r.outcomes if o.code] == [("not-asked", "email")]
 
 
 def test_a_floor_run_from_ingest_is_the_floor_only_when_nobody_asks(protocol):
@@ -832,8 +833,9 @@ def test_branches_are_not_fired_when_a_suspended_run_is_routed_back_to(protocol)
 
 def test_a_routed_runs_clear_on_start_happens_before_the_judged_values_land(protocol):
     """runtime.md §3.5 closing note ("a routed run's `clearOnStart` ... happens before the judged values land"),
-    model-calls.md §3.5 (a `fields` key the model added on its own is still applied): the stale value is cleared
-    by the start, then the value from this message is written."""
+    model-calls.md §3.5 (a `fields` key the call was not asked for is dropped): the stale value is cleared by the
+    start; "cidade" was known when the call was made, so it was not asked and the value the model adds anyway is
+    dropped (`not-asked`): the step asks for it."""
     f = flow("pedido", on=[{"message": ["quer fazer um pedido"]}], clearOnStart=["cidade", "pedido"],
              steps=[{"id": "q", "collect": ["cidade", "pedido"]}])
     agent, provider, _ = build([f], {"understand": [{"flows": {"pedido": 90}, "fields": {"cidade": "Recife"}}],
@@ -842,7 +844,8 @@ def test_a_routed_runs_clear_on_start_happens_before_the_judged_values_land(prot
             "claims": {}, "inputs": [], "metadata": {}}
     r = agent.turn(session_id="s1", session=blob, message="quero pedir em Recife", id="m1")
     assert section(understand_calls(provider)[0], "fields") is None          # both known: none offered
-    assert r.session.data == {"cidade": "Recife"} and r.messages[0].key == "pedido#m1:q:1"
+    assert r.session.data == {} and r.messages[0].key == "pedido#m1:q:1"
+    assert [(o.code, o.detail) for o in r.outcomes if o.code == "not-asked"] == [("not-asked", "cidade")]
 
 
 def test_judged_fields_are_written_before_the_askers_branches_are_judged(protocol):

@@ -74,7 +74,7 @@ def test_an_asker_that_leaves_in_decide_lets_the_start_of_run_resume_the_stack_w
     agent, _, _, r = b_suspends_a(
         [{"id": "q", "collect": ["cpf"], "branches": [{"if": {"known": ["plano"]}, "then": "pro"}]},
          {"id": "x", "say": "Nunca."}, {"id": "pro", "say": "A: plano pro!"}],
-        [{"id": "q", "collect": ["x"], "branches": [{"if": {"known": ["plano"]}, "then": "end"}]}],
+        [{"id": "q", "collect": ["x", "plano"], "branches": [{"if": {"known": ["plano"]}, "then": "end"}]}],
         {"fields": {"plano": "pro"}}, protocol=protocol)
     r = agent.turn(session_id="s1", session=r.session, message="sou do plano pro", id="m3")
     assert [(o.run_id, o.code, o.next) for o in r.outcomes if o.code == "branch"] == [
@@ -106,7 +106,8 @@ def test_hand_back_walks_down_the_whole_stack_until_a_run_answers(protocol):
     a = flow("a", on=[{"message": ["quer A"]}], steps=[{"id": "q", "collect": ["cpf"]}])
     b = flow("b", on=[{"message": ["quer B"]}], steps=steps("x"))
     c = flow("c", on=[{"message": ["quer C"]}], steps=steps("y"))
-    d = flow("d", on=[{"message": ["quer D"]}], steps=steps("pedido"))
+    # d's flow collects x and y too, so the understand call is asked for them (model-calls.md §3.5)
+    d = flow("d", on=[{"message": ["quer D"]}], collect=["x", "y", "pedido"], steps=steps("pedido"))
     anotar, log = noop()
     agent, provider, clock = build([a, b, c, d], {
         "understand": [{"flows": {"a": 90}}, {"flows": {"b": 90}}, {"flows": {"c": 90}}, {"flows": {"d": 90}},
@@ -227,7 +228,8 @@ def test_understand_true_starts_a_mention_judged_true_and_writes_judged_fields(p
     """runtime.md §9: mentions and field extraction happen under `understand: True`; a mention run's `say`
     ends it `silenced`; the asker stays asking; no speak call."""
     m = flow("conc", on=[{"mention": ["cita um concorrente"]}], steps=[{"id": "s", "say": "Somos melhores."}])
-    agent, _, _ = build([VENDAS, m], {
+    vendas = {**VENDAS, "collect": ["cpf", "nome"]}         # so the understand call is asked for nome
+    agent, _, _ = build([vendas, m], {
         "understand": [{"flows": {"vendas": 90}}, {"mentions": {"conc": True}, "fields": {"nome": "Bia"}}],
         "speak": [{"message": "CPF?"}]}, protocol=protocol)
     t1 = agent.turn(session_id="s1", message="quero comprar", id="m1")

@@ -285,11 +285,11 @@ def test_a_round_without_tool_calls_ends_the_loop(protocol):
 
 
 def test_a_blank_final_reply_after_tool_rounds_defers(protocol):
-    """model-calls.md §6.2, §10.2: after the loop a blank reply is a failure; tool data is dropped."""
+    """model-calls.md §6.2, §10.2: after the loop a blank reply is a failure; the tool's data is kept."""
     tool = Tool(id="t", handler=lambda a, c: {"data": {"x": 1}})
     _, result = run_speak([tool], [calling(("t", {}), message="Vou ver"), {"message": "  "}],
                           protocol=protocol)
-    assert result == F.Deferred(code="provider-unavailable", retryable=True, llm_calls=2)
+    assert result == F.Deferred(code="provider-unavailable", retryable=True, llm_calls=2, data={"x": 1})
 
 
 def test_duplicate_ids_are_both_offered_and_the_first_runs(protocol):

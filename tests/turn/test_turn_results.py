@@ -88,6 +88,7 @@ ADDED_MESSAGES = {
     "refused": "the field's validator refused the value",
     "corrected": "the customer corrected a known value",
     "provider-length": "the model's reply was cut at its output cap",
+    "not-asked": "the model was not asked for this field in this call",
 }
 
 
