@@ -118,7 +118,8 @@ PUBLIC_ELSEWHERE = {
 # breaks a sibling.
 FOR_SIBLING_MODULES = (
     "ABSENT", "BLOB_NESTING", "FIELD_FORMATS", "MAX_DURATION", "MAX_NESTING",
-    "PLACEHOLDER", "as_definition", "claim_prefix", "closed_object", "compact_json",
+    "PLACEHOLDER", "UNLIMITED_ASKS", "as_definition", "claim_prefix", "closed_object",
+    "compact_json",
     "describe_blob_value", "extract_mode", "flow_error", "from_ms",
     "is_duration", "is_known", "is_too_long", "is_whole", "iso", "json_copy", "json_equal",
     "json_literal", "listed_values", "nests_deeper", "parse_iso", "reused", "show",
@@ -199,6 +200,7 @@ STEP_CAP = 50                  # step executions in one move before "step-loop" 
 SHORT_WAIT_MS = 10_000
 DEFAULT_UP_TO = "30d"          # an event wait's default upTo (runtime.md §3.6.3, flows.md §5.7)
 DEFAULT_MAX_ASKS = 3           # a collect step's default maxAsks (flows.md §2.2)
+UNLIMITED_ASKS = "unlimited"   # a maxAsks that never gives up (falai for Python, flows.md §2.2)
 DEFAULT_MAX_TOOL_LOOPS = 5     # the agent's default max_tool_loops (model-calls.md §6.2)
 TOOL_POOL_WORKERS = 8          # safe tool calls running at once, per agent (model-calls.md §6.4)
 FIELD_ENVELOPES_KEPT = 256     # field-envelope schemas an agent keeps for reuse, a bound on memory
@@ -568,6 +570,7 @@ OUTCOME_MESSAGES: dict[str, str] = {
     "not-in-enum": "the value is not one of the field's options",
     "tool-only": "only a tool, an action or the host writes this field",
     "not-asked": "the model was not asked for this field in this call",
+    "unsaid": "the customer's own message does not say this value",
     "bad-format": "the value is not in the field's format",
     "refused": "the field's validator refused the value",
     "corrected": "the customer corrected a known value",
@@ -1251,7 +1254,7 @@ def json_equal(a: Any, b: Any) -> bool:
 
 def judge(predicate: Any, ctx: PredCtx, conditions: dict[str, Condition]) -> bool:
     """Whether a predicate holds (flows.md §7): a callable, or a JSON condition whose every key
-    holds."""
+    holds (AND); ``any`` lists conditions of which one must hold (OR)."""
     if predicate is None:
         return True
     if callable(predicate):
@@ -1270,6 +1273,9 @@ def judge(predicate: Any, ctx: PredCtx, conditions: dict[str, Condition]) -> boo
                 return False
         elif name == "not":         # falai for Python: the inner condition does not hold
             if judge(arg, ctx, conditions):
+                return False
+        elif name == "any":         # falai for Python: at least one listed condition holds
+            if not any(judge(option, ctx, conditions) for option in arg):
                 return False
         elif name == "silenced":
             if bool(arg) != (ctx.silenced is not None):
@@ -1615,6 +1621,52 @@ def check_format_and_rule(definition: dict, value: Any) -> tuple[str, Any, str |
     if problem is not None:         # what it keeps must be something a session holds
         return "refused", None, f"the validator returned a value that {problem}"
     return "ok", value if kept is None else kept, None
+
+
+# Evidence, a falai for Python addition (docs/guide/flows.md, "Values the customer must say"):
+# a field with ``"evidence": "message"`` keeps a model-given value only when the customer's own
+# message says it, so a model that invents a "yes" or an account id cannot write one.
+
+YES_WORDS = frozenset({
+    "yes", "yeah", "yea", "yep", "yup", "sure", "ok", "okay", "confirm", "confirmed",
+    "confirming", "correct", "proceed", "absolutely", "definitely", "certainly", "affirmative",
+    "agreed", "agree", "alright",
+    "sim", "pode", "isso", "claro", "confirmo", "confirmado", "certo", "correto", "beleza",
+    "fechado", "perfeito"})
+YES_PHRASES = ("go ahead", "do it", "of course", "all right", "sounds good", "that is right",
+               "that's right", "that's correct", "pode ser", "com certeza", "manda ver")
+NO_WORDS = frozenset({
+    "no", "nope", "nah", "not", "don't", "dont", "never", "stop", "wait", "negative",
+    "nao", "nem", "negativo", "espera", "pare"})
+NO_PHRASES = ("do not", "hold on", "hang on", "changed my mind", "mudei de ideia")
+
+
+def _says_any(words: list[str], joined: str, single: frozenset, phrases: tuple) -> bool:
+    padded = f" {joined} "
+    return any(word in single for word in words) or any(f" {p} " in padded for p in phrases)
+
+
+def says_value(definition: dict, value: Any, message: str | None) -> bool:
+    """Whether the customer's ``message`` says ``value`` ("evidence": "message"): for a boolean, a
+    yes (for true) or a no (for false) and not the other; for text and numbers, the value itself,
+    case and spacing aside (a phone number by its digits)."""
+    if not isinstance(message, str) or not message.strip():
+        return False
+    if isinstance(value, bool):
+        plain = "".join(c for c in unicodedata.normalize("NFKD", message.casefold())
+                        if not unicodedata.combining(c)).replace("\u2019", "'")
+        words = re.findall(r"[a-z0-9]+(?:'[a-z]+)?", plain)
+        joined = " ".join(words)
+        yes = _says_any(words, joined, YES_WORDS, YES_PHRASES)
+        no = _says_any(words, joined, NO_WORDS, NO_PHRASES)
+        return yes and not no if value else no and not yes
+    if definition.get("format") == "phone":
+        digits = re.sub(r"\D", "", str(value))
+        return bool(digits) and digits in re.sub(r"\D", "", message)
+    wanted = " ".join((js_number_text(value) if isinstance(value, (int, float))
+                       else str(value)).casefold().split())
+    said = " ".join(message.casefold().split())       # a whole word or number, not a part of one
+    return bool(wanted) and re.search(rf"(?<!\w){re.escape(wanted)}(?!\w)", said) is not None
 
 
 def field_description(definition: dict) -> str | None:
@@ -3272,6 +3324,10 @@ def write_value(turn: Turn, slug: str, raw: Any, asked: Iterable[str] | None = N
             write_line(turn, None, "collect", "skipped", code=verdict,
                        detail=f"{slug}: {reason}" if reason else slug)
             return
+    if definition.get("evidence") == "message" and not says_value(
+            definition, value, turn.given.input.message if turn.is_message else None):
+        write_line(turn, None, "collect", "skipped", code="unsaid", detail=slug)
+        return
     previous = turn.session.data.get(slug)
     turn.session.data[slug] = value
     if (definition.get("correctable") is True and is_known(previous)
@@ -4221,8 +4277,11 @@ def run_if_step(turn: Turn, run: Run, step: dict) -> Go:
     return go(turn, run, "if", "ok", target, key=step_key(run))
 
 
-def max_asks(step: dict) -> int:
-    return int(step.get("maxAsks") or DEFAULT_MAX_ASKS)
+def max_asks(step: dict) -> int | float:
+    """How often a field of the step may be asked; ``"unlimited"`` never gives up (a falai for
+    Python addition: a step that waits for a tool-only field, flows.md §2.2)."""
+    asks = step.get("maxAsks")
+    return math.inf if asks == UNLIMITED_ASKS else int(asks or DEFAULT_MAX_ASKS)
 
 
 def pending_fields(turn: Turn, step: dict, run: Run) -> list[str]:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from falai import (ABSENT, FIELD_FORMATS, MAX_DURATION, MAX_NESTING, PLACEHOLDER,
+from falai import (ABSENT, FIELD_FORMATS, MAX_DURATION, MAX_NESTING, PLACEHOLDER, UNLIMITED_ASKS,
                    FlowConfigurationError, FlowValidation, Problem, as_definition, extract_mode,
                    flow_error, is_duration, is_known, is_too_long, is_whole, json_equal,
                    json_literal, listed_values, nests_deeper, show, split_phrases, strip_nones)
@@ -42,7 +42,7 @@ __all__ = ["validate_flow", "check_flow", "check_agent", "check_compaction", "ch
 # The first problem raises FlowConfigurationError with the message
 # "<where>: <what>. <fix>"; what runs but probably not as meant is a warning.
 
-RESERVED_CONDITIONS = ("equals", "known", "unknown", "not", "silenced")
+RESERVED_CONDITIONS = ("equals", "known", "unknown", "not", "any", "silenced")
 TRIGGER_KINDS = ("message", "mention", "silence", "event")
 INSTRUCTION_KINDS = ("must", "never", "should")
 
@@ -254,9 +254,9 @@ def _step_shape(step: dict, where: str) -> None:
                    "Write with as { parameter: value }.")
     if "maxAsks" in step:
         asks = step["maxAsks"]
-        if not is_whole(asks) or asks < 1:
+        if asks != UNLIMITED_ASKS and (not is_whole(asks) or asks < 1):
             flow_error(where, f"maxAsks is {show(asks)}, not a whole number of 1 or more",
-                       "Write a number like 3.")
+                       'Write a number like 3, or "unlimited" for a step that never gives up.')
     wait = step.get("wait", ABSENT)
     if wait is not ABSENT and not isinstance(wait, str) and not (
             isinstance(wait, dict) and isinstance(wait.get("event"), str)):
@@ -498,6 +498,17 @@ def condition_names_check(condition: Any, label: str, where: str, names: _FlowNa
                 flow_error(where, f"{label}.not is {show(arg)}, not a condition",
                            'Write it as an object, e.g. { "not": { "known": ["nome"] } }.')
             condition_names_check(arg, f"{label}.not", where, names)
+        elif key == "any":
+            if not isinstance(arg, (list, tuple)) or not arg:
+                given = "empty" if isinstance(arg, (list, tuple)) else show(arg)
+                flow_error(where, f"{label}.any is {given}, not a list of conditions",
+                           'Write it as a list, e.g. { "any": [{ "known": ["email"] }, '
+                           '{ "known": ["phone"] }] }.')
+            for i, option in enumerate(arg):
+                if not isinstance(option, dict) and not callable(option):
+                    flow_error(where, f"{label}.any[{i}] is {show(option)}, not a condition",
+                               'Write each option as an object, e.g. { "known": ["email"] }.')
+                condition_names_check(option, f"{label}.any[{i}]", where, names)
         elif key == "silenced":
             if not isinstance(arg, bool):
                 flow_error(where, f"{label}.silenced is not a boolean", "Write true or false.")
@@ -768,7 +779,7 @@ INSTRUCTION_KEYS = ("id", "kind", "when", "if", "prompt")
 TARGET_KEYS = ("step", "clear", "flow", "input")
 WAIT_KEYS = ("event", "upTo")
 FIELD_KEYS = ("type", "enum", "label", "description", "ask", "extract", "format", "validate",
-              "correctable")
+              "correctable", "evidence")
 PARAMETER_KEYS = ("type", "items", "enum", "description", "optional")
 IDLE_KEYS = ("prompt", "instructions", "tools")
 COMPACTION_KEYS = ("enabled", "maxTokens", "compactionThreshold", "preserveRecentCount",
@@ -1118,6 +1129,10 @@ def check_field_definition(slug: Any, definition: Any) -> list[str]:
     if "correctable" in definition and not isinstance(definition["correctable"], bool):
         flow_error(where, f'correctable is {show(definition["correctable"])}, not true or false',
                    "Write true to let the customer correct a known value, or leave it out.")
+    if "evidence" in definition and definition["evidence"] != "message":
+        flow_error(where, f'evidence is {show(definition["evidence"])}, not "message"',
+                   'Write "evidence": "message" to keep only values the customer\'s own message '
+                   "says, or leave it out.")
     if "validate" in definition and not callable(definition["validate"]):
         flow_error(where, f'validate is {show(definition["validate"])}, not a function',
                    "Pass a Python function value -> value to keep (raise to refuse); a JSON "

@@ -81,6 +81,9 @@ def _storable(predicate: Any, label: str) -> None:
             "({ equals }, { known }, { silenced } or a named condition) to store this flow.")
     if isinstance(predicate, dict) and predicate.get("not") is not None:
         _storable(predicate["not"], f"{label}.not")
+    if isinstance(predicate, dict) and isinstance(predicate.get("any"), (list, tuple)):
+        for i, option in enumerate(predicate["any"]):
+            _storable(option, f"{label}.any[{i}]")
 
 
 def _instruction_ifs_storable(instructions: Any, label: str) -> None:

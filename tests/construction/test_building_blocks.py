@@ -244,7 +244,7 @@ def test_nullable_envelope_adds_null_to_types_and_enums():
 
 # Codes falai for Python adds to the original's 38 (docs/guide/conformance.md).
 ADDED_CODES = {"tool-only", "repeat-spent", "no-route", "unknown-event", "bad-format", "refused", "corrected",
-               "provider-length", "not-asked"}
+               "provider-length", "not-asked", "unsaid"}
 
 
 def test_outcome_messages_has_all_38_codes_with_their_exact_text():

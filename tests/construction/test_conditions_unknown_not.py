@@ -1,4 +1,4 @@
-"""JSON conditions: unknown and not, and an equals that tests nothing refused (flows.md §7.2)."""
+"""JSON conditions: unknown, not and any, and an equals that tests nothing refused (flows.md §7.2)."""
 import pytest
 
 import falai as F
@@ -24,6 +24,12 @@ def holds(condition, data):
     ({"not": {"known": ["nome"]}, "equals": {"plano": "pro"}}, {"plano": "pro"}, True),
     ({"not": {"not": {"known": ["nome"]}}}, {"nome": "Ana"}, True),
     ({"not": {}}, {}, False),
+    ({"any": [{"known": ["nome"]}, {"equals": {"plano": "pro"}}]}, {"plano": "pro"}, True),
+    ({"any": [{"known": ["nome"]}, {"equals": {"plano": "pro"}}]}, {"nome": "Ana"}, True),
+    ({"any": [{"known": ["nome"]}, {"equals": {"plano": "pro"}}]}, {"plano": "free"}, False),
+    ({"any": [{"known": ["nome"], "equals": {"plano": "pro"}}]}, {"nome": "Ana"}, False),   # AND inside
+    ({"any": [{"known": ["nome"]}], "equals": {"plano": "pro"}}, {"nome": "Ana"}, False),   # AND beside
+    ({"not": {"any": [{"known": ["nome"]}, {"known": ["plano"]}]}}, {}, True),
 ])
 def test_unknown_and_not_hold_as_documented(condition, data, expected):
     assert holds(condition, data) is expected
@@ -69,6 +75,29 @@ def test_the_names_inside_not_and_unknown_are_checked():
         F.validate_flow(flow_with({"not": 3}), {"fields": FIELDS})
     with pytest.raises(FlowConfigurationError, match="if.unknown is not a list"):
         F.validate_flow(flow_with({"unknown": "nome"}), {"fields": FIELDS})
+
+
+def test_the_options_of_any_are_checked_like_any_condition():
+    with pytest.raises(FlowConfigurationError, match=r'unknown condition "vip" in if\.any\[1\]'):
+        F.validate_flow(flow_with({"any": [{"known": ["nome"]}, {"vip": True}]}), {"fields": FIELDS})
+    with pytest.raises(FlowConfigurationError, match=r"if\.any is empty, not a list of conditions"):
+        F.validate_flow(flow_with({"any": []}), {"fields": FIELDS})
+    with pytest.raises(FlowConfigurationError, match=r"if\.any\[0\] is 3, not a condition"):
+        F.validate_flow(flow_with({"any": [3]}), {"fields": FIELDS})
+    with pytest.raises(FlowConfigurationError, match=r"step \"a\" if\.any\[0\]: is a function"):
+        to_spec(flow_with({"any": [lambda ctx: True]}))
+
+
+def test_any_round_trips_as_json_and_routes_a_run(protocol):
+    """An OR rule stays storable: to_spec and from_spec keep it, and the run takes the branch it says."""
+    flow = flow_with({"any": [{"equals": {"plano": "pro"}}, {"known": ["reserva"]}]})
+    assert from_spec(to_spec(flow)) == flow
+    agent = falai().fields(FIELDS).agent(name="Ana", provider=ScriptedProvider(), flows=[flow], protocol=protocol)
+    for data, said in (({"reserva": "R1"}, "B"), ({"plano": "free"}, "C")):
+        blob = {"id": "s1", "v": 4, "version": 0, "data": data, "runs": [], "claims": {}, "inputs": [],
+                "metadata": {}}
+        r = agent.turn(session_id="s1", session=blob, start={"flow": "f", "key": "k"})
+        assert [m.text for m in r.messages] == [said]
 
 
 def test_a_function_inside_not_cannot_be_stored():

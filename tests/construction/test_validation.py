@@ -72,7 +72,7 @@ def test_show_writes_a_string_as_its_json_literal_keeping_non_ascii(value, shown
     """persistence.md §1.10, show: a string is its JSON literal, non-ASCII kept as is."""
     assert step_error({"id": "a", "say": "Oi", "maxAsks": value}) == (
         f'[FlowConfigurationError] flow "fx", step "a": maxAsks is {shown}, not a whole number of 1 or more. '
-        "Write a number like 3.")
+        "Write a number like 3, or \"unlimited\" for a step that never gives up.")
 
 
 def test_show_cuts_a_string_literal_longer_than_40_characters_to_37_plus_dots():
@@ -443,7 +443,7 @@ def test_t8_max_asks_must_be_a_whole_number_of_1_or_more(value, shown):
     """persistence.md §1.10 T8: an int, or an integral float; never a bool."""
     assert step_error({"id": "a", "collect": ["nome"], "maxAsks": value}) == (
         f'[FlowConfigurationError] flow "fx", step "a": maxAsks is {shown}, not a whole number of 1 or more. '
-        "Write a number like 3.")
+        "Write a number like 3, or \"unlimited\" for a step that never gives up.")
 
 
 @pytest.mark.parametrize("value", [1, 3, 3.0, 10])

@@ -113,6 +113,29 @@ def test_max_asks_gives_a_field_up_and_the_step_moves_on(protocol):
     assert [m.text for m in r3.messages] == ["Tudo bem."]
 
 
+def test_unlimited_max_asks_waits_for_a_tool_only_field_however_many_replies(protocol):
+    """flows.md §2.2 (falai for Python): "maxAsks": "unlimited" never gives a field up, so a step waiting
+    for what only a tool writes stays until the tool writes it; with the default it gives up after 3."""
+    fields = {**FIELDS, "pedido": {"type": "string", "extract": "never"}}
+    flows = [{"id": "f", "name": "F", "on": [{"message": []}],
+              "steps": [{"id": "q", "prompt": "Help.", "collect": ["pedido"], "maxAsks": "unlimited"},
+                        {"id": "fim", "say": "Pedido {{data.pedido}}."}]}]
+    agent, provider = build(flows, {"speak": [{"message": f"Ajudo? {n}"} for n in range(6)],
+                                    "understand": [{}] * 6}, fields=fields, protocol=protocol)
+    r = agent.turn(session_id="s1", message="oi", id="m0")
+    for n in range(1, 6):
+        r = agent.turn(session_id="s1", session=r.session, message=f"e então {n}", id=f"m{n}")
+    assert r.session.runs[0].asked == {"pedido": 6} and r.session.runs[0].status == "asking"
+    assert "max-asks" not in [o.code for o in r.outcomes] and r.messages[0].text == "Ajudo? 5"
+    flows[0]["steps"][0].pop("maxAsks")
+    agent, provider = build(flows, {"speak": [{"message": "Ajudo?"}] * 3, "understand": [{}] * 4}, fields=fields,
+                            protocol=protocol)
+    r = agent.turn(session_id="s1", message="oi", id="m0")
+    for n in range(1, 4):                     # the fourth message finds the field asked 3 times: given up
+        r = agent.turn(session_id="s1", session=r.session, message="e então", id=f"m{n}")
+    assert [o.code for o in r.outcomes][:1] == ["max-asks"] and r.messages[-1].text == "Pedido {{data.pedido}}."
+
+
 def test_fixed_question_goes_out_verbatim_without_a_model_call(protocol):
     """runtime.md §3.6.7: the first ask of a question step is the rendered question, kind verbatim, no speak call.
     (runtime.md §3.4 item 8: a question step's fields are not "free", so the opening message is read for them.)"""

@@ -89,6 +89,7 @@ ADDED_MESSAGES = {
     "corrected": "the customer corrected a known value",
     "provider-length": "the model's reply was cut at its output cap",
     "not-asked": "the model was not asked for this field in this call",
+    "unsaid": "the customer's own message does not say this value",
 }
 
 
