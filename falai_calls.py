@@ -1155,10 +1155,6 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
         message = reply.message
         if not offer or not reply.calls:
             break
-        ctx = ToolCtx(context=ask.scope.context, data=_overlay(ask.scope.data, data),
-                      history=list(history), run=ask.run, now=ask.now)
-        results = run_tool_calls(agent, tools_by_id, reply.calls, ctx,
-                                 OncePerReply(ran, ask.repeatable))
         last = history[-1] if history else None
         if round_no == 0 and not (isinstance(last, dict) and last.get("role") == "user"):
             # model-calls.md §6.7 rule 1: the message text, else the speak prompt. A blank message
@@ -1166,6 +1162,11 @@ def speak(agent: Agent, ask: SpeakAsk, streaming: bool) -> Generator[str, None, 
             # conversation may open with the model's own function call (providers.md §2.2).
             text = (ask.text or "").strip() if ask.input_kind == "message" else ""
             history.append({"role": "user", "content": ask.text if text else plan.prompt})
+        # the tools see what the model saw, the round-0 user item included (§6.8)
+        ctx = ToolCtx(context=ask.scope.context, data=_overlay(ask.scope.data, data),
+                      history=list(history), run=ask.run, now=ask.now)
+        results = run_tool_calls(agent, tools_by_id, reply.calls, ctx,
+                                 OncePerReply(ran, ask.repeatable))
         history.append(_assistant_item(round_no, reply))
         for i, (call, output) in enumerate(zip(reply.calls, results)):
             history.append({"role": "tool", "tool_call_id": f"call-{round_no}-{i}",

@@ -395,7 +395,9 @@ def test_user_item_is_the_speak_prompt_on_a_wake_turn(protocol):
 
 
 def test_tool_ctx_carries_context_run_now_and_the_rounds_history(protocol):
-    """model-calls.md §6.8: one ToolCtx per round, history as the model saw it in that round."""
+    """model-calls.md §6.8: one ToolCtx per round, history as the model saw it in that round: in round 0 the
+    customer's message, which the model read in the prompt, is its last item, so a tool can check the
+    customer's own words."""
     seen = []
     tool = Tool(id="t", handler=lambda a, c: seen.append(c))
     run = F.Run(id="r#1", flow_id="r", anchor="session", dedupe_key="r:session:", step_id="s",
@@ -404,7 +406,8 @@ def test_tool_ctx_carries_context_run_now_and_the_rounds_history(protocol):
                             run=run, protocol=protocol)
     assert len(seen) == 3 and seen[0] is seen[1] and seen[1] is not seen[2]
     assert seen[0].context == {"loja": "Azul"} and seen[0].run is run and seen[0].now == NOW
-    assert seen[0].history == provider.calls[0].history == []
+    assert provider.calls[0].history == [] and seen[0].history == [
+        {"role": "user", "content": "Quanto custa em Curitiba?"}]
     assert seen[2].history == provider.calls[1].history and len(seen[2].history) == 4
 
 
