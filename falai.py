@@ -2297,6 +2297,9 @@ def session_from_dict(blob: Any, session_id: str | None) -> Session:
     for key in ("lastUserAt", "lastAssistantAt"):
         if key in blob and not isinstance(blob[key], str):
             fail(f"{key} is not text")
+    last_spoke = blob.get("lastAssistantAt")
+    if "lastAssistantAt" in blob and not is_time_text(last_spoke):     # the engine reads it
+        fail(f'lastAssistantAt is "{last_spoke}", not a time')
     runs = []
     for index, raw in enumerate(blob["runs"]):
         why = _run_problem(raw, f"runs[{index}]")
@@ -2341,7 +2344,36 @@ def _run_problem(run: Any, at: str) -> str | None:
     for key in ("asked", "visits"):
         if not isinstance(get(key), dict):
             return f"{at}.{key} is {describe_blob_value(get(key))}, expected an object"
+    return _run_content_problem(run, at)
+
+
+def _run_content_problem(run: dict, at: str) -> str | None:
+    """R13-R15 (falai for Python, persistence.md §2.5): the contents the engine reads, which the
+    original trusts, so that every blob the reader accepts also turns and saves."""
+    for key in ("asked", "visits"):
+        for name, count in run[key].items():
+            if blob_whole_number(count) is None:
+                return f"{at}.{key}.{name} is {describe_blob_value(count)}, expected a whole number"
+    for index, line in enumerate(run["outcomes"]):
+        if not isinstance(line, dict):
+            return f"{at}.outcomes[{index}] is {describe_blob_value(line)}, expected an object"
+    waiting = run.get("waiting")
+    if isinstance(waiting, dict):
+        if "key" in waiting and not isinstance(waiting["key"], str):
+            return f'{at}.waiting.key is {describe_blob_value(waiting["key"])}, expected text'
+        for key in ("until", "setAt"):
+            if key in waiting and not is_time_text(waiting[key]):
+                return f"{at}.waiting.{key} is {describe_blob_value(waiting[key])}, expected a time"
     return None
+
+
+def is_time_text(value: Any) -> bool:
+    """Whether ``value`` is ISO time text the engine reads (parse_iso)."""
+    try:
+        parse_iso(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _read_run(run: dict) -> Run:
@@ -3920,8 +3952,8 @@ def prune_always_claims(turn: Turn, prefix: str) -> None:
 
 def business_time(turn: Turn, at: datetime) -> datetime:
     """Snap a time forward with the agent's business_hours, when it has one (runtime.md §7.7)."""
-    if turn.given.agent.business_hours is None:
-        return at
+    if turn.given.agent.business_hours is None or not EARLIEST <= at <= LATEST:
+        return at           # outside the supported range (a wait from its very end): no calendar
     snapped = turn.given.agent.business_hours(at, BusinessHoursCtx(context=turn.given.context))
     return check_instant(snapped, "the time business_hours returned",
                          "Return a working moment inside it.")

@@ -2,6 +2,7 @@
 import copy
 import json
 import pathlib
+import re
 
 import pytest
 
@@ -204,14 +205,31 @@ def test_input_is_kept_when_present(value):
     assert run.to_dict()["input"] == value
 
 
-def test_reader_trusts_trigger_waiting_outcomes_and_time_text():
-    """persistence.md §2.5, not checked: trigger content beyond kind/key (kind not in the list), waiting's content,
-    asked/visits values, outcome lines, the format of time text, data/metadata/history content."""
+def test_reader_trusts_trigger_waiting_and_time_text_the_engine_does_not_read():
+    """persistence.md §2.5, not checked: trigger content beyond kind/key (kind not in the list), waiting's other
+    keys, the format of startedAt, lastUserAt and claim times, data/metadata/history content."""
     run = a_run(trigger={"kind": "telepathy", "key": "k", "payload": None, "other": 1}, waiting={"weird": True},
-                asked={"x": "many"}, visits={"y": None}, outcomes=["not a line", 3], startedAt="yesterday")
+                startedAt="yesterday")
     blob = {**fresh_blob(), "runs": [run], "data": {"x": object.__name__}, "history": [1, "two"],
             "metadata": {"k": [None]}, "lastUserAt": "not a date", "claims": {"a": {"at": "soon", "why": 1}}}
     assert Session.from_dict(blob, "s1").to_dict() == blob
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"asked": {"x": "many"}}, 'runs[0].asked.x is "many", expected a whole number'),
+    ({"visits": {"y": None}}, "runs[0].visits.y is null, expected a whole number"),
+    ({"outcomes": ["not a line", 3]}, 'runs[0].outcomes[0] is "not a line", expected an object'),
+    ({"waiting": {"key": 5}}, "runs[0].waiting.key is 5, expected text"),
+    ({"waiting": {"key": "k", "until": "amanhã"}}, 'runs[0].waiting.until is "amanhã", expected a time'),
+    ({"waiting": {"key": "k", "setAt": 7}}, "runs[0].waiting.setAt is 7, expected a time"),
+])
+def test_reader_refuses_run_contents_the_engine_could_not_turn(change, why):
+    """persistence.md §2.5 R13-R15 (falai for Python): what the engine reads is checked, so every blob the reader
+    accepts also turns and saves (docs/guide/limits.md); the original trusts these."""
+    with pytest.raises(InvalidSessionError, match=re.escape(why)):
+        Session.from_dict({**fresh_blob(), "runs": [a_run(**change)]}, "s1")
+    with pytest.raises(InvalidSessionError, match='lastAssistantAt is "ontem", not a time'):
+        Session.from_dict({**fresh_blob(), "lastAssistantAt": "ontem"}, "s1")
 
 
 def test_whole_number_floats_are_stored_back_as_ints():
