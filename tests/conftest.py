@@ -77,6 +77,15 @@ def pytest_configure(config):
 SLOW_MODULES = {"test_examples.py", "test_production_host.py", "test_host_faults.py"}
 
 
+def fast_slice(values, every: int, ids=None) -> list:
+    """``values`` as pytest params where only every ``every``-th runs in the fast tier and the rest
+    are marked slow: an exhaustive parametrization (every τ² task, every attack) whose whole runs in
+    CI's slow tier while the default run keeps a spread of it."""
+    return [_pytest.param(value, id=ids(value) if ids else None,
+                          marks=() if n % every == 0 else (_pytest.mark.slow,))
+            for n, value in enumerate(values)]
+
+
 def pytest_collection_modifyitems(config, items):
     _keep_the_protocol_pass(config, items)
     for item in items:
