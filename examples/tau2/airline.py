@@ -82,7 +82,6 @@ from __future__ import annotations
 
 import copy
 import datetime as _dt
-import json
 import re
 import sys
 
@@ -685,22 +684,10 @@ def main() -> None:
                  reply="Done: Z7GOZK is cancelled."),
     ]
     db = load_db()
-    played = play.converse(sys.modules[__name__], db, conversation, check_words=True)
-    print(f"Agent: {FIRST_MESSAGE}")
-    for say, result in zip(conversation, played.results):
-        print(f"Customer: {say.text}")
-        for message in result.messages:
-            print(f"Agent: {message.text}")
-        if result.session.data.get("pending"):
-            print("   [what code lists for the customer's yes]")
-            print("   " + result.session.data["pending"].replace("\n", "\n   "))
-    print("\non_write:")
-    for name, arguments, outcome in played.writes:
-        print(f"  {name} {json.dumps(arguments)} -> {outcome}")
-    gold = load_db()
-    for action in task["evaluation_criteria"]["actions"]:
-        execute(gold, action["name"], action["arguments"])
-    same = _air.db_hash(db) == _air.db_hash(gold)
+    here = sys.modules[__name__]
+    played = play.converse(here, db, conversation, check_words=True)
+    play.show(here, conversation, played)
+    same = _air.db_hash(db) == _air.db_hash(play.reference_db(here, task))
     print(f"\nThe db equals the one task 19's reference actions give: {same}")
 
 

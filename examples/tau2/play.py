@@ -15,6 +15,7 @@ Nothing here imports a domain's gates: it uses only the interface a domain modul
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,3 +138,32 @@ def attempt(module: Any, name: str, arguments: dict, *, auth: dict, facts: dict,
         conversation += request_and_confirm(module, write["name"], write["arguments"],
                                             write.get("facts") or facts)
     return conversation + request_and_confirm(module, name, arguments, facts, words)
+
+
+# What a demo prints ##########################################################################
+
+def show(module: Any, conversation: list, played: Played) -> None:
+    """Print a played conversation: each message, the change code listed for the customer's yes
+    when it first appears, and every write ``on_write`` heard."""
+    print(f"Agent: {module.FIRST_MESSAGE}")
+    listed = None
+    for say, result in zip(conversation, played.results):
+        print(f"Customer: {say.text}")
+        for message in result.messages:
+            print(f"Agent: {message.text}")
+        if result.session.data.get("pending") not in (None, listed):
+            listed = result.session.data["pending"]
+            print("   [what code lists for the customer's yes]")
+            print("   " + listed.replace("\n", "\n   "))
+    print("\non_write:")
+    for name, arguments, outcome in played.writes:
+        print(f"  {name} {json.dumps(arguments)} -> {outcome}")
+
+
+def reference_db(module: Any, task: dict) -> dict:
+    """The database a task's reference actions leave, through τ²'s raw tools."""
+    db = module.load_db()
+    for action in task["evaluation_criteria"]["actions"]:
+        module.execute(db, action["name"], action["arguments"])
+    return db
+

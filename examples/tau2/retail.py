@@ -74,7 +74,6 @@ exchange the policy refuses, then for the one it allows, and says yes.
 from __future__ import annotations
 
 import functools
-import json
 import sys
 from typing import Any
 
@@ -514,25 +513,11 @@ def _demo() -> None:
         play.Say("yes", fields={"confirmed": True}, reply="Done: the exchange is requested."),
     ]
     db = load_db()
-    played = play.converse(sys.modules[__name__], db, conversation)
-    print(f"Agent: {FIRST_MESSAGE}")
-    listed = None
-    for say, result in zip(conversation, played.results):
-        print(f"Customer: {say.text}")
-        for message in result.messages:
-            print(f"Agent: {message.text}")
-        if result.session.data.get("pending") not in (None, listed):
-            listed = result.session.data["pending"]
-            print("   [what code lists for the customer's yes]")
-            print("   " + listed.replace("\n", "\n   "))
-    print("\non_write:")
-    for name, arguments, outcome in played.writes:
-        print(f"  {name} {json.dumps(arguments)} -> {outcome}")
-    gold = load_db()
-    for action in task["evaluation_criteria"]["actions"]:
-        execute(gold, action["name"], action["arguments"])
+    here = sys.modules[__name__]
+    played = play.converse(here, db, conversation)
+    play.show(here, conversation, played)
     print(f"\nThe db equals the one task 0's reference actions give: "
-          f"{rt.db_hash(db) == rt.db_hash(gold)}")
+          f"{rt.db_hash(db) == rt.db_hash(play.reference_db(here, task))}")
 
 
 if __name__ == "__main__":
