@@ -1,16 +1,18 @@
 """falai's model calls: the understand and speak calls, tool rounds, compaction, streaming.
 
-The engine (falai.py, sections 8-9) decides *what* the model judges and *who* speaks; this module
+The engine (falai.py, sections 2-3) decides *what* the model judges and *who* speaks; this module
 turns that into provider calls and reads the replies back (docs/spec/model-calls.md). The engine
 uses four functions:
 
-needs_understand_call(ask) -> bool       model-calls.md §3.1 zero-call rules understand(agent, ask)
--> Judgement      one "understand" call (raises on provider failure) speak(agent, ask, streaming)
-generator: yields deltas, returns Spoken | Deferred compact_history(agent, history)          ->
-Compacted(history, llm_calls, usage), model-calls.md §9
+    needs_understand_call(ask) -> bool          the zero-call rules (model-calls.md §3.1)
+    understand(agent, ask) -> Judgement         one "understand" call; raises on a provider failure
+    speak(agent, ask, streaming)                a generator: yields text deltas, returns Spoken or
+                                                Deferred
+    compact_history(agent, history)             -> Compacted(history, llm_calls, usage) (§9)
 
 How a request is laid out is the protocol's (falai_protocols: ``Lean``, ``V4``), behind the
-``ModelCalls`` seam below; everything else here is shared by both.
+``ModelCalls`` seam below; everything else here is shared by both. It stands on falai_base (the
+records it is handed and hands back, and the readers of model text) and falai_checks.
 
 Sections: the protocol seam; shared building blocks (model-calls.md §2); the understand call
 (§3) and reading its reply; the speak call (§5) and its tool rounds (§6); compaction (§9); the
@@ -28,18 +30,22 @@ import math
 import re
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from falai import (
-    DEBUG, FIELD_ENVELOPES_KEPT, MAX_NESTING, UNDERSTAND_PLANS_KEPT, UNSERIALIZABLE, Agent,
-    Deferred, GenerateRequest, Generation, Judgement, ProviderError, Scope, ScriptError, SpeakAsk,
-    Spoken, TokenUsage, Tool, ToolCtx, ToolResult, UnderstandAsk, add_usage, closed_object,
-    coerce_field, compact_json, error_text, field_description, first_trigger, flows_by_trigger,
-    is_known, js_number, js_number_text, log, log_swallowed, merge_patch, nests_deeper,
-    nullable_envelope, read_boolean, render, reused, split_phrases, tool_pool, triggers_of,
-    unstorable, value_text,
+from falai_base import (
+    ENVELOPE_SHAPED, decode_json_string, find_json_object, lenient_loads, unfenced,
+    DEBUG, Deferred, FIELD_ENVELOPES_KEPT, GenerateRequest, Generation, Judgement, MAX_NESTING,
+    ProviderError, Scope, ScriptError, SpeakAsk, Spoken, TokenUsage, Tool, ToolCtx, ToolResult,
+    UNDERSTAND_PLANS_KEPT, UNSERIALIZABLE, UnderstandAsk, add_usage, closed_object, coerce_field,
+    compact_json, error_text, field_description, first_trigger, is_known, js_number,
+    js_number_text, log, log_swallowed, merge_patch, nests_deeper, nullable_envelope, read_boolean,
+    render, reused, split_phrases, triggers_of, unstorable, value_text,
 )
+
 from falai_checks import check_compaction
+
+if TYPE_CHECKING:
+    from falai import Agent
 
 
 # The protocol seam ----------------------------------------------------------------------------
@@ -73,12 +79,6 @@ class SpeakCall:
 
 
 _NOT_BUILT = object()
-
-
-def for_protocol(name: str) -> ModelCalls:
-    """A new protocol object for one agent's ``Compiled``, its one owner: ``name`` is ``"lean"``
-    or ``"v4"`` (Agent checks it)."""
-    return falai_protocols.PROTOCOLS[name]()
 
 
 class ModelCalls:
@@ -124,7 +124,7 @@ class ModelCalls:
         branches = [(f"{run_id}/{step_id}/{index}",
                      render(when, scope) if isinstance(when, str) else str(when))
                     for run_id, step_id, index, when in ask.branches]
-        own = flows_by_trigger(agent).own
+        own = agent.compiled.flows_by_trigger().own
         candidates, mentions = tuple(map(id, ask.candidates)), tuple(map(id, ask.mentions))
         if not (own.issuperset(candidates) and own.issuperset(mentions)):
             return new_envelope(agent, ask, branches)      # a hand-made ask: its flows may change
@@ -167,7 +167,6 @@ class ModelCalls:
 # Shared building blocks (model-calls.md §2) ---------------------------------------------------
 
 WIRE_NAME = re.compile(r"[a-zA-Z0-9_-]+")
-ENVELOPE_SHAPED = re.compile(r"\s*(?:```|\{)")
 SECTION_KEYS = frozenset({"flows", "mentions", "extract", "branches", "fields"})
 
 
@@ -301,209 +300,6 @@ def field_line(name: str, definition: dict | None) -> str:
 def flow_name(flow: dict) -> str:
     """A flow's name; a flow without one prints its id (flows.md §3.1)."""
     return str(flow.get("name") or flow.get("id"))
-
-
-READ_NESTING = 256      # levels of brackets a reply may open before json.loads is never called
-_JSON_SPECIALS = re.compile(r'[\[\]{}"\\]')
-
-
-def nests_past(text: str, limit: int = READ_NESTING) -> bool:
-    """Whether JSON text opens more than ``limit`` brackets at once (strings skipped; linear).
-
-    Text that deep is refused before json.loads reads it: its C recursion, that deep, leaves
-    no stack for a finalizer the garbage collector may run meanwhile, which then fails.
-    """
-    if text.count("[") + text.count("{") <= limit:
-        return False
-    depth, in_string, skip_to = 0, False, 0
-    for match in _JSON_SPECIALS.finditer(text):
-        at = match.start()
-        if at < skip_to:                # the character a backslash escapes
-            continue
-        char = text[at]
-        if in_string:
-            if char == "\\":
-                skip_to = at + 2
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            if depth > limit:
-                return True
-        elif char in "]}":
-            depth -= 1
-    return False
-
-
-def lenient_loads(text: str) -> Any:
-    """Strict JSON first, then with raw control characters allowed inside strings (§2.9 step 2).
-
-    falai_providers reads envelopes with it too (providers.md §3.6 rules 2-3). Text nested past
-    READ_NESTING raises RecursionError without being read (see nests_past).
-    """
-    if nests_past(text):
-        raise RecursionError(f"nested deeper than {READ_NESTING} levels: not read")
-    try:
-        return json.loads(text)
-    except ValueError:
-        return json.loads(text, strict=False)
-
-
-_FENCE = re.compile(r"\A```(?:json)?[ \t]*\n?(.*?)\n?```\Z", re.S | re.I)
-
-
-def unfenced(text: str) -> str:
-    """The text stripped; when the whole of it is a code fence, the fence's content, stripped.
-
-    model-calls.md §2.9 (tool arguments) and providers.md §3.6 rule 1 (envelopes).
-    """
-    text = text.strip()
-    fenced = _FENCE.match(text)
-    return fenced.group(1).strip() if fenced else text
-
-
-def decode_json_string(raw: str) -> str:
-    """The body of a JSON string literal (without its quotes) decoded; as it is when it does not
-    decode."""
-    try:
-        return json.loads(f'"{raw}"', strict=False)
-    except ValueError:
-        return raw
-
-
-# JSON's own grammar, as Python's json module reads it with strict=False: whitespace, strings (any
-# escape passes here; json itself rejects a bad one), numbers, and the words json accepts.
-_JSON_SPACE = re.compile(r"[ \t\n\r]*")
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
-_JSON_WORD = re.compile(r"null|true|false|NaN|Infinity|-Infinity")
-# A "{" that can open an object: "}" or a key and its ":" follow (the lookahead keeps starts
-# overlapping).
-_OBJECT_START = re.compile(r'\{(?=[ \t\n\r]*(?:\}|"[^"\\]*(?:\\.[^"\\]*)*"[ \t\n\r]*:))', re.S)
-
-
-def _json_scalar_end(text: str, i: int) -> int | None:
-    """Where the string, number or word at ``text[i]`` ends, or None when none starts there."""
-    if text[i] == '"':
-        found = _JSON_STRING.match(text, i)
-        return found.end() if found else None
-    found = _JSON_NUMBER.match(text, i)
-    if found is not None:
-        if len(found.group(0)) > 640 and not (found.group(1) or found.group(2)):
-            try:
-                # json refuses an integer beyond int's digit limit, so does this walk
-                int(found.group(0))
-            except ValueError:
-                return None
-        return found.end()
-    found = _JSON_WORD.match(text, i)
-    return found.end() if found else None
-
-
-def _walk_json_object(text: str, start: int, failed: set, walked: dict) -> None:
-    """Walk the object opening at ``text[start]`` by JSON's grammar, iteratively, in one pass.
-
-    Each object that closes lands in ``walked`` as ``{start: (end, height)}`` (height: how many
-    containers deep it nests); when the walk fails, every object still open is added to ``failed``:
-    a fresh parse from any of them fails at the same place. The walk accepts all JSON accepts (and
-    a few bad escapes besides), so ``failed`` never holds an object json would read.
-    """
-    n = len(text)
-    # the open containers: opening position, closer, height so far
-    stack: list[list[Any]] = [[start, "}", 0]]
-    expect = "key_or_close"
-    i = start + 1
-    while True:
-        space = _JSON_SPACE.match(text, i)
-        assert space is not None            # the pattern matches the empty string
-        i = space.end()
-        if i >= n:
-            break
-        c = text[i]
-        if expect == "colon":
-            if c != ":":
-                break
-            expect, i = "value", i + 1
-            continue
-        if expect in ("key", "key_or_close"):
-            if c == '"':
-                end = _json_scalar_end(text, i)
-                if end is None:
-                    break
-                expect, i = "colon", end
-                continue
-            if c != "}" or expect == "key":
-                break
-        elif expect == "comma_or_close":
-            if c == ",":
-                expect, i = ("key" if stack[-1][1] == "}" else "value"), i + 1
-                continue
-            if c != stack[-1][1]:
-                break
-        elif c in "{[":
-            stack.append([i, "}" if c == "{" else "]", 0])
-            expect, i = ("key_or_close" if c == "{" else "value_or_close"), i + 1
-            continue
-        elif c != "]" or expect != "value_or_close":
-            end = _json_scalar_end(text, i)
-            if end is None:
-                break
-            expect, i = "comma_or_close", end
-            continue
-        opened, closer, height = stack.pop()       # c closes the innermost container
-        if closer == "}":
-            walked[opened] = (i + 1, height + 1)
-        if not stack:
-            return
-        stack[-1][2] = max(stack[-1][2], height + 1)
-        expect, i = "comma_or_close", i + 1
-    failed.update(opened for opened, closer, _ in stack if closer == "}")
-
-
-def find_json_object(text: Any) -> dict | None:
-    """The first balanced ``{...}`` slice of a reply that parses to a dict (model-calls.md §2.9).
-
-    Linear in the reply: a "{" that cannot open an object is never walked, an object walked once
-    is never walked again, and an object that failed inside a walk is never tried again.
-    """
-    if not isinstance(text, str):
-        return None
-    failed: set[int] = set()
-    walked: dict[int, tuple[int, int]] = {}
-    depth_budget = None             # the deepest nesting json.loads manages from here, once known
-    for match in _OBJECT_START.finditer(text):
-        start = match.start()
-        if start in failed:
-            continue
-        if start not in walked:
-            _walk_json_object(text, start, failed, walked)
-            if start not in walked:
-                continue
-        end, height = walked[start]
-        if depth_budget is not None and height > depth_budget:
-            continue
-        try:
-            value = lenient_loads(text[start:end])
-        except RecursionError:
-            # Every json.loads below runs at this same stack depth, so one budget holds for them
-            # all.
-            low, high = 0, height - 1
-            while low < high:
-                middle = (low + high + 1) // 2
-                try:
-                    lenient_loads("[" * middle + "]" * middle)
-                    low = middle
-                except RecursionError:
-                    high = middle - 1
-            depth_budget = low
-            continue
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return value
-    return None
 
 
 def tool_arguments(raw: Any) -> dict:
@@ -1386,7 +1182,7 @@ def run_tool_calls(agent: Agent, tools_by_id: dict, calls: list[ToolCall],
         if end - i == 1:
             results[i] = once.run(tools[i], calls[i], ctx)
         else:
-            pool = tool_pool(agent)
+            pool = agent.compiled.tool_pool()
             futures = [pool.submit(run_tool, tools[k], calls[k].name, calls[k].arguments, ctx)
                        for k in range(i, end)]
             for k, future in zip(range(i, end), futures):
@@ -1506,8 +1302,6 @@ def _compact(agent: Agent, config: dict, history: list) -> Compacted:
     summary_item = {"role": "system", "content": SUMMARY_MARKER + summary}
     return Compacted([summary_item] + window, 1, generation.usage)
 
-
-# 11. Streaming ################################################################################
 
 # The envelope stream decoder (model-calls.md §8) ----------------------------------------------
 
@@ -1762,7 +1556,3 @@ class StreamDecoder:
             i += 6
         self._tail = src[i:]                # under 12 characters, read again with the next feed
 
-
-# The protocols subclass ModelCalls: imported after every definition, so that either module may be
-# imported first.
-import falai_protocols  # noqa: E402

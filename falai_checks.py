@@ -24,10 +24,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from falai import (ABSENT, FIELD_FORMATS, MAX_DURATION, MAX_NESTING, PLACEHOLDER, UNLIMITED_ASKS,
-                   FlowConfigurationError, FlowValidation, Problem, as_definition, extract_mode,
-                   flow_error, is_duration, is_known, is_too_long, is_whole, json_equal,
-                   json_literal, listed_values, nests_deeper, show, split_phrases, strip_nones)
+from falai_base import (
+    ABSENT, FIELD_FORMATS, FlowConfigurationError, FlowValidation, MAX_DURATION, MAX_NESTING,
+    PLACEHOLDER, Problem, UNLIMITED_ASKS, as_definition, extract_mode, flow_error, is_duration,
+    is_known, is_too_long, is_whole, json_equal, json_literal, listed_values, nests_deeper, show,
+    split_phrases, strip_nones,
+)
 
 if TYPE_CHECKING:
     from falai import Agent

@@ -35,24 +35,12 @@ from datetime import datetime, timezone
 from typing import Any, TextIO
 
 import falai
+from falai_base import (
+    Action, Condition, FalaiError, GenerateRequest, Generation, OUTCOME_MESSAGES, ProviderError,
+    Session, TokenUsage, Tool, iso, nests_deeper, parse_iso, strip_nones, system_clock,
+)
 from falai import (
-    OUTCOME_MESSAGES,
-    Action,
-    Agent,
-    Condition,
-    FalaiError,
-    GenerateRequest,
-    Generation,
-    ProviderError,
-    ScriptedProvider,
-    Session,
-    TokenUsage,
-    Tool,
-    iso,
-    nests_deeper,
-    parse_iso,
-    strip_nones,
-    system_clock,
+    Agent, ScriptedProvider,
 )
 from falai_checks import Checks, check_flow_shape, flow_frame
 
@@ -1070,9 +1058,14 @@ def cmd_chat(args: argparse.Namespace, out: TextIO, environ: dict,
                 continue
             try:
                 value = json.loads(payload) if payload.strip() else None
-            except (ValueError, RecursionError) as error:
+            except ValueError as error:
                 out.write(f"  the payload is not JSON ({error}); send /event {name} {{\"key\": "
                           f"\"value\"}}\n")
+                continue
+            except RecursionError:          # past json.loads's depth (which varies by Python)
+                out.write(f"  the payload nests lists and dicts deeper than {falai.MAX_NESTING} "
+                          "levels, the limit for a value a session holds (docs/guide/limits.md). "
+                          "Flatten it.\n")
                 continue
             try:
                 print_turn(playground.event(name, value), out)

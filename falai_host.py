@@ -48,7 +48,13 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, fields
 from typing import Any, TextIO
 
-from falai import ProviderError, Session, SessionConflictError, TurnResult
+from falai_stores import PostgresStore
+from falai_base import (
+    ProviderError, Session, SessionConflictError,
+)
+from falai import (
+    TurnResult,
+)
 
 log = logging.getLogger("falai.host")
 
@@ -470,8 +476,6 @@ class Host:
     def store(self, db: Any) -> Any:
         """The sessions table on this connection; commit=False, so a save joins the host's
         transaction (persistence.md §3.5)."""
-        from falai_stores import PostgresStore
-
         return PostgresStore(db, table=f"{self.config.prefix}sessions", commit=False)
 
     # Schema -------------------------------------------------------------------------------

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from falai import (
-    Agent, GenerateRequest, Scope, SpeakAsk, UnderstandAsk, closed_object, compact_json,
-    extract_mode, is_known, message_trigger, triggers_of,
+from falai_base import (
+    GenerateRequest, Scope, SpeakAsk, UnderstandAsk, closed_object, compact_json, extract_mode,
+    is_known, message_trigger, triggers_of,
 )
+
 from falai_calls import (
     DEFAULT_ANSWER_GUIDELINE, Envelope, LeanReading, ModelCalls, SpeakCall, UnderstandCall,
     asks_routing, envelope_part, field_line, flow_name, flow_texts, input_section,
@@ -31,6 +32,9 @@ from falai_calls import (
     mention_extract, mention_phrase_lines, mention_trigger, phrases, render_text, stable_prefix,
     templated,
 )
+
+if TYPE_CHECKING:
+    from falai import Agent
 
 
 # The v4 understand prompt (model-calls.md §3.4) -----------------------------------------------
@@ -699,3 +703,9 @@ class Lean(ModelCalls):
 
 
 PROTOCOLS: dict[str, type[ModelCalls]] = {"lean": Lean, "v4": V4}
+
+
+def for_protocol(name: str) -> ModelCalls:
+    """A new protocol object for one agent's ``Compiled``, its one owner: ``name`` is ``"lean"``
+    or ``"v4"`` (Agent checks it)."""
+    return PROTOCOLS[name]()

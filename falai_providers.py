@@ -49,11 +49,12 @@ from typing import Any, Literal
 
 import requests
 
-import falai
-from falai import (GenerateRequest, Generation, GenerationChunk, ProviderCapabilities,
-                   ProviderError, TokenUsage, ToolCallRequest, classify_error, compact_json,
-                   parse_iso, reused, to_ms)
-from falai_calls import ENVELOPE_SHAPED, decode_json_string, lenient_loads, nests_past, unfenced
+from falai_base import (
+    __version__,
+    ENVELOPE_SHAPED, decode_json_string, lenient_loads, nests_past, unfenced,
+    GenerateRequest, Generation, GenerationChunk, ProviderCapabilities, ProviderError, TokenUsage,
+    ToolCallRequest, classify_error, compact_json, parse_iso, reused, to_ms,
+)
 
 __all__ = [
     "GeminiProvider", "OpenAICompatibleProvider", "AnthropicProvider", "FallbackProvider",
@@ -65,7 +66,7 @@ __all__ = [
 
 log = logging.getLogger("falai")
 
-USER_AGENT = f"falai-python/{falai.__version__} requests/{requests.__version__}"
+USER_AGENT = f"falai-python/{__version__} requests/{requests.__version__}"
 EFFORTS = ("none", "low", "medium", "high", "max")
 BACKUP_KINDS = ("overload", "rate", "model")  # providers.md §3.8: kinds that walk to a backup model
 MAX_SERVER_WAIT_MS = 30_000                      # a longer server wait ends the in-provider retries

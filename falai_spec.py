@@ -25,9 +25,11 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, NoReturn
 
-from falai import (ABSENT, EventDef, FlowConfigurationError, InvalidSessionError, Run, Session,
-                   as_definition, claim_prefix, closed_object, describe_blob_value, flow_error,
-                   from_ms, iso, parse_iso, strip_nones, system_clock)
+from falai_base import (
+    ABSENT, EventDef, FlowConfigurationError, InvalidSessionError, Run, Session, as_definition,
+    claim_prefix, closed_object, describe_blob_value, flow_error, from_ms, iso, parse_iso,
+    strip_nones, system_clock,
+)
 from falai_checks import INSTRUCTION_KINDS, RESERVED_CONDITIONS, action_parameters, check_flow_shape
 
 __all__ = ["from_spec", "to_spec", "flow_spec_schema", "migrate_session", "load_registry",

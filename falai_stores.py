@@ -34,8 +34,10 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
-from falai import (ABSENT, BLOB_NESTING, MAX_NESTING, InvalidSessionError, Session,
-                   SessionConflictError, iso, nests_deeper, system_clock)
+from falai_base import (
+    ABSENT, BLOB_NESTING, InvalidSessionError, MAX_NESTING, Session, SessionConflictError, iso,
+    nests_deeper, system_clock,
+)
 
 __all__ = ["Store", "MemoryStore", "SQLiteStore", "PostgresStore", "RedisStore"]
 

@@ -21,9 +21,11 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from falai import (GenerateRequest, Generation, GenerationChunk, ProviderCapabilities,
-                   ScheduleEntry, ScriptError, TokenUsage, ToolCallRequest, compact_json, is_whole,
-                   json_copy, json_equal, json_literal, listed_values, show)
+from falai_base import (
+    GenerateRequest, Generation, GenerationChunk, ProviderCapabilities, ScheduleEntry, ScriptError,
+    TokenUsage, ToolCallRequest, compact_json, is_whole, json_copy, json_equal, json_literal,
+    listed_values, show,
+)
 
 __all__ = ["ScriptedProvider", "MemoryScheduler"]
 

@@ -30,7 +30,8 @@ import falai  # noqa: E402
 import falai_calls  # noqa: E402
 from falai import Generation, Scope, ScriptedProvider, # noqa: E402
                    js_number, render
-from falai_calls import StreamDecoder, find_json_object, read_round, tool_arguments
+from falai_base import find_json_object
+from falai_calls import StreamDecoder, read_round, tool_arguments
 from falai_providers import (_Accumulator, _parse_envelope, _SseReader, _StreamedChunk,  # noqa: E402
                              parse_tool_args)
 

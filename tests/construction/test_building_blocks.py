@@ -7,6 +7,7 @@ import pytest
 from falai import (ERROR_KINDS, OUTCOME_MESSAGES, FlowConfigurationError, PredCtx, ProviderError,
                    classify_error, fake_clock)
 import falai as F
+import falai_base
 
 NOW = datetime(2026, 9, 20, 10, 0, tzinfo=timezone.utc)
 
@@ -171,7 +172,7 @@ def test_unregistered_condition_at_run_time_raises():
 
 
 def test_split_phrases_handles_exclusions_blanks_and_bare_bang():
-    assert F.split_phrases([" quer comprar ", "! só agradece ", "  ", "!", "a ! b"]) == \
+    assert falai_base.split_phrases([" quer comprar ", "! só agradece ", "  ", "!", "a ! b"]) == \
         (["quer comprar", "a ! b"], ["só agradece"])
 
 
@@ -229,7 +230,7 @@ def test_merge_patch_deletes_on_none():
 
 
 def test_nullable_envelope_adds_null_to_types_and_enums():
-    schema = F.nullable_envelope({"message": {"type": "string"},
+    schema = falai_base.nullable_envelope({"message": {"type": "string"},
                                   "porte": {"type": "string", "enum": ["1-10"], "description": "Porte", "ask": "x"},
                                   "tags": {"type": "array", "items": {"type": "string", "enum": ["a"]}}})
     assert schema == {"type": "object", "additionalProperties": False, "required": ["message", "porte", "tags"],

@@ -22,7 +22,7 @@ def test_import_falai_imports_no_third_party_module():
 def test_import_falai_loads_only_the_standard_library():
     code = ("import sys; before = set(sys.modules); import falai; "
             "new = {m.split('.')[0] for m in set(sys.modules) - before}; "
-            "print(','.join(sorted(m for m in new if m not in sys.stdlib_module_names and m != 'falai')))")
+            "print(','.join(sorted(m for m in new if m not in sys.stdlib_module_names and not m.startswith('falai'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=falai.__file__.rsplit("/", 1)[0])
     assert out.stdout.strip() == ""
@@ -72,19 +72,53 @@ ROOT = falai.__file__.rsplit("/", 1)[0]
 SIBLINGS = sorted(path.rsplit("/", 1)[1][:-3] for path in glob.glob(f"{ROOT}/falai_*.py"))
 
 
-def test_siblings_import_from_falai_only_the_api_and_the_names_for_sibling_modules():
-    """A sibling takes from falai only ``__all__``, ``__version__`` and the names falai.FOR_SIBLING_MODULES
-    lists; each listed name exists, has no leading underscore and is used by some sibling."""
-    allowed = set(falai.__all__) | {"__version__"} | set(falai.FOR_SIBLING_MODULES)
-    used_anywhere = set()
-    for module in SIBLINGS:
-        used = _falai_names_used(f"{ROOT}/{module}.py")
-        used_anywhere |= used
-        extra = sorted(used - allowed)
-        assert extra == [], f"{module} imports {extra} from falai: add them to FOR_SIBLING_MODULES or use the API"
-    for name in falai.FOR_SIBLING_MODULES:
-        assert not name.startswith("_") and name in vars(falai), name
-    assert sorted(set(falai.FOR_SIBLING_MODULES) - used_anywhere) == [], "no sibling uses these any more"
+# The ladder (falai.py's opening map): each module imports only those on a lower floor, at any depth
+# (inside functions too), ``if TYPE_CHECKING:`` aside. A floor's modules never import each other but as listed.
+FLOORS = {
+    "falai_base": 0,
+    "falai_checks": 1,
+    "falai_calls": 2, "falai_spec": 2,
+    "falai_protocols": 3,
+    "falai_stores": 1, "falai_testing": 1, "falai_providers": 1,
+    "falai": 4,
+    "falai_cli": 5, "falai_host": 5,
+}
+SAME_FLOOR = {("falai_cli", "falai_host")}      # the CLI starts the host: `falai host ...`
+
+
+def _falai_imports(path):
+    """The falai modules a module imports, at any depth, ``if TYPE_CHECKING:`` blocks and the
+    ``if __name__ == "__main__":`` entry left out."""
+    import ast
+
+    def skipped(node):
+        test = node.test
+        return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+            isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__")
+
+    found, todo = set(), [ast.parse(open(path, encoding="utf-8").read())]
+    while todo:
+        node = todo.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and skipped(child):
+                todo.extend(child.orelse)
+                continue
+            if isinstance(child, ast.Import):
+                found.update(alias.name for alias in child.names if alias.name.startswith("falai"))
+            elif isinstance(child, ast.ImportFrom) and (child.module or "").startswith("falai"):
+                found.add(child.module)
+            todo.append(child)
+    return found
+
+
+def test_every_module_imports_only_down_the_ladder():
+    """falai_base imports no falai module; every other module imports only lower floors: no cycle, no upward
+    arrow, no list of names kept for other modules (issue 30)."""
+    assert set(FLOORS) == {"falai", *SIBLINGS}
+    for module, floor in FLOORS.items():
+        for imported in _falai_imports(f"{ROOT}/{module}.py"):
+            assert FLOORS[imported] < floor or (module, imported) in SAME_FLOOR, f"{module} imports {imported}"
+    assert not hasattr(falai, "FOR_SIBLING_MODULES")
 
 
 def _private_names_taken(path):
@@ -97,7 +131,8 @@ def _private_names_taken(path):
         if isinstance(node, ast.Import):
             aliases.update({alias.asname or alias.name: alias.name for alias in node.names if alias.name in ours})
         elif isinstance(node, ast.ImportFrom) and node.module in ours:
-            taken.update((node.module, alias.name) for alias in node.names if alias.name.startswith("_"))
+            taken.update((node.module, alias.name) for alias in node.names
+                         if alias.name.startswith("_") and not alias.name.startswith("__"))
     for node in ast.walk(tree):
         if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
                 and node.attr.startswith("_") and not node.attr.startswith("__")):
@@ -140,35 +175,18 @@ def test_type_checkers_see_every_name_that_lives_elsewhere():
 
 
 # What a turn never needs: ``import falai`` leaves these unloaded until one of their names is used.
-LOADED_ON_USE = ("falai_checks", "falai_spec", "falai_testing", "falai_stores", "falai_providers", "falai_cli",
-                 "falai_host")
+LOADED_ON_USE = ("falai_testing", "falai_stores", "falai_providers", "falai_cli", "falai_host")
 
 
-def _siblings_falai_imports_at_its_bottom():
-    """The siblings falai.py imports at module level, each after every definition (the module object only)."""
-    import ast
-    body = ast.parse(open(falai.__file__, encoding="utf-8").read()).body
-    bottom = set()
-    for index, node in enumerate(body):
-        if isinstance(node, ast.Import) and any(alias.name.startswith("falai_") for alias in node.names):
-            later = body[index + 1:]
-            assert all(isinstance(item, (ast.Import, ast.If)) for item in later), \
-                f"falai.py imports {node.names[0].name} before a definition: import it after every definition"
-            bottom.update(alias.name for alias in node.names)
-        assert not (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("falai_")), \
-            "falai.py reaches a sibling through its module object, never ``from falai_x import``"
-    return bottom
-
-
-def test_import_falai_loads_no_sibling_but_the_ones_it_imports_at_its_bottom():
-    """``import falai`` is the engine: a sibling loads when a name of it is first used, except one falai
-    itself calls on every turn and imports at its bottom; never the checks, JSON, testing kit or stores."""
-    bottom = _siblings_falai_imports_at_its_bottom()
-    assert not bottom & set(LOADED_ON_USE)
+def test_import_falai_loads_the_engine_and_nothing_a_turn_does_not_need():
+    """``import falai`` loads the engine's floors (base, checks, calls, spec, protocols); the testing kit, the
+    stores, the providers, the CLI and the host load when a name of theirs is first used."""
     code = ("import sys; import falai; "
             f"print(','.join(m for m in {SIBLINGS!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
-    assert set(filter(None, out.stdout.strip().split(","))) == bottom
+    loaded = set(filter(None, out.stdout.strip().split(",")))
+    assert loaded == {"falai_base", "falai_checks", "falai_calls", "falai_spec", "falai_protocols"}
+    assert not loaded & set(LOADED_ON_USE)
 
 
 TURN = """
@@ -197,8 +215,10 @@ def test_copying_the_falai_files_into_an_empty_folder_is_enough_to_run_a_turn(tm
     import shutil
     for path in glob.glob(f"{ROOT}/falai*.py"):
         shutil.copy(path, tmp_path)
-    # -S -I: no site-packages (so not this checkout's editable install), no PYTHON* variables.
-    out = subprocess.run([sys.executable, "-S", "-I", "-c", f"import sys; sys.path.insert(0, '.')\n{TURN}"],
+    # -S -I: no site-packages (so not this checkout's editable install), no PYTHON* variables. The folder
+    # goes on sys.path by its full name: from ".", Python 3.10 names the module "..././falai.py".
+    code = f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n{TURN}"
+    out = subprocess.run([sys.executable, "-S", "-I", "-c", code],
                          capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [str(tmp_path / "falai.py"), "['Hello!']", "1"]

@@ -5,6 +5,7 @@ from datetime import datetime, timezone
 import pytest
 
 import falai as F
+import falai_base
 import falai_protocols
 import falai_calls
 from conftest import sections
@@ -244,7 +245,7 @@ def test_idle_prompt_sections(protocol):
                             "Customer's latest message", "Response format"]
     assert prompt["Guideline for your reply (adapt to the conversation)"] == "Atenda pela {{context.loja}} Bia."
     assert prompt["Instructions"] == "- [must] [Always] Fale de Bia."
-    assert request.schema == F.nullable_envelope({"message": {"type": "string"}})
+    assert request.schema == falai_base.nullable_envelope({"message": {"type": "string"}})
 
 
 def test_idle_guideline_heading_is_emitted_even_when_the_prompt_is_empty(protocol):

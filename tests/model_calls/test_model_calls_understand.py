@@ -6,6 +6,7 @@ import pytest
 
 import falai as F
 import falai_calls
+import falai_base
 from conftest import sections
 from falai import Generation, ProviderError, ScriptedProvider, TokenUsage
 
@@ -494,8 +495,8 @@ def test_dry_script_raises_runtime_error(protocol):
 
 def test_find_json_object_skips_unbalanced_and_non_dict_slices():
     """model-calls.md §2.9: first balanced slice that parses to a dict; braces in strings ignored."""
-    assert falai_calls.find_json_object('a { b {"k": "}{", "n": {"x": 1}} c') == {"k": "}{", "n": {"x": 1}}
-    assert falai_calls.find_json_object('{"a": "\\"}"} tail') == {"a": '"}'}
-    assert falai_calls.find_json_object("{bad} {also bad") is None
-    assert falai_calls.find_json_object("no object") is None
-    assert falai_calls.find_json_object(None) is None
+    assert falai_base.find_json_object('a { b {"k": "}{", "n": {"x": 1}} c') == {"k": "}{", "n": {"x": 1}}
+    assert falai_base.find_json_object('{"a": "\\"}"} tail') == {"a": '"}'}
+    assert falai_base.find_json_object("{bad} {also bad") is None
+    assert falai_base.find_json_object("no object") is None
+    assert falai_base.find_json_object(None) is None

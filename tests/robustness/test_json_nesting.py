@@ -8,7 +8,7 @@ import json
 import pytest
 from hypothesis import given, strategies as st
 
-from falai_calls import READ_NESTING, find_json_object, lenient_loads, nests_past
+from falai_base import READ_NESTING, find_json_object, lenient_loads, nests_past
 from falai_providers import parse_tool_args
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.text(alphabet='ab"\\[]{}', max_size=6))

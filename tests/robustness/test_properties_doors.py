@@ -15,7 +15,8 @@ import requests
 from hypothesis import given, strategies as st
 
 import falai_cli
-from falai import GenerateRequest, Generation, ProviderError, Scope, render, value_text
+from falai import GenerateRequest, Generation, ProviderError, Scope, render
+from falai_base import value_text
 from falai_providers import OpenAICompatibleProvider, _parse_envelope, _SseReader, parse_tool_args
 from fake_model_server import FakeModelServer, openai_frame
 from fuzz_scenarios import fuzz_settings

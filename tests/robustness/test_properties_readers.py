@@ -11,8 +11,10 @@ import re
 
 from hypothesis import given, strategies as st
 
-from falai import PLACEHOLDER, JS_PREFIXED, Scope, ScriptedProvider, _fill_placeholders, _tidy, falai, js_number, render
-from falai_calls import StreamDecoder, compact_history, find_json_object, lenient_loads
+from falai import Scope, ScriptedProvider, falai, render
+from falai_base import (JS_PREFIXED, PLACEHOLDER, _fill_placeholders, _tidy, find_json_object, js_number,
+                        lenient_loads)
+from falai_calls import StreamDecoder, compact_history
 from fuzz_scenarios import fuzz_settings
 
 READER_SETTINGS = fuzz_settings(400)

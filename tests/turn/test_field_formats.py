@@ -5,6 +5,7 @@ import json
 import pytest
 
 import falai as F
+import falai_base
 from falai import FlowConfigurationError, ScriptedProvider, fake_clock, falai
 
 pytestmark = pytest.mark.protocols("lean", "v4")
@@ -35,7 +36,7 @@ pytestmark = pytest.mark.protocols("lean", "v4")
     ("phone", "12345", None),
 ])
 def test_each_format_checks_and_normalises(kind, text, normal):
-    assert F.normal_format(kind, text) == normal
+    assert falai_base.normal_format(kind, text) == normal
 
 
 def midnight_rule(value):
@@ -127,7 +128,7 @@ def test_the_model_reads_the_format_and_the_rule_in_the_field_description(protoc
     text = json.dumps([[c.system, c.prompt, c.schema, c.v4_schema] for c in provider.calls])
     assert "Format: a calendar date, written YYYY-MM-DD." in text
     assert "Rule: Not on a Monday." in text
-    assert F.field_description(FIELDS["email"]) == "Where the confirmation goes. Format: an e-mail address."
+    assert falai_base.field_description(FIELDS["email"]) == "Where the confirmation goes. Format: an e-mail address."
 
 
 def test_values_a_tool_or_action_writes_are_not_checked(protocol):
