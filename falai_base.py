@@ -53,11 +53,6 @@ class _FalaiLog:
     def __getattr__(self, name: str) -> Any:
         return getattr(falai_logger(), name)
 
-    def isEnabledFor(self, level: int) -> bool:
-        # Checked on every outcome line and model call: a method of its own, since __getattr__ runs
-        # only after a failed lookup, which costs more than the check.
-        return falai_logger().isEnabledFor(level)
-
 
 # logging keeps one logger per name for the process's life: remembering it changes nothing
 @functools.cache

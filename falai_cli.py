@@ -144,7 +144,7 @@ class Registry:
         return names
 
 
-def load_registry(path: str | None) -> Registry:
+def read_registry(path: str | None) -> Registry:
     """The registry file, checked for its shape by ``falai.check_registry`` (as a program's
     ``falai.load_registry`` checks it); an empty registry when no path is given.
     """
@@ -228,7 +228,7 @@ def shape_problems(spec: Any) -> list:
 
 
 def cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
-    registry = load_registry(args.registry)
+    registry = read_registry(args.registry)
     found, unusable, usable = [], [], []
     for path in args.files:            # an unusable file is reported and the others still checked
         try:
@@ -291,7 +291,7 @@ def agent_problem(paths: list[str], registry: Registry) -> str | None:
 
 
 def cmd_schema(args: argparse.Namespace, out: TextIO) -> int:
-    out.write(json.dumps(falai.flow_spec_schema(load_registry(args.registry).names()), indent=2,
+    out.write(json.dumps(falai.flow_spec_schema(read_registry(args.registry).names()), indent=2,
                          ensure_ascii=False) + "\n")
     return OK
 
@@ -1081,7 +1081,7 @@ def make_playground(args: argparse.Namespace, environ: dict) -> Playground:
     """The playground of chat and inspect; a flow the agent cannot run raises FlowConfigurationError
     (exit 1).
     """
-    return Playground(args.flows, load_registry(args.registry), make_provider(args, environ),
+    return Playground(args.flows, read_registry(args.registry), make_provider(args, environ),
                       args.now or now_text())
 
 
@@ -1103,7 +1103,7 @@ def load_session(path: str) -> Session:
 
 def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     session = load_session(args.session)
-    registry = load_registry(args.registry)
+    registry = read_registry(args.registry)
     agent = build_agent(args.flows or [], registry, ScriptedProvider(), system_clock)
     out.write(f"session {session.id} (version {session.version})\n")
     out.write(f"  data: {json.dumps(session.data, ensure_ascii=False)}\n")

@@ -138,7 +138,7 @@ def test_validate_json_output_is_for_editors():
 
 def test_schema_is_flow_spec_schema_for_the_registry():
     status, out, _ = run("schema", "--registry", REGISTRY)
-    registry = falai_cli.load_registry(REGISTRY)
+    registry = falai_cli.read_registry(REGISTRY)
     assert status == 0
     assert json.loads(out) == falai.flow_spec_schema(registry.names())
     assert "lookup_order" in out and "paid" in out
@@ -382,7 +382,7 @@ def test_python_m_falai_chat_reads_piped_input():
 # replay and migrate --------------------------------------------------------------------------------
 
 def test_replay_lists_runs_claims_and_pending_wakes(tmp_path):
-    playground = falai_cli.Playground([SHOP], falai_cli.load_registry(REGISTRY), falai_cli.scripted_provider(None),
+    playground = falai_cli.Playground([SHOP], falai_cli.read_registry(REGISTRY), falai_cli.scripted_provider(None),
                                       "2026-12-01T10:00:00Z")
     playground.message("where is my order?")
     playground.message("A100")
@@ -440,7 +440,7 @@ TOKEN = "per-run-token-for-tests"
 
 @pytest.fixture
 def server():
-    playground = falai_cli.Playground([SHOP], falai_cli.load_registry(REGISTRY), falai_cli.scripted_provider(None),
+    playground = falai_cli.Playground([SHOP], falai_cli.read_registry(REGISTRY), falai_cli.scripted_provider(None),
                                       "2026-12-01T10:00:00Z")
     httpd = falai_cli.http.server.ThreadingHTTPServer(
         ("127.0.0.1", 0), falai_cli.inspect_handler(playground, falai_cli.INSPECT_PAGE.encode(), TOKEN))

@@ -41,7 +41,7 @@ def test_both_readers_refuse_a_bad_registry_with_the_same_message(tmp_path, cont
         falai.load_registry(str(path))
     assert str(caught.value).startswith(f"{path}: {message}")
     with pytest.raises(falai_cli.UsageError) as refused:
-        falai_cli.load_registry(str(path))
+        falai_cli.read_registry(str(path))
     assert str(refused.value) == str(caught.value)
     status, out, err = cli("schema", "--registry", str(path))
     assert status == 2 and out == "" and err == f"falai schema: {caught.value}\n"
@@ -62,7 +62,7 @@ def test_the_cli_builds_its_stand_ins_and_agent_options_from_the_checked_section
     path = tmp_path / "registry.json"
     path.write_text(json.dumps({"agent": {"name": "Mesa", "idle": "silent", "persona": None},
                                 "events": ["paid"], "conditions": {"vip": True}}), encoding="utf-8")
-    registry = falai_cli.load_registry(str(path))
+    registry = falai_cli.read_registry(str(path))
     assert registry.given and registry.agent == {"name": "Mesa", "idle": "silent"}
     agent = falai_cli.build_agent([], registry, falai.ScriptedProvider(), falai.system_clock)
     assert (agent.name, agent.idle, agent.persona, agent.protocol) == ("Mesa", "silent", None, "lean")

@@ -19,7 +19,7 @@ TOKEN = "a-per-run-token"
 
 class Inspector:
     def __init__(self, timeout: float = 30):
-        self.playground = falai_cli.Playground([SHOP], falai_cli.load_registry(REGISTRY),
+        self.playground = falai_cli.Playground([SHOP], falai_cli.read_registry(REGISTRY),
                                                falai_cli.scripted_provider(None), "2026-12-01T10:00:00Z")
         handler = falai_cli.inspect_handler(self.playground, falai_cli.INSPECT_PAGE.encode(), TOKEN)
         handler.timeout = timeout
@@ -116,7 +116,7 @@ def test_the_page_carries_its_token_and_only_to_its_own_address(inspector):
 
 def test_every_run_has_its_own_token():
     page = falai_cli.INSPECT_PAGE.encode()
-    playground = falai_cli.Playground([SHOP], falai_cli.load_registry(REGISTRY),
+    playground = falai_cli.Playground([SHOP], falai_cli.read_registry(REGISTRY),
                                       falai_cli.scripted_provider(None), "2026-12-01T10:00:00Z")
     tokens = set()
     for _ in range(3):

@@ -188,7 +188,7 @@ TOKEN = "fuzz-token"
 @pytest.fixture(scope="module")
 def inspector():
     playground = falai_cli.Playground([falai_cli_example("shop.json")],
-                                      falai_cli.load_registry(falai_cli_example("registry.json")),
+                                      falai_cli.read_registry(falai_cli_example("registry.json")),
                                       falai_cli.scripted_provider(None), "2026-12-01T10:00:00Z")
     httpd = falai_cli.http.server.ThreadingHTTPServer(
         ("127.0.0.1", 0), falai_cli.inspect_handler(playground, falai_cli.INSPECT_PAGE.encode(), TOKEN))
