@@ -51,9 +51,9 @@ import re
 import threading
 import unicodedata
 from collections.abc import Callable, Generator, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, NoReturn
+from typing import TYPE_CHECKING, Any, get_args, get_type_hints, Literal, NamedTuple, NoReturn
 
 import falai_calls
 import falai_checks
@@ -376,12 +376,7 @@ class Agent:
 
         ``agent.turn(session_id="s1", session=saved, message="oi", id="m1")``
         """
-        arguments = given_keywords({
-            "session_id": session_id, "session": session, "message": message, "id": id, "at": at,
-            "wake": wake, "event": event, "key": key, "payload": payload, "hop": hop,
-            "start": start, "context": context, "history": history, "silenced": silenced,
-            "anchors": anchors, "claims": claims})
-        stream = run_turn(self, arguments, streaming=False)
+        stream = run_turn(self, TurnInput.of_call(locals()), streaming=False)
         while True:
             try:
                 next(stream)
@@ -401,12 +396,7 @@ class Agent:
 
         Takes the same keywords as ``turn()``.
         """
-        arguments = given_keywords({
-            "session_id": session_id, "session": session, "message": message, "id": id, "at": at,
-            "wake": wake, "event": event, "key": key, "payload": payload, "hop": hop,
-            "start": start, "context": context, "history": history, "silenced": silenced,
-            "anchors": anchors, "claims": claims})
-        stream = run_turn(self, arguments, streaming=True)
+        stream = run_turn(self, TurnInput.of_call(locals()), streaming=True)
         while True:
             try:
                 delta = next(stream)
@@ -498,13 +488,6 @@ class Compiled:
             return self._tool_pool
 
 
-def given_keywords(keywords: dict) -> dict:
-    """The keywords a turn() or turn_stream() call was given (None is "not given"), as
-    read_turn_input checks them. A dict, not ``**keywords``: packing 16 keywords into a call costs
-    more than the dict display."""
-    return {name: value for name, value in keywords.items() if value is not None}
-
-
 # 2. The turn ##################################################################################
 #
 # runtime.md §3: load -> ingest -> understand? -> decide -> run -> speak? ->
@@ -536,103 +519,148 @@ class TurnStreamChunk:
     result: TurnResult | None = None
 
 
-INPUT_KINDS = ("message", "wake", "event", "start")
-KIND_KEYWORDS = {"message": ("id", "at"), "event": ("key", "payload", "hop"), "wake": (),
-                 "start": ()}
-TURN_KEYWORDS = {"session_id", "session", "context", "history", "silenced", "anchors", "claims",
-                 *INPUT_KINDS, "id", "at", "key", "payload", "hop"}
-# Per input kind, the keywords that belong to another kind, with that kind, in KIND_KEYWORDS order.
-FOREIGN_KEYWORDS = {kind: tuple((keyword, other) for other, keywords in KIND_KEYWORDS.items()
-                                if other != kind for keyword in keywords) for kind in INPUT_KINDS}
-TYPED_KEYWORDS = (("id", str), ("at", str), ("history", list), ("anchors", dict), ("claims", dict))
+InputKind = Literal["message", "wake", "event", "start"]
+INPUT_KINDS: tuple[InputKind, ...] = ("message", "wake", "event", "start")
 
 
 @dataclass(slots=True)
 class TurnInput:
-    """The arguments of one turn, checked (runtime.md §2)."""
+    """The keywords of one ``turn()`` or ``turn_stream()`` call, declared once (python-api.md, One
+    turn; runtime.md §2): the two methods list these fields as their keyword-only parameters
+    (tests/turn/test_turn_input.py holds them to it) and hand the engine this record. None is "not
+    given". A keyword that belongs to one input kind names it in its metadata.
+
+    check_turn_input() checks it; the turn reads it as given (``turn.given.input``), with its
+    kind, hop and session read once into TurnGiven.
+    """
     session_id: str
-    kind: str
-    session: Session | None = None
-    context: Any = None
-    history: list | None = None
-    silenced: Any = None
-    anchors: dict = field(default_factory=dict)
-    claims: dict = field(default_factory=dict)
+    session: Session | dict | None = None
     message: str | None = None
-    id: str | None = None
-    at: str | None = None
+    id: str | None = field(default=None, metadata={"kind": "message"})
+    at: str | None = field(default=None, metadata={"kind": "message"})
     wake: str | None = None
     event: str | None = None
-    key: str | None = None
-    payload: Any = None
-    hop: int = 0
+    key: str | None = field(default=None, metadata={"kind": "event"})
+    payload: Any = field(default=None, metadata={"kind": "event"})
+    hop: int | None = field(default=None, metadata={"kind": "event"})
     start: dict | None = None
+    context: Any = None
+    history: list | None = None
+    silenced: str | dict | None = None
+    anchors: dict | None = None
+    claims: dict | None = None
+
+    @classmethod
+    def of_call(cls, call: dict[str, Any]) -> TurnInput:
+        """The record of a turn() or turn_stream() call, from its ``locals()``: ``self`` and the
+        method's keyword-only parameters, which are these fields."""
+        del call["self"]
+        return cls(**call)
 
 
-def read_turn_input(given: dict) -> TurnInput:
-    """Check the keywords given to turn() (``given_keywords``: None is "not given"); a TypeError
-    names what is wrong (runtime.md §2.2)."""
-    if not TURN_KEYWORDS.issuperset(given):
-        raise TypeError("turn() got unexpected keyword argument(s): "
-                        f"{', '.join(sorted(set(given) - TURN_KEYWORDS))}")
-    session_id = given.get("session_id")
-    if not isinstance(session_id, str) or not session_id:
-        raise TypeError(f"turn() needs session_id=<non-empty str>, got {session_id!r}")
-    kinds = [kind for kind in INPUT_KINDS if kind in given]
+# Per input kind, the keywords that belong to another kind, with that kind, in TurnInput's order.
+FOREIGN_KEYWORDS = {kind: tuple((keyword.name, keyword.metadata["kind"])
+                                for keyword in fields(TurnInput)
+                                if keyword.metadata.get("kind") not in (None, kind))
+                    for kind in INPUT_KINDS}
+
+
+# The keywords typed ``X | None`` with a class X (the hint's args: X, NoneType), each held to its X
+# by check_types(), after check_kind_keywords() has checked the kinds, key and hop in words of
+# their own.
+TYPED_KEYWORDS = tuple((name, args[0]) for name, hint in get_type_hints(TurnInput).items()
+                       for args in [get_args(hint)]
+                       if len(args) == 2 and args[1] is type(None) and isinstance(args[0], type))
+
+
+def check_turn_input(given: TurnInput) -> None:
+    """Check the keywords given to turn(); a TypeError names the first that is wrong (runtime.md
+    §2.2, python-api.md, One turn). The session is read (and its type checked) as the turn loads
+    it: load_session()."""
+    if not isinstance(given.session_id, str) or not given.session_id:
+        raise TypeError(f"turn() needs session_id=<non-empty str>, got {given.session_id!r}")
+    kind = input_kind(given)
+    check_kind_keywords(given, kind)
+    check_types(given)
+    check_input_values(given)
+
+
+def input_kind(given: TurnInput) -> InputKind:
+    """The one input kind given: exactly one of message, wake, event and start is not None."""
+    kinds = [kind for kind in INPUT_KINDS if getattr(given, kind) is not None]
     if len(kinds) != 1:
         got = "none" if not kinds else " and ".join(kinds)
         raise TypeError("turn() takes exactly one input kind (message, wake, event or start); got "
                         f"{got}")
-    kind = kinds[0]
+    return kinds[0]
+
+
+def check_kind_keywords(given: TurnInput, kind: InputKind) -> None:
+    """The keywords of the input's kind: no other kind's, the kind's own value and hop."""
     for keyword, other in FOREIGN_KEYWORDS[kind]:
-        if keyword in given:
+        if getattr(given, keyword) is not None:
             raise TypeError(f"turn() got {keyword}= with a {kind} input; {keyword} belongs to "
                             f"{other}")
-    value = given[kind]
+    value = getattr(given, kind)
     if kind == "start":
         if (not isinstance(value, dict) or not isinstance(value.get("flow"), str)
                 or not isinstance(value.get("key"), str)):
             raise TypeError('turn(start=...) needs a dict with "flow" and "key" strings, '
                             f'such as {{"flow": "lembrete", "key": "k1"}}; got {value!r}')
-        hop = value.get("hop", 0)
-    else:
-        if not isinstance(value, str):
-            raise TypeError(f"turn({kind}=...) takes a str, got {type(value).__name__}")
-        hop = given.get("hop") or 0
-    if kind == "event" and not isinstance(given.get("key"), str):
+    elif not isinstance(value, str):
+        raise TypeError(f"turn({kind}=...) takes a str, got {type(value).__name__}")
+    if kind == "event" and not isinstance(given.key, str):
         raise TypeError("turn(event=...) needs key=<str>, the host's idempotency key for the event")
+    hop = input_hop(given, kind)
     if not isinstance(hop, int) or isinstance(hop, bool) or hop < 0:
         raise TypeError(f"hop must be a whole number of 0 or more, got {hop!r}")
+
+
+def check_types(given: TurnInput) -> None:
+    """Each keyword typed ``X | None`` with a class X (TYPED_KEYWORDS) is None or an X."""
     for name, expected in TYPED_KEYWORDS:
-        if name in given and not isinstance(given[name], expected):
+        value = getattr(given, name)
+        if value is not None and not isinstance(value, expected):
             raise TypeError(f"turn({name}=...) takes a {expected.__name__}, got "
-                            f"{type(given[name]).__name__}")
-    at = given.get("at")
-    if at is not None:
+                            f"{type(value).__name__}")
+
+
+def input_hop(given: TurnInput, kind: InputKind) -> Any:
+    """The input's hop: a start carries it in its dict; an event's hop of None, like any other
+    kind's, is 0."""
+    if kind == "start":
+        assert given.start is not None
+        return given.start.get("hop", 0)
+    return given.hop or 0
+
+
+def check_input_values(given: TurnInput) -> None:
+    """What the keywords carry: an ``at`` instant in range, payloads no deeper than MAX_NESTING, a
+    ``silenced`` of either form."""
+    if given.at is not None:
         try:
-            check_instant(parse_iso(at), "the instant", "Pass an instant inside it.")
+            check_instant(parse_iso(given.at), "the instant", "Pass an instant inside it.")
         except ValueError as error:
             raise TypeError(f"turn(at=...): {error}") from None
-    if "payload" in given:
-        check_nesting(given["payload"], "turn(payload=...)")
-    if kind == "start" and value.get("input") is not None:
-        check_nesting(value["input"], 'turn(start={"input": ...})')
-    silenced = given.get("silenced")
+    if given.payload is not None:
+        check_nesting(given.payload, "turn(payload=...)")
+    if given.start is not None and given.start.get("input") is not None:
+        check_nesting(given.start["input"], 'turn(start={"input": ...})')
+    silenced = given.silenced
     if silenced is not None and not isinstance(silenced, str) and not (
             isinstance(silenced, dict) and isinstance(silenced.get("reason"), str)):
         raise TypeError('silenced takes a reason string or {"reason": str, "understand"?: bool, '
                         '"skip"?: bool}')
-    session = given.get("session")
+
+
+def load_session(session: Session | dict | None) -> Session | None:
+    """The session a turn was given, as a Session: a blob dict is read (runtime.md §2.2)."""
     if isinstance(session, dict):
-        session = Session.from_dict(session)
-    elif session is not None and not isinstance(session, Session):
+        return Session.from_dict(session)
+    if session is not None and not isinstance(session, Session):
         raise TypeError("turn(session=...) takes a Session or a blob dict, got "
                         f"{type(session).__name__}")
-    # the keywords are TurnInput's fields
-    read = {**given, "kind": kind, "session": session, "hop": hop}
-    if not read.get("id"):
-        read.pop("id", None)                # id="" is no id
-    return TurnInput(**read)
+    return session
 
 
 # The phases of runtime.md §3 a turn passes through, in order (load is part of "ingest", return of
@@ -673,14 +701,18 @@ def copy_session(session: Session) -> Session:
 
 
 class TurnGiven(NamedTuple):
-    """What a turn is given and never changes: the agent, the checked input, the turn's one instant,
-    and the host's context, anchors, claims and silenced (runtime.md §2, §3.1).
+    """What a turn is given and never changes: the agent, the checked input and what is read of it
+    once (its kind, hop and session), the turn's one instant, and the host's context, anchors,
+    claims and silenced (runtime.md §2, §3.1).
 
     Read-only as a NamedTuple: a frozen dataclass sets each field through ``object.__setattr__``,
     which took 2% of a triage turn's instructions.
     """
     agent: Agent
-    input: TurnInput
+    input: TurnInput          # as the host gave it
+    kind: InputKind
+    hop: int                  # a start's from its dict, an event's, or 0
+    input_session: Session | None     # the session given, read; the turn changes its copy
     now: datetime
     now_text: str             # the turn's one instant as blob text, stamped on lines, claims, runs
     session_id: str
@@ -694,31 +726,36 @@ class TurnGiven(NamedTuple):
     trigger_key: str
 
 
-def turn_given(agent: Agent, given: TurnInput, now: datetime, session: Session) -> TurnGiven:
-    """What a turn is given, read once at its start; ``session`` is the turn's copy."""
+def turn_given(agent: Agent, given: TurnInput, input_session: Session | None, now: datetime,
+               session: Session) -> TurnGiven:
+    """What a turn is given, read once at its start; ``input_session`` is the session given, read
+    (load_session), and ``session`` the turn's copy."""
     now_text = iso(now)
+    kind = input_kind(given)
     silenced = given.silenced
+    claims = given.claims or {}
     return TurnGiven(
-        agent=agent, input=given, now=now, now_text=now_text, session_id=given.session_id,
-        context=given.context, anchors=given.anchors,
-        held_claims=given.claims.get("held") or {},
-        active_claims=frozenset(given.claims.get("active") or []),
+        agent=agent, input=given, kind=kind, hop=input_hop(given, kind),
+        input_session=input_session, now=now, now_text=now_text, session_id=given.session_id,
+        context=given.context, anchors=given.anchors or {},
+        held_claims=claims.get("held") or {},
+        active_claims=frozenset(claims.get("active") or []),
         silenced=(silenced if isinstance(silenced, str)
                   else silenced.get("reason") if silenced else None),
         understand_when_silenced=isinstance(silenced, dict) and bool(silenced.get("understand")),
         skip_mode=isinstance(silenced, dict) and bool(silenced.get("skip")),
-        trigger_key=trigger_key_of(given, session, now_text))
+        trigger_key=trigger_key_of(given, kind, session, now_text))
 
 
-def trigger_key_of(given: TurnInput, session: Session, now_text: str) -> str:
-    """The input's trigger key (runtime.md §2.3)."""
-    if given.kind == "message":
+def trigger_key_of(given: TurnInput, kind: InputKind, session: Session, now_text: str) -> str:
+    """The input's trigger key (runtime.md §2.3); an empty id is no id."""
+    if kind == "message":
         return given.id or instant_key(session, given.at or now_text)
-    # read_turn_input sets the field each kind names
-    if given.kind == "wake":
+    # check_turn_input holds the field each kind names to a value
+    if kind == "wake":
         assert given.wake is not None
         return given.wake
-    if given.kind == "event":
+    if kind == "event":
         assert given.key is not None
         return given.key
     assert given.start is not None
@@ -733,18 +770,19 @@ class Turn:
     """
 
     def __init__(self, agent: Agent, given: TurnInput):
+        input_session = load_session(given.session)
         now = check_instant(agent.clock(), "the agent's clock reading", "Check the clock.")
         try:
-            self.session = (copy_session(given.session) if given.session
+            self.session = (copy_session(input_session) if input_session
                             else Session(id=given.session_id))
         # a Session built by hand far past BLOB_NESTING; no store would save it
         except RecursionError:
-            assert given.session is not None    # a fresh Session never nests that deep
-            raise InvalidSessionError(given.session.id,
+            assert input_session is not None    # a fresh Session never nests that deep
+            raise InvalidSessionError(input_session.id,
                                       f"it nests deeper than {BLOB_NESTING} levels "
                                       f"(a value may nest {MAX_NESTING}; "
                                       "docs/guide/limits.md)") from None
-        self.given = turn_given(agent, given, now, self.session)     # read-only from here on
+        self.given = turn_given(agent, given, input_session, now, self.session)   # read-only now
         self.history = (given.history if given.history is not None
                         else list(self.session.history or []))
         # what the turn produces
@@ -781,7 +819,7 @@ class Turn:
 
     @property
     def is_message(self) -> bool:
-        return self.given.input.kind == "message"
+        return self.given.kind == "message"
 
     def unanswered_message(self) -> bool:
         """Ingest is over, the turn is a message, not silenced, not yet spoken or answered
@@ -875,7 +913,8 @@ def move_floor(turn: Turn, run: Run, why: str, parent: Run | None = None) -> Non
     turn.floor_run = run
 
 
-def run_turn(agent: Agent, kwargs: dict, streaming: bool) -> Generator[str, None, TurnResult]:
+def run_turn(agent: Agent, given: TurnInput,
+             streaming: bool) -> Generator[str, None, TurnResult]:
     """The one pipeline behind turn() and turn_stream(): yields deltas, returns the TurnResult.
 
     ``turn.given`` never changes. What each phase changes of the rest (the session copy, its runs,
@@ -883,7 +922,7 @@ def run_turn(agent: Agent, kwargs: dict, streaming: bool) -> Generator[str, None
     through move_status(), by RUN_MOVES, and the turn's floor only through move_floor(), by
     FLOOR_MOVES.
     """
-    given = read_turn_input(kwargs)
+    check_turn_input(given)
     turn = Turn(agent, given)                  # copies the session: the input one never changes
     ignored = ingest(turn)      # 1-2: inputs, last-at times, woken runs and their moves, the floor
     if ignored is not None:
@@ -925,11 +964,11 @@ class Ignored:
 
 def ingest(turn: Turn) -> Ignored | None:
     """Apply the input to the session copy; returns what was ignored, if the input is."""
-    given = turn.given.input
-    if given.kind == "wake" and given.session is None:
-        assert given.wake is not None           # read_turn_input sets the field each kind names
+    given, kind = turn.given.input, turn.given.kind
+    if kind == "wake" and turn.given.input_session is None:
+        assert given.wake is not None           # check_turn_input holds it to a str
         return Ignored("no-session", given.wake)
-    if given.kind == "message":
+    if kind == "message":
         if given.id and given.id in turn.session.inputs:
             return Ignored("duplicate-input", given.id)
         if given.id:
@@ -940,12 +979,12 @@ def ingest(turn: Turn) -> Ignored | None:
             turn.session.inputs = [*turn.session.inputs, turn.given.trigger_key][-INPUTS_KEPT:]
         turn.session.last_user_at = iso(parse_iso(given.at)) if given.at else turn.given.now_text
         resolve_reply_waits(turn)
-    elif given.kind == "wake":
+    elif kind == "wake":
         assert given.wake is not None
         if given.wake.startswith("silence:"):
             return ingest_silence_wake(turn, given.wake)
         return ingest_run_wake(turn, given.wake)
-    elif given.kind == "event":
+    elif kind == "event":
         if given.event not in turn.given.agent.events and not any(
                 parked_on(run).get("event") == given.event for run in turn.session.runs):
             assert given.key is not None    # nothing waits on it and no trigger names it: say so
@@ -958,7 +997,7 @@ def ingest(turn: Turn) -> Ignored | None:
             skip(turn, given.start["flow"], turn.given.session_id, given.start["key"], "flow-gone")
         else:
             start_run(turn, flow, "start", given.start["key"], payload=given.start.get("input"),
-                      hop=given.hop)
+                      hop=turn.given.hop)
     return None
 
 
@@ -1054,7 +1093,7 @@ def ingest_silence_wake(turn: Turn, key: str) -> Ignored | None:
 def ingest_event(turn: Turn, given: TurnInput) -> None:
     """An event: stamp its direction, release event waits, start event triggers (runtime.md
     §3.2)."""
-    assert given.key is not None                # read_turn_input sets the field each kind names
+    assert given.key is not None                # check_turn_input holds it to a str
     definition = turn.given.agent.events.get(given.event)
     direction = getattr(definition, "direction", None)
     if direction == "inbound":
@@ -1076,7 +1115,7 @@ def ingest_event(turn: Turn, given: TurnInput) -> None:
         for trigger in flow.get("on") or []:
             if trigger.get("event") == given.event and start_run(
                     turn, flow, "event", given.key, trigger=trigger, payload=given.payload,
-                    hop=given.hop):
+                    hop=turn.given.hop):
                 break
 
 
@@ -1559,7 +1598,7 @@ def speak_ask(turn: Turn, speaker: Run | str) -> SpeakAsk:
         assert isinstance(idle, dict)       # an idle "silent" never speaks (choose_speaker)
         instructions = kept_instructions(turn, [*agent.instructions,
                                                 *(idle.get("instructions") or [])], None)
-        return SpeakAsk(input_kind=turn.given.input.kind, text=text, scope=turn.scope(),
+        return SpeakAsk(input_kind=turn.given.kind, text=text, scope=turn.scope(),
                         history=turn.history, now=turn.given.now, instructions=instructions,
                         tools=offered_tools(agent, idle.get("tools")))
     run = speaker
@@ -1573,7 +1612,7 @@ def speak_ask(turn: Turn, speaker: Run | str) -> SpeakAsk:
     instructions = kept_instructions(
         turn, [*agent.instructions, *(flow.get("instructions") or []),
                *(step.get("instructions") or [])], run)
-    return SpeakAsk(input_kind=turn.given.input.kind, text=text, scope=turn.scope(run),
+    return SpeakAsk(input_kind=turn.given.kind, text=text, scope=turn.scope(run),
                     history=turn.history, now=turn.given.now, run=run, flow=flow, step=step,
                     pending=model_fields(agent.fields, pending_fields(turn, step, run)),
                     instructions=instructions, tools=offered_tools(agent, listed),
@@ -1700,7 +1739,7 @@ def work_out_silence_flows(agent: Agent) -> list[tuple[dict, dict]]:
 
 def arm_silence_wakes(turn: Turn) -> None:
     """Schedule each silence flow's wake when the assistant's last word moved (runtime.md §7.5)."""
-    previous = turn.given.input.session.last_assistant_at if turn.given.input.session else None
+    previous = turn.given.input_session.last_assistant_at if turn.given.input_session else None
     if turn.session.last_assistant_at == previous or not silence_flows(turn.given.agent):
         return
     replaces_ms = str(to_ms(parse_iso(previous))) if previous else None
@@ -1744,9 +1783,8 @@ def pending_wakes(agent: Agent, session: Any, context: Any, anchors: dict | None
     if not isinstance(session, Session):
         raise TypeError("pending_wakes(session=...) takes a Session or a blob dict, got "
                         f"{type(session).__name__}")
-    turn = Turn(agent, TurnInput(session_id=session.id, kind="wake", session=session,
-                                 context=context, anchors=anchors or {}, claims=claims or {},
-                                 wake="pending"))
+    turn = Turn(agent, TurnInput(session_id=session.id, session=session, wake="pending",
+                                 context=context, anchors=anchors, claims=claims))
     entries = [ScheduleEntry(key=run.waiting["key"], at=parse_iso(run.waiting["until"]))
                for run in turn.session.runs
                if run.status == "waiting" and (run.waiting or {}).get("key")
@@ -2126,7 +2164,7 @@ def move_run(turn: Turn, run: Run) -> None:
 def premise_failure(turn: Turn, run: Run, flow: dict) -> str | None:
     """The code that ends a run whose premise no longer holds, or None (runtime.md §3.6.2)."""
     kind = run.trigger.get("kind")
-    if kind == "silence" and turn.given.input.kind == "wake" \
+    if kind == "silence" and turn.given.kind == "wake" \
             and customer_wrote_since(turn, run.flow_id, run.started_at):
         return "customer-replied"
     if flow.get("while") is not None:

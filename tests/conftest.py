@@ -15,7 +15,7 @@ T0 = "2026-09-20T10:00:00.000Z"
 def build(flows, *, fields=None, script=None, clock=None, usage=False, **options):
     """An agent over ``flows`` on a fake clock at T0: (agent, its ScriptedProvider, the clock).
 
-    ``options`` go to the agent: a test parametrized with ``protocol`` passes ``protocol=protocol``.
+    ``options`` go to the agent; in a test marked ``protocols(...)`` it runs under the test's protocol.
     """
     clock = clock or fake_clock(T0)
     provider = ScriptedProvider(script=script or {}, usage=usage)
@@ -70,6 +70,9 @@ def pytest_configure(config):
                                        "deselect it with -m \"not faults\"")
     config.addinivalue_line("markers", "slow: property tests, examples run as processes and long runs; "
                                        "`pytest -m slow` runs them (CI does, after the default run)")
+    config.addinivalue_line("markers", "repository: how the repository is arranged (tests/repository/: commit "
+                                       "subjects, module structure, line width, who reads a cache), not what "
+                                       "the library does; `pytest -m repository` runs them (a CI step of its own)")
 
 
 # The default run is the fast tier. Generated-input (hypothesis) tests and the modules that start
@@ -86,12 +89,19 @@ def fast_slice(values, every: int, ids=None) -> list:
             for n, value in enumerate(values)]
 
 
+# The repository's own rules (tests/repository/) are not library tests: the default run leaves them out
+# (setup.cfg) and CI runs them as a step of their own, `python -m pytest -m repository`.
+REPOSITORY_FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "repository")
+
+
 def pytest_collection_modifyitems(config, items):
     _keep_the_protocol_pass(config, items)
     for item in items:
         is_property = getattr(getattr(item, "obj", None), "is_hypothesis_test", False)
         if is_property or item.path.name in SLOW_MODULES:
             item.add_marker(_pytest.mark.slow)
+        if str(item.path.parent) == REPOSITORY_FOLDER:
+            item.add_marker(_pytest.mark.repository)
 
 
 class NonLoopbackConnectionBlocked(RuntimeError):
@@ -148,9 +158,9 @@ def fake():
 # ``pytestmark = pytest.mark.protocols("lean", "v4")`` holds under either protocol: a run takes the
 # one ``--protocol`` names, "lean" (the default) in the default run; ``pytest --protocol=v4`` is the
 # v4 conformance pass, which runs only those modules (CI runs it after the default run).
-# ``protocols("v4")`` alone pins a test that reads v4 prompts: it runs in every default run. A marked
-# test gets the protocol as its ``protocol`` parameter and passes ``protocol=protocol`` to each agent
-# it builds; ``_agents_use_the_protocol`` fails it when it does not.
+# ``protocols("v4")`` alone pins a test that reads v4 prompts: it runs in every default run. The
+# marker is the one place a test's protocol is said: ``_agents_take_the_tests_protocol`` builds every
+# agent of a marked test under it and fails the test if one ends up under another.
 PROTOCOL_NAMES = ("lean", "v4")
 
 
@@ -166,6 +176,8 @@ def _either_protocol(node) -> bool:
 
 
 def pytest_generate_tests(metafunc):
+    """A marked test is parametrized with its protocol (``test_x[lean]``); it may read it as its
+    ``protocol`` argument, and need not."""
     marker = metafunc.definition.get_closest_marker("protocols")
     if marker is not None:
         if "protocol" not in metafunc.fixturenames:
@@ -185,43 +197,76 @@ def _keep_the_protocol_pass(config, items):
     items[:] = kept
 
 
-@_pytest.fixture(autouse=True)
-def _agents_use_the_protocol(request, monkeypatch):
-    """A test parametrized with ``protocol`` builds every agent with ``protocol=protocol``.
+def protocol_of(node) -> str | None:
+    """The protocol a test marked ``protocols(...)`` runs under; None for an unmarked test."""
+    callspec = getattr(node, "callspec", None)
+    if node.get_closest_marker("protocols") is None or callspec is None:
+        return None
+    return callspec.params.get("protocol")
 
-    The test passes the protocol itself, where it builds its agents; this only checks that it did,
-    and fails the test otherwise: an agent built without it would quietly run under the engine's
-    default, and the v4 pass would test "lean" under the name "v4".
+
+@_pytest.fixture(autouse=True)
+def _agents_take_the_tests_protocol(request, monkeypatch):
+    """Every agent a marked test builds runs under the test's protocol, and the test fails otherwise.
+
+    The agents are built by the library's own ``Agent``, given ``protocol=`` when the test's code
+    gives none; the test's code gives none, so the marker is the one place its protocol is said.
+    After the test, each agent it built is checked: an agent under another protocol (one built
+    with ``protocol=`` itself) fails the test, so the v4 pass cannot test "lean" under the name "v4".
     """
-    callspec = getattr(request.node, "callspec", None)
-    protocol = callspec.params.get("protocol") if callspec is not None else None
+    protocol = protocol_of(request.node)
     if protocol is None:
         yield
         return
-    strays = agents_built_without(protocol, monkeypatch)
+    built = agents_built_under(protocol, monkeypatch)
     yield
+    strays = agents_not_under(protocol, built)
+    _AGENTS_CHECKED[protocol] += len(built) - len(strays)
     if strays:
-        _pytest.fail(f"agents built without protocol={protocol!r} in a test of that protocol: "
+        _pytest.fail(f"agents built under another protocol than the test's {protocol!r}: "
                      + "; ".join(strays), pytrace=False)
 
 
-def agents_built_without(protocol: str, monkeypatch) -> list[str]:
-    """The agents built from now on without ``protocol=protocol``, as "where (what was given)".
+_AGENTS_CHECKED: dict[str, int] = {name: 0 for name in PROTOCOL_NAMES}
 
-    It wraps Agent.__init__ to look at what each agent was given; what gets built is unchanged.
+
+def pytest_terminal_summary(terminalreporter, config):
+    """The v4 pass says how many agents it built, each checked to run under v4."""
+    protocol = config.getoption("protocol")
+    if protocol != "lean" and not config.option.collectonly:
+        terminalreporter.write_line(f"protocol pass {protocol}: {_AGENTS_CHECKED[protocol]} agents built, "
+                                    f"each under {protocol}")
+
+
+def agents_built_under(protocol: str, monkeypatch) -> list:
+    """Until ``monkeypatch`` undoes it, agents built without ``protocol=`` are built under ``protocol``;
+    returns the list of ``(where, agent)`` each build appends to.
+
+    ``falai.Agent.__init__`` is wrapped on the class, for this test only (monkeypatch restores it at
+    teardown): the library's signature, its default ("lean") and every agent built outside the test
+    stay as they are, and an explicit ``protocol=`` is passed on unchanged, for the guard to see.
     """
     import falai
-    strays: list[str] = []
+    built: list = []
     build_agent = falai.Agent.__init__
 
     @functools.wraps(build_agent)
-    def recording_build(self, *args, **kwargs):
+    def build_under_the_tests_protocol(self, *args, **kwargs):
+        kwargs.setdefault("protocol", protocol)
         build_agent(self, *args, **kwargs)
-        if kwargs.get("protocol") != protocol:
-            strays.append(f"{_build_site()} (protocol={kwargs.get('protocol', '<not given>')!r})")
+        built.append((_build_site(), self))
 
-    monkeypatch.setattr(falai.Agent, "__init__", recording_build)
-    return strays
+    monkeypatch.setattr(falai.Agent, "__init__", build_under_the_tests_protocol)
+    return built
+
+
+def agents_not_under(protocol: str, built: list) -> list[str]:
+    """The agents of ``built`` not running under ``protocol``, as "where (their protocol)": their
+    ``protocol`` and the class of the protocol object their model calls go through."""
+    import falai_protocols
+    expected = falai_protocols.PROTOCOLS[protocol]
+    return [f"{where} (protocol={agent.protocol!r})" for where, agent in built
+            if agent.protocol != protocol or type(agent.compiled.model_calls()) is not expected]
 
 
 def _build_site() -> str:

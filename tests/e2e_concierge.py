@@ -107,15 +107,15 @@ def seed_tools(handled: list) -> list:
     return [preco, reservar]
 
 
-def concierge(provider, *, protocol: str, clock: str = CLOCK, handled: list | None = None, **options):
+def concierge(provider, *, clock: str = CLOCK, handled: list | None = None, **options):
     """The Tool page's Concierge: fields cidade and reserva, tools preco and reservar, flow hospedagem.
 
     The example's agent with the page's tools and, as on the page, no persona and no idle greeting.
-    ``handled`` (a list) records every handler call as ``(tool id, args)``; ``protocol`` is the
-    agent's (a test passes its own ``protocol`` parameter).
+    ``handled`` (a list) records every handler call as ``(tool id, args)``; in a test marked
+    ``protocols(...)`` the agent runs under the test's protocol (conftest.py).
     """
     return build_agent(provider, tools=seed_tools(handled if handled is not None else []), persona=None,
-                       greeting=None, clock=fake_clock(clock), protocol=protocol, **options)
+                       greeting=None, clock=fake_clock(clock), **options)
 
 
 def real_now_iso() -> str:
@@ -139,14 +139,14 @@ def same_result(a, b) -> None:
     assert (a.changed, a.llm_calls, a.usage) == (b.changed, b.llm_calls, b.usage)
 
 
-def streamed_turns_match(fake, make_provider, *scripts, protocol: str):
+def streamed_turns_match(fake, make_provider, *scripts):
     """The two Concierge turns through turn_stream() on ``fake`` scripted by ``scripts``: the deltas are the
     replies (text beside a tool call included, no envelope JSON) and each last chunk's result is turn()'s
     (model-calls.md §8, runtime.md §16)."""
-    t1, t2 = plain_turns(make_provider, *scripts, protocol=protocol)
+    t1, t2 = plain_turns(make_provider, *scripts)
     for script in scripts:
         script(fake)
-    agent = concierge(make_provider(fake), protocol=protocol)
+    agent = concierge(make_provider(fake))
     c1 = list(agent.turn_stream(session_id="demo", message=M1, id="m1"))
     assert "".join(c.delta for c in c1[:-1]) == REPLY1 and len(c1) >= 3
     assert not any('"message"' in c.delta for c in c1[:-1])
@@ -157,7 +157,7 @@ def streamed_turns_match(fake, make_provider, *scripts, protocol: str):
     same_result(c2[-1].result, t2)
 
 
-def plain_turns(make_provider, *scripts, protocol: str):
+def plain_turns(make_provider, *scripts):
     """The two Concierge turns through turn() on a fresh fake server scripted by ``scripts``:
     the reference a streamed run must equal (runtime.md §16)."""
     from fake_model_server import FakeModelServer
@@ -165,7 +165,7 @@ def plain_turns(make_provider, *scripts, protocol: str):
     try:
         for script in scripts:
             script(plain)
-        agent = concierge(make_provider(plain), protocol=protocol)
+        agent = concierge(make_provider(plain))
         t1 = agent.turn(session_id="demo", message=M1, id="m1")
         t2 = agent.turn(session_id="demo", session=t1.session, message=M2, id="m2", history=first_turn_history())
     finally:

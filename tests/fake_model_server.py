@@ -63,6 +63,9 @@ class FakeModelServer:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Each frame goes out when written, as a vendor's does: with Nagle's algorithm on, a small
+            # write waits for the ACK of the one before (delayed up to 40 ms on the loopback).
+            disable_nagle_algorithm = True
 
             def log_message(self, *args: Any) -> None:
                 pass

@@ -444,7 +444,8 @@ def server():
                                       "2026-12-01T10:00:00Z")
     httpd = falai_cli.http.server.ThreadingHTTPServer(
         ("127.0.0.1", 0), falai_cli.inspect_handler(playground, falai_cli.INSPECT_PAGE.encode(), TOKEN))
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    # shutdown() waits for serve_forever's next poll: every 0.01 s, not the default 0.5 s.
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
     yield httpd.server_address[1]
     httpd.shutdown()
     httpd.server_close()
@@ -552,6 +553,7 @@ def tokens_hidden(text):
     return re.sub(r"usage: prompt \d+, completion \d+", "usage: prompt N, completion N", text)
 
 
+@pytest.mark.slow          # every `$ falai` block of the guide, each run as a process
 def test_the_guide_shows_what_the_commands_print():
     """docs/guide/cli.md: every `$ falai ...` block whose files exist is the command's real output."""
     checked = 0

@@ -40,12 +40,12 @@ def flow_with(condition):
                                                 {"id": "b", "say": "B", "then": "end"}, {"id": "c", "say": "C"}]}
 
 
-def test_an_equals_that_tests_nothing_is_refused_with_the_fix(protocol):
+def test_an_equals_that_tests_nothing_is_refused_with_the_fix():
     flow = flow_with({"equals": {"reserva": None}})
     expected = ('flow "f", step "a": if.equals gives "reserva" null, which a flow reads as "not set", so the '
                 'condition would test nothing and always hold. For "not known" write { "unknown": ["reserva"] }.')
     with pytest.raises(FlowConfigurationError) as caught:
-        falai().fields(FIELDS).agent(name="A", provider=ScriptedProvider(), flows=[flow], protocol=protocol)
+        falai().fields(FIELDS).agent(name="A", provider=ScriptedProvider(), flows=[flow])
     assert str(caught.value) == "[FlowConfigurationError] " + expected
     assert [p.message for p in F.check_flow(flow, {"fields": FIELDS})] == [expected]
     with pytest.raises(FlowConfigurationError, match="unknown"):     # the FlowSpec path refuses it too
@@ -53,15 +53,13 @@ def test_an_equals_that_tests_nothing_is_refused_with_the_fix(protocol):
                                      flows=[from_spec({**flow_with({"equals": {"reserva": None}}),
                                                        "steps": [{"kind": "if", **s} if "if" in s else
                                                                  {"kind": "say", **s}
-                                                                 for s in flow["steps"]]})],
-                                     protocol=protocol)
+                                                                 for s in flow["steps"]]})])
 
 
-def test_a_strict_schema_none_beside_a_real_test_is_not_given(protocol):
+def test_a_strict_schema_none_beside_a_real_test_is_not_given():
     """flow_spec_schema requires every field in equals, nullable: a None there is "not given"."""
     flow = flow_with({"equals": {"reserva": None, "plano": "pro"}})
-    agent = falai().fields(FIELDS).agent(name="A", provider=ScriptedProvider(), flows=[flow],
-                                         protocol=protocol)
+    agent = falai().fields(FIELDS).agent(name="A", provider=ScriptedProvider(), flows=[flow])
     r = agent.turn(session_id="s", start={"flow": "f", "key": "k"})
     assert [m.text for m in r.messages] == ["C"]          # plano is not "pro"
 
@@ -88,11 +86,11 @@ def test_the_options_of_any_are_checked_like_any_condition():
         to_spec(flow_with({"any": [lambda ctx: True]}))
 
 
-def test_any_round_trips_as_json_and_routes_a_run(protocol):
+def test_any_round_trips_as_json_and_routes_a_run():
     """An OR rule stays storable: to_spec and from_spec keep it, and the run takes the branch it says."""
     flow = flow_with({"any": [{"equals": {"plano": "pro"}}, {"known": ["reserva"]}]})
     assert from_spec(to_spec(flow)) == flow
-    agent = falai().fields(FIELDS).agent(name="Ana", provider=ScriptedProvider(), flows=[flow], protocol=protocol)
+    agent = falai().fields(FIELDS).agent(name="Ana", provider=ScriptedProvider(), flows=[flow])
     for data, said in (({"reserva": "R1"}, "B"), ({"plano": "free"}, "C")):
         blob = {"id": "s1", "v": 4, "version": 0, "data": data, "runs": [], "claims": {}, "inputs": [],
                 "metadata": {}}
@@ -105,7 +103,7 @@ def test_a_function_inside_not_cannot_be_stored():
         to_spec(flow_with({"not": lambda ctx: True}))
 
 
-def test_the_silence_guard_recipe_stops_the_nudge_once_booked(protocol):
+def test_the_silence_guard_recipe_stops_the_nudge_once_booked():
     """docs/guide/surprises.md: a silence trigger with "if": {"unknown": [...]} never nudges after the booking."""
     f = falai().fields(FIELDS)
     booking = f.flow({"id": "reservar", "name": "Book", "on": [{"message": ["wants a table"]}], "steps": [
@@ -118,7 +116,7 @@ def test_the_silence_guard_recipe_stops_the_nudge_once_booked(protocol):
     provider = ScriptedProvider(script={"understand": [{"flows": {"reservar": 95}}, {"fields": {"nome": "Ana"}}],
                                         "speak": [{"message": "Your name?"}]})
     agent = f.agent(name="A", provider=provider, flows=[booking, nudge], actions={"book": book},
-                    clock=fake_clock("2026-09-20T10:00:00.000Z"), protocol=protocol)
+                    clock=fake_clock("2026-09-20T10:00:00.000Z"))
     asking = agent.turn(session_id="s", message="a table for two", id="m1")
     assert [e.key.split(":")[1] for e in asking.schedule] == ["cutucar"]     # unbooked: the nudge is armed
     booked = agent.turn(session_id="s", session=asking.session, message="Ana", id="m2")

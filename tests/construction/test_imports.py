@@ -1,4 +1,7 @@
-"""python-api.md, Modules: `import falai` pulls in no third-party module; the modules and their imports."""
+"""python-api.md, Modules: `import falai` pulls in no third-party module; what importing the modules does.
+
+How the modules import each other (the ladder, private names, any module first) is the repository's
+arrangement: tests/repository/test_module_structure.py, run by `python -m pytest -m repository`."""
 import glob
 import subprocess
 import sys
@@ -72,79 +75,6 @@ ROOT = falai.__file__.rsplit("/", 1)[0]
 SIBLINGS = sorted(path.rsplit("/", 1)[1][:-3] for path in glob.glob(f"{ROOT}/falai_*.py"))
 
 
-# The ladder (falai.py's opening map): each module imports only those on a lower floor, at any depth
-# (inside functions too), ``if TYPE_CHECKING:`` aside. A floor's modules never import each other but as listed.
-FLOORS = {
-    "falai_base": 0,
-    "falai_checks": 1,
-    "falai_calls": 2, "falai_spec": 2,
-    "falai_protocols": 3,
-    "falai_stores": 1, "falai_testing": 1, "falai_providers": 1,
-    "falai": 4,
-    "falai_cli": 5, "falai_host": 5,
-}
-SAME_FLOOR = {("falai_cli", "falai_host")}      # the CLI starts the host: `falai host ...`
-
-
-def _falai_imports(path):
-    """The falai modules a module imports, at any depth, ``if TYPE_CHECKING:`` blocks and the
-    ``if __name__ == "__main__":`` entry left out."""
-    import ast
-
-    def skipped(node):
-        test = node.test
-        return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-            isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__")
-
-    found, todo = set(), [ast.parse(open(path, encoding="utf-8").read())]
-    while todo:
-        node = todo.pop()
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and skipped(child):
-                todo.extend(child.orelse)
-                continue
-            if isinstance(child, ast.Import):
-                found.update(alias.name for alias in child.names if alias.name.startswith("falai"))
-            elif isinstance(child, ast.ImportFrom) and (child.module or "").startswith("falai"):
-                found.add(child.module)
-            todo.append(child)
-    return found
-
-
-def test_every_module_imports_only_down_the_ladder():
-    """falai_base imports no falai module; every other module imports only lower floors: no cycle, no upward
-    arrow, no list of names kept for other modules (issue 30)."""
-    assert set(FLOORS) == {"falai", *SIBLINGS}
-    for module, floor in FLOORS.items():
-        for imported in _falai_imports(f"{ROOT}/{module}.py"):
-            assert FLOORS[imported] < floor or (module, imported) in SAME_FLOOR, f"{module} imports {imported}"
-    assert not hasattr(falai, "FOR_SIBLING_MODULES")
-
-
-def _private_names_taken(path):
-    """``from falai... import _x`` and ``module._x`` for an imported falai module: (module, name) pairs."""
-    import ast
-    tree = ast.parse(open(path, encoding="utf-8").read())
-    ours = {name for name in ["falai", *SIBLINGS]}
-    aliases, taken = {}, set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            aliases.update({alias.asname or alias.name: alias.name for alias in node.names if alias.name in ours})
-        elif isinstance(node, ast.ImportFrom) and node.module in ours:
-            taken.update((node.module, alias.name) for alias in node.names
-                         if alias.name.startswith("_") and not alias.name.startswith("__"))
-    for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
-                and node.attr.startswith("_") and not node.attr.startswith("__")):
-            taken.add((aliases[node.value.id], node.attr))
-    return sorted(taken)
-
-
-@pytest.mark.parametrize("module", ["falai", *SIBLINGS])
-def test_no_module_takes_another_modules_private_names(module):
-    assert _private_names_taken(f"{ROOT}/{module}.py") == []
-
-
 def test_dir_of_falai_and_all_agree():
     """An IDE's ``falai.`` completion shows the API: dir() is __all__ plus the module's dunders."""
     shown = {name for name in dir(falai) if not name.startswith("__")}
@@ -201,15 +131,6 @@ print(falai.__file__, [m.text for m in result.messages], store.load("s1").versio
 """
 
 
-@pytest.mark.parametrize("first", ["falai", *SIBLINGS])
-def test_any_module_may_be_imported_first_in_a_fresh_interpreter(first):
-    others = [module for module in ["falai", *SIBLINGS] if module != first]
-    code = f"import {first}\n" + "".join(f"import {module}\n" for module in others) + TURN
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert out.returncode == 0, out.stderr
-    assert "['Hello!'] 1" in out.stdout
-
-
 def test_copying_the_falai_files_into_an_empty_folder_is_enough_to_run_a_turn(tmp_path):
     """Vendoring is "copy the falai*.py files" (docs/guide/deploying.md): no package, no install."""
     import shutil
@@ -261,19 +182,3 @@ def test_a_records_default_lists_are_its_own():
     one, two = falai.Judgement(), falai.Judgement()
     one.flows["a"] = 90
     assert two.flows == {} and falai.Eligibility().eligible is not falai.Eligibility().eligible
-
-
-# Lines at most 100 columns: the modules that got there stay there -----------------------------
-
-WITHIN_100_COLUMNS = ("falai", "falai_checks", "falai_spec", "falai_testing", "falai_stores",
-                      "falai_calls", "falai_protocols", "falai_providers", "falai_cli", "falai_host")
-
-
-@pytest.mark.parametrize("module", WITHIN_100_COLUMNS)
-def test_a_module_within_100_columns_stays_there(module):
-    """Library lines are at most 100 columns (docs/guide/development.md); ruff checks that too, except
-    in a module still under its per-file E501 ignore, so each module that got there is listed here.
-    Add a module when it gets there."""
-    lines = open(f"{ROOT}/{module}.py", encoding="utf-8").read().splitlines()
-    wide = [f"{module}.py:{number}" for number, line in enumerate(lines, 1) if len(line) > 100]
-    assert wide == [], f"wrap these lines at 100 columns: {wide}"

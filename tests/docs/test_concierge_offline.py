@@ -10,10 +10,9 @@ from falai import fake_clock
 pytestmark = pytest.mark.protocols("lean", "v4")
 
 
-def converse(*lines, protocol):
+def converse(*lines):
     provider = offline_provider()
-    agent = build_agent(provider, fields=CHAT_FIELDS, clock=fake_clock("2026-12-01T10:00:00.000Z"),
-                        protocol=protocol)
+    agent = build_agent(provider, fields=CHAT_FIELDS, clock=fake_clock("2026-12-01T10:00:00.000Z"))
     history, result, turns = [], None, []
     for n, text in enumerate(lines, 1):
         result = agent.turn(session_id="c", session=result.session if result else None, message=text, id=f"m{n}",
@@ -28,30 +27,28 @@ def texts(turns):
     return [[m.text for m in r.messages] for r in turns]
 
 
-def test_an_english_customer_is_answered_in_english_to_a_booking(protocol):
-    turns, _ = converse("Hi! I want to book a room.", "In Curitiba, please.", "Yes, please book it.",
-                        protocol=protocol)
+def test_an_english_customer_is_answered_in_english_to_a_booking():
+    turns, _ = converse("Hi! I want to book a room.", "In Curitiba, please.", "Yes, please book it.")
     assert texts(turns)[:2] == [["Of course! Which city would you like to stay in?"],
                                 ["A night in Curitiba is R$ 420. Shall I book it for you?"]]
     assert texts(turns)[2][0].startswith("Booked! Your code is RES-") and turns[2].session.data["reserva"]
 
 
-def test_a_portuguese_customer_is_answered_in_portuguese(protocol):
-    turns, _ = converse("Oi! Quero reservar um quarto.", "Em Curitiba, por favor.", "Pode reservar, sim!",
-                        protocol=protocol)
+def test_a_portuguese_customer_is_answered_in_portuguese():
+    turns, _ = converse("Oi! Quero reservar um quarto.", "Em Curitiba, por favor.", "Pode reservar, sim!")
     assert texts(turns)[:2] == [["Claro! Em qual cidade você quer se hospedar?"],
                                 ["A diária em Curitiba sai por R$ 420. Posso reservar para você?"]]
     assert texts(turns)[2][0].startswith("Reserva confirmada! Seu código é RES-")
 
 
-def test_a_city_given_up_front_is_never_asked_for(protocol):
-    turns, _ = converse("I'd like a room in Sao Paulo", protocol=protocol)
+def test_a_city_given_up_front_is_never_asked_for():
+    turns, _ = converse("I'd like a room in Sao Paulo")
     assert texts(turns) == [["A night in São Paulo is R$ 510. Shall I book it for you?"]]
 
 
-def test_a_change_of_city_is_taken_and_booked(protocol):
+def test_a_change_of_city_is_taken_and_booked():
     turns, provider = converse("Hi! I want to book a room.", "In Curitiba, please.", "Actually, make it Recife.",
-                               "Yes, please book it.", protocol=protocol)
+                               "Yes, please book it.")
     assert [o.code for o in turns[2].outcomes if o.code] == ["corrected"]
     assert texts(turns)[2] == ["Sure, Recife: a night is R$ 360. Shall I book it?"]
     quoted = [call.message for call in provider.calls if call.schema_name == "speak" and call.tools
@@ -60,7 +57,6 @@ def test_a_change_of_city_is_taken_and_booked(protocol):
     assert turns[3].session.data["cidade"] == "Recife" and turns[3].session.data["reserva"].startswith("RES-")
 
 
-def test_the_booking_code_is_in_no_model_call(protocol):
-    _, provider = converse("Oi! Quero reservar um quarto.", "Em Curitiba, por favor.", "Pode reservar, sim!",
-                           protocol=protocol)
+def test_the_booking_code_is_in_no_model_call():
+    _, provider = converse("Oi! Quero reservar um quarto.", "Em Curitiba, por favor.", "Pode reservar, sim!")
     assert not any('"reserva"' in json.dumps([call.schema, call.v4_schema]) for call in provider.calls)

@@ -5,6 +5,7 @@ A citation is a spec file name (``runtime.md``), optionally followed by section 
 path to the spec (``docs/spec/fixtures/v4.json``); or a seed page ("the Tool seed page"). Each cited
 file must exist in docs/spec/ and each cited section must be a numbered heading of that file.
 """
+import functools
 import pathlib
 import re
 
@@ -30,8 +31,9 @@ def cited_files() -> list[pathlib.Path]:
     return [f for f in files if f.exists() and f.name != pathlib.Path(__file__).name]   # not this file's samples
 
 
-def headings(name: str) -> tuple[set[str], list[str]]:
-    """The section numbers of a spec file, and its heading texts."""
+@functools.cache
+def headings(name: str) -> tuple[frozenset[str], tuple[str, ...]]:
+    """The section numbers of a spec file, and its heading texts (read once per run)."""
     numbers, texts = set(), []
     for line in (SPEC / f"{name}.md").read_text(encoding="utf-8").splitlines():
         if line.startswith("#"):
@@ -39,7 +41,7 @@ def headings(name: str) -> tuple[set[str], list[str]]:
             found = HEADING_NUMBER.match(line)
             if found:
                 numbers.add(found.group(1))
-    return numbers, texts
+    return frozenset(numbers), tuple(texts)
 
 
 def citations(path: pathlib.Path):
@@ -55,7 +57,6 @@ def citations(path: pathlib.Path):
 def problems_in(path: pathlib.Path) -> list[str]:
     where = path.relative_to(ROOT) if ROOT in path.parents else path.name
     problems = []
-    cache: dict[str, tuple[set[str], list[str]]] = {}
     for line, found in citations(path):
         if found.re is SPEC_PATH:
             if found.group(1) != "docs/spec":
@@ -71,7 +72,7 @@ def problems_in(path: pathlib.Path) -> list[str]:
         if not (SPEC / f"{name}.md").exists():
             problems.append(f"{where}:{line}: {name}.md is not in docs/spec/. Ship it or fix the citation")
             continue
-        numbers, texts = cache.setdefault(name, headings(name))
+        numbers, texts = headings(name)
         for section in SECTION.findall(found.group("sections") or ""):
             if section not in numbers:
                 problems.append(f"{where}:{line}: {name}.md has no section §{section}. Fix the section number")

@@ -46,16 +46,16 @@ def tools():
                  handler=lambda args, ctx: {"value": {"code": "MESA-1"}, "data": {"reserva": "MESA-1"}})]
 
 
-def build(tmp_path, script, *, protocol):
+def build(tmp_path, script):
     path = tmp_path / "registry.json"
     path.write_text(json.dumps(REGISTRY))
     provider = ScriptedProvider(script=script)
     agent = Agent(provider=provider, flows=[from_spec(spec) for spec in FLOWS], tools=tools(),
-                  clock=fake_clock("2026-12-01T10:00:00.000Z"), protocol=protocol, **falai.load_registry(str(path)))
+                  clock=fake_clock("2026-12-01T10:00:00.000Z"), **falai.load_registry(str(path)))
     return agent, provider
 
 
-def test_the_booking_bot_of_the_first_week(tmp_path, protocol):
+def test_the_booking_bot_of_the_first_week(tmp_path):
     agent, provider = build(tmp_path, {
         "understand": [
             {"flows": {"reservar": 95}, "fields": {"data": "next friday-ish", "pessoas": 2}},   # m1
@@ -71,7 +71,7 @@ def test_the_booking_bot_of_the_first_week(tmp_path, protocol):
             {"message": "For 4 then. Shall I book?"},                                          # m3
             {"message": "", "toolCalls": [{"toolName": "agendar", "arguments": {}}]},          # m4
             {"message": "Done."},
-        ]}, protocol=protocol)
+        ]})
     r = agent.turn(session_id="s", message="a table for two next friday-ish", id="m1")
     assert ("bad-format", "data") in [(o.code, o.detail) for o in r.outcomes]
     assert r.session.data == {"pessoas": 2} and [m.text for m in r.messages] == ["Which date exactly?"]

@@ -38,10 +38,10 @@ def run(flow_id="triagem", step_id="quem", run_id="triagem#m1"):
                  started_at="2026-09-20T10:00:00.000Z")
 
 
-def make_agent(script=None, *, protocol, **options):
+def make_agent(script=None, **options):
     options.setdefault("fields", FIELDS)
     provider = options.pop("provider", None) or ScriptedProvider(script=script or {})
-    return F.Agent(name="Ana", provider=provider, protocol=protocol, **options)
+    return F.Agent(name="Ana", provider=provider, **options)
 
 
 def full_ask(**changes):
@@ -60,36 +60,36 @@ def full_ask(**changes):
     return ask
 
 
-def call(ask, reply=None, *, protocol, **options):
-    agent = make_agent({"understand": [reply if reply is not None else {}]}, protocol=protocol, **options)
+def call(ask, reply=None, **options):
+    agent = make_agent({"understand": [reply if reply is not None else {}]}, **options)
     judgement = falai_calls.understand(agent, ask)
     return agent.provider.calls[0], judgement
 
 
 # §3.4: prompt sections -------------------------------------------------------------------------
 
-def test_understand_prompt_sections_in_order(protocol):
+def test_understand_prompt_sections_in_order():
     """model-calls.md §3.4: headings and their order are normative."""
-    request, _ = call(full_ask(), protocol=protocol)
+    request, _ = call(full_ask())
     assert list(sections(request.prompt)) == [
         "Task", "Current flow", "Already known", "Flows the customer may want",
         "Things the customer may mention", "Questions about this message",
         "Details the customer may have given", "Customer's latest message", "Output"]
 
 
-def test_understand_omits_sections_with_nothing_in_them(protocol):
+def test_understand_omits_sections_with_nothing_in_them():
     """model-calls.md §3.4: each section only when it has something."""
     ask = full_ask(floor_run=None, floor_flow=None, floor_step=None, floor_pending=[], mentions=[],
                    branches=[], fields=[], scope=F.Scope(data={}))
-    request, _ = call(ask, protocol=protocol)
+    request, _ = call(ask)
     assert list(sections(request.prompt)) == ["Task", "Flows the customer may want", "Customer's latest message",
                                               "Output"]
 
 
-def test_understand_request_fields(protocol):
+def test_understand_request_fields():
     """model-calls.md §1: system is the stable prefix, the history as given, no tools, schema_name understand."""
     ask = full_ask()
-    request, _ = call(ask, protocol=protocol)
+    request, _ = call(ask)
     assert request.schema_name == "understand"
     assert request.tools is None and request.max_output_tokens is None
     assert request.history == ask.history and request.history is not ask.history
@@ -97,12 +97,11 @@ def test_understand_request_fields(protocol):
     assert request.system.startswith("## Identity\n") and '"Ana"' in request.system
 
 
-def test_identity_goes_to_system_when_persona_and_goal_are_fixed(protocol):
+def test_identity_goes_to_system_when_persona_and_goal_are_fixed():
     """model-calls.md §2.3: Identity then Knowledge base in system; nothing of them in the prompt."""
     kb = {"hotel": {"name": "Azul", "rooms": ["single", "double"]},
           "prices": [{"room": "single", "night": 300.0}], "pets": False}
-    request, _ = call(full_ask(), persona="Simpática e breve.", goal="Vender diárias.", knowledge_base=kb,
-                      protocol=protocol)
+    request, _ = call(full_ask(), persona="Simpática e breve.", goal="Vender diárias.", knowledge_base=kb)
     assert request.system == (
         '## Identity\nYou are "Ana". Always refer to yourself by that name.\nSimpática e breve.\n'
         "Your goal: Vender diárias.\n\n"
@@ -111,10 +110,10 @@ def test_identity_goes_to_system_when_persona_and_goal_are_fixed(protocol):
     assert "## Identity" not in request.prompt and "Knowledge base" not in request.prompt
 
 
-def test_identity_moves_to_the_prompt_when_persona_varies(protocol):
+def test_identity_moves_to_the_prompt_when_persona_varies():
     """model-calls.md §2.3, §2.4: a templated persona is rendered with data and context, first in the prompt."""
     request, _ = call(full_ask(), persona="Fale com a {{data.empresa}} ({{input.x}}).", goal="Ajudar.",
-                      knowledge_base={"horario": "9h às 18h"}, protocol=protocol)
+                      knowledge_base={"horario": "9h às 18h"})
     assert request.system == "## Knowledge base\n- horario: 9h às 18h"
     assert request.prompt.startswith("## Identity\n")
     identity = sections(request.prompt)["Identity"]
@@ -122,9 +121,9 @@ def test_identity_moves_to_the_prompt_when_persona_varies(protocol):
     assert identity.index('"Ana"') < identity.index("Fale com") < identity.index("Ajudar.")
 
 
-def test_identity_varies_without_knowledge_base_leaves_system_none(protocol):
+def test_identity_varies_without_knowledge_base_leaves_system_none():
     """model-calls.md §2.3: varying identity and no knowledge base: system is None."""
-    request, _ = call(full_ask(), goal="Atender {{data.empresa}}", protocol=protocol)
+    request, _ = call(full_ask(), goal="Atender {{data.empresa}}")
     assert request.system is None
 
 
@@ -134,9 +133,9 @@ def test_knowledge_base_lists_of_lists_and_scalars_in_lists():
     assert lines == ["- m:", "  - 0: 1", "  - 1: a", "  - solto", "  - k: null", "- e:", "- n: 1.5, true, null"]
 
 
-def test_current_flow_section_names_the_flow_step_prompt_and_pending_fields(protocol):
+def test_current_flow_section_names_the_flow_step_prompt_and_pending_fields():
     """model-calls.md §3.4 item 3: name, id, rendered description and step prompt, pending field lines."""
-    request, _ = call(full_ask(), protocol=protocol)
+    request, _ = call(full_ask())
     body = sections(request.prompt)["Current flow"]
     assert "Triagem" in body and "triagem" in body and "Qualifica quem chega" in body
     assert "quem" in body and "Descubra quem é, {{data.nome}}." in body     # unknown data.nome stays
@@ -144,19 +143,18 @@ def test_current_flow_section_names_the_flow_step_prompt_and_pending_fields(prot
     assert "- sem-def" in body.splitlines()                                   # no definition: slug alone
 
 
-def test_flow_without_name_prints_its_id(protocol):
+def test_flow_without_name_prints_its_id():
     """flows.md §3.1: wherever a name is printed, a flow without one prints its id."""
     unnamed = {"id": "vendas", "on": [{"message": ["quer comprar"]}], "steps": []}
-    request, _ = call(full_ask(candidates=[TRIAGEM, unnamed], floor_flow={**TRIAGEM, "name": None}),
-                      protocol=protocol)
+    request, _ = call(full_ask(candidates=[TRIAGEM, unnamed], floor_flow={**TRIAGEM, "name": None}))
     prompt = sections(request.prompt)
     assert "2. vendas — vendas" in prompt["Flows the customer may want"]
     assert '"triagem"' in prompt["Current flow"]
 
 
-def test_candidates_listed_with_rendered_phrases_exclusions_and_rubric(protocol):
+def test_candidates_listed_with_rendered_phrases_exclusions_and_rubric():
     """model-calls.md §3.4 item 5: numbered, alias — name: description, phrases of every message trigger."""
-    request, _ = call(full_ask(), protocol=protocol)
+    request, _ = call(full_ask())
     body = sections(request.prompt)["Flows the customer may want"]
     lines = body.splitlines()
     assert "1. triagem — Triagem: Qualifica quem chega" in lines
@@ -168,20 +166,19 @@ def test_candidates_listed_with_rendered_phrases_exclusions_and_rubric(protocol)
         assert band in body
 
 
-def test_phrases_and_descriptions_render_data_and_context_but_not_input(protocol):
+def test_phrases_and_descriptions_render_data_and_context_but_not_input():
     """model-calls.md §2.4: understand renders descriptions, phrases and when with data and context only."""
     flow = {"id": "x", "name": "{{data.empresa}} name", "description": "para {{data.empresa}} {{input.a}}",
             "on": [{"message": ["fala de {{context.humano}}"]}]}
-    request, _ = call(full_ask(candidates=[flow], floor_run=None, floor_flow=None, floor_step=None),
-                      protocol=protocol)
+    request, _ = call(full_ask(candidates=[flow], floor_run=None, floor_flow=None, floor_step=None))
     body = sections(request.prompt)["Flows the customer may want"]
     assert "1. x — {{data.empresa}} name: para Acme {{input.a}}" in body    # names are not rendered
     assert "fala de um atendente" in body
 
 
-def test_mentions_section_lists_phrases_exclusions_and_extract_lines(protocol):
+def test_mentions_section_lists_phrases_exclusions_and_extract_lines():
     """model-calls.md §3.4 item 6."""
-    request, _ = call(full_ask(), protocol=protocol)
+    request, _ = call(full_ask())
     body = sections(request.prompt)["Things the customer may mention"]
     assert "- concorrente — Concorrente" in body.splitlines()
     assert "cita um concorrente" in body and "cita a própria empresa" in body and "!cita" not in body
@@ -189,39 +186,39 @@ def test_mentions_section_lists_phrases_exclusions_and_extract_lines(protocol):
     assert "  - nome do item (list of string): itens" in body.splitlines()
 
 
-def test_branch_questions_are_rendered_under_their_alias(protocol):
+def test_branch_questions_are_rendered_under_their_alias():
     """model-calls.md §3.4 item 7: `- <alias>: <rendered when>`; branch keys always need an alias."""
-    request, _ = call(full_ask(), protocol=protocol)
+    request, _ = call(full_ask())
     assert sections(request.prompt)["Questions about this message"].splitlines()[-1] == \
         "- q1: a pessoa quer falar com um atendente"
 
 
-def test_details_section_lists_fields_under_their_alias(protocol):
+def test_details_section_lists_fields_under_their_alias():
     """model-calls.md §3.4 item 8, §2.5: one-line descriptions with the enum options."""
-    request, _ = call(full_ask(fields=["nome", "porte"]), protocol=protocol)
+    request, _ = call(full_ask(fields=["nome", "porte"]))
     lines = sections(request.prompt)["Details the customer may have given"].splitlines()
     assert lines[-2:] == ["- nome (string): Nome da pessoa", "- porte (string) [1-10 | 11-50]: Porte"]
 
 
-def test_already_known_lists_known_agent_fields_only_as_compact_json(protocol):
+def test_already_known_lists_known_agent_fields_only_as_compact_json():
     """model-calls.md §2.6: known agent fields in definition order; other data keys never listed."""
     ask = full_ask(scope=F.Scope(data={"porte": "1-10", "empresa": "Acme", "nome": "", "extra": 1}))
-    request, _ = call(ask, protocol=protocol)
+    request, _ = call(ask)
     lines = sections(request.prompt)["Already known"].splitlines()
     assert lines[1:] == ['- empresa: "Acme"', '- porte: "1-10"']
 
 
-def test_message_is_quoted_verbatim_between_triple_quotes(protocol):
+def test_message_is_quoted_verbatim_between_triple_quotes():
     """model-calls.md §3.4 item 9."""
-    request, _ = call(full_ask(message='  "oi"\nsou eu  '), protocol=protocol)
+    request, _ = call(full_ask(message='  "oi"\nsou eu  '))
     assert '## Customer\'s latest message\n"""\n  "oi"\nsou eu  \n"""' in request.prompt
 
 
 # §3.3: the envelope ----------------------------------------------------------------------------
 
-def test_envelope_matches_the_spec_example(protocol):
+def test_envelope_matches_the_spec_example():
     """model-calls.md §3.3: only present sections, closed, every key required, nullable leaves."""
-    request, _ = call(full_ask(fields=["nome", "porte"]), protocol=protocol)
+    request, _ = call(full_ask(fields=["nome", "porte"]))
     schema = request.schema
     assert schema["type"] == "object" and schema["additionalProperties"] is False
     assert list(schema["properties"]) == ["flows", "mentions", "extract", "branches", "fields"]
@@ -247,51 +244,50 @@ def test_envelope_matches_the_spec_example(protocol):
                                  "enum": ["1-10", "11-50", None]}}}
 
 
-def test_mentions_without_extract_send_no_extract_section(protocol):
+def test_mentions_without_extract_send_no_extract_section():
     """model-calls.md §3.3: extract only when at least one mention flow has one."""
     plain = {"id": "preco", "name": "Preço", "on": [{"mention": ["pergunta o preço"]}]}
-    request, _ = call(full_ask(mentions=[plain]), protocol=protocol)
+    request, _ = call(full_ask(mentions=[plain]))
     assert "extract" not in request.schema["properties"]
     assert "mentions" in request.schema["required"]
 
 
-def test_output_skeleton_mirrors_the_schema(protocol):
+def test_output_skeleton_mirrors_the_schema():
     """model-calls.md §3.4 item 10: the skeleton of the spec, as compact JSON."""
     vendas = {"id": "vendas", "name": "Vendas", "on": [{"message": ["quer comprar"]}]}
     ask = full_ask(floor_run=run(), candidates=[vendas, SUPORTE], mentions=[])
-    request, _ = call(ask, protocol=protocol)
+    request, _ = call(ask)
     lines = sections(request.prompt)["Output"].splitlines()
     assert '{"flows":{"vendas":0,"suporte":0},"branches":{"q1":false},"fields":{"nome":null}}' in lines
 
 
-def test_output_skeleton_expands_extract_objects(protocol):
+def test_output_skeleton_expands_extract_objects():
     """model-calls.md §3.4 item 10: null under extract, false under mentions."""
-    request, _ = call(full_ask(candidates=[], branches=[], fields=[]), protocol=protocol)
+    request, _ = call(full_ask(candidates=[], branches=[], fields=[]))
     assert sections(request.prompt)["Output"].splitlines()[-1] == \
         '{"mentions":{"concorrente":false},"extract":{"concorrente":{"trecho":null,"nome do item":null}}}'
 
 
 # §2.8: aliases ---------------------------------------------------------------------------------
 
-def test_slug_that_needs_an_alias_travels_as_d_n_and_maps_back(protocol):
+def test_slug_that_needs_an_alias_travels_as_d_n_and_maps_back():
     """model-calls.md §2.8: invalid names get <prefix><n>; the reply is mapped back."""
     agent_fields = {**FIELDS, "nome completo": {"type": "string"}}
     ask = full_ask(fields=["nome completo"])
     request, judgement = call(ask, {"fields": {"d2": "Bia Souza"}, "branches": {"q1": True}},
-                              fields=agent_fields, protocol=protocol)
+                              fields=agent_fields)
     assert list(request.schema["properties"]["fields"]["properties"]) == ["d2"]   # q1 took n=1
     assert judgement.fields == {"nome completo": "Bia Souza"}
     assert judgement.branches == {"triagem#m1/quem/0": True}
 
 
-def test_kept_real_ids_are_never_minted_again(protocol):
+def test_kept_real_ids_are_never_minted_again():
     """model-calls.md §2.8: a kept real id such as f1 is taken, so the counter skips it."""
     weird = {"id": "a b", "name": "Weird", "on": [{"message": ["x"]}]}
     f1 = {"id": "f1", "name": "Real f1", "on": [{"message": ["y"]}]}
     ask = full_ask(floor_run=None, floor_flow=None, floor_step=None, candidates=[f1, weird], mentions=[],
                    branches=[("r", "s", 0, "q?")], fields=[])
-    request, judgement = call(ask, {"flows": {"f1": 10, "f2": 90}, "branches": {"q3": False}},
-                              protocol=protocol)
+    request, judgement = call(ask, {"flows": {"f1": 10, "f2": 90}, "branches": {"q3": False}})
     assert list(request.schema["properties"]["flows"]["properties"]) == ["f1", "f2"]
     assert list(request.schema["properties"]["branches"]["properties"]) == ["q3"]
     assert judgement.flows == {"f1": 10, "a b": 90}
@@ -307,14 +303,14 @@ def test_a_minted_alias_takes_the_name_before_a_later_real_id():
     assert table.real("f2") == "f1" and table.real("zzz") == "zzz"
 
 
-def test_a_flow_both_candidate_and_mention_keeps_one_alias(protocol):
+def test_a_flow_both_candidate_and_mention_keeps_one_alias():
     """model-calls.md §2.8: the same real id always gets the same alias; extract uses the flow alias."""
     both = {"id": "x y", "name": "Both", "on": [{"message": ["a"]},
                                                 {"mention": ["b"], "extract": {"p q": {"type": "string"}}}]}
     ask = full_ask(floor_run=None, floor_flow=None, floor_step=None, candidates=[both], mentions=[both],
                    branches=[], fields=[])
     request, judgement = call(ask, {"flows": {"f1": 50}, "mentions": {"f1": True},
-                                    "extract": {"f1": {"p q": "v", "other": None}}}, protocol=protocol)
+                                    "extract": {"f1": {"p q": "v", "other": None}}})
     props = request.schema["properties"]
     assert list(props["flows"]["properties"]) == list(props["mentions"]["properties"]) == ["f1"]
     assert list(props["extract"]["properties"]["f1"]["properties"]) == ["p q"]   # params never aliased
@@ -329,9 +325,9 @@ REPLY = {"flows": {"triagem": 30, "suporte": 88}, "mentions": {"concorrente": Tr
          "branches": {"q1": False}, "fields": {"nome": "Bia"}}
 
 
-def test_structured_reply_is_read_section_by_section(protocol):
+def test_structured_reply_is_read_section_by_section():
     """model-calls.md §3.5 rule 3."""
-    _, judgement = call(full_ask(), REPLY, protocol=protocol)
+    _, judgement = call(full_ask(), REPLY)
     assert judgement.flows == {"triagem": 30, "suporte": 88}
     assert judgement.mentions == {"concorrente": True}
     assert judgement.extract == {"concorrente": {"trecho": "a Beta"}}
@@ -340,26 +336,26 @@ def test_structured_reply_is_read_section_by_section(protocol):
     assert judgement.llm_calls == 1 and judgement.usage is None
 
 
-def test_json_object_inside_reply_text_is_used_when_structured_is_missing(protocol):
+def test_json_object_inside_reply_text_is_used_when_structured_is_missing():
     """model-calls.md §2.9, §3.5 rule 1: prose and fences around the object are tolerated."""
     text = 'Claro! ```json\n{"flows": {"suporte": 70}, "fields": {"nome": "Linha\nquebrada"}}\n``` fim'
-    _, judgement = call(full_ask(), text, protocol=protocol)
+    _, judgement = call(full_ask(), text)
     assert judgement.flows == {"suporte": 70}
     assert judgement.fields == {"nome": "Linha\nquebrada"}      # a raw newline inside a string is tolerated
 
 
-def test_structured_without_any_section_key_falls_back_to_the_text(protocol):
+def test_structured_without_any_section_key_falls_back_to_the_text():
     """model-calls.md §3.5 rule 1: structured must carry at least one of the five section keys."""
     generation = Generation(message='{"flows": {"suporte": 61}}', structured={"message": "oi"})
-    _, judgement = call(full_ask(), generation, protocol=protocol)
+    _, judgement = call(full_ask(), generation)
     assert judgement.flows == {"suporte": 61}
 
 
-def test_malformed_reply_warns_and_judges_nothing_but_counts(caplog, protocol):
+def test_malformed_reply_warns_and_judges_nothing_but_counts(caplog):
     """model-calls.md §3.5 rule 2: warning with the first 200 characters; llm_calls 1; usage counted."""
     usage = TokenUsage(10, 2, 0)
     agent = make_agent({"understand": ["x" * 300]}, provider=ScriptedProvider(
-        script={"understand": ["{not json " + "x" * 300]}, usage=usage), protocol=protocol)
+        script={"understand": ["{not json " + "x" * 300]}, usage=usage))
     with caplog.at_level(logging.WARNING, logger="falai"):
         judgement = falai_calls.understand(agent, full_ask())
     assert (judgement.flows, judgement.mentions, judgement.extract, judgement.branches, judgement.fields) == \
@@ -372,65 +368,61 @@ def test_malformed_reply_warns_and_judges_nothing_but_counts(caplog, protocol):
 @pytest.mark.parametrize("raw, score", [
     (85, 85), (55.5, 55.5), ("85", 85), (" 72,5 ", 72.5), ("0x1A", 26), (150, 100), (-3, 0), ("1e3", 100),
 ])
-def test_scores_are_coerced_and_clamped_not_rounded(raw, score, protocol):
+def test_scores_are_coerced_and_clamped_not_rounded(raw, score):
     """model-calls.md §3.5: numbers or js_number strings, clamped to 0..100, not rounded."""
-    _, judgement = call(full_ask(), {"flows": {"suporte": raw}}, protocol=protocol)
+    _, judgement = call(full_ask(), {"flows": {"suporte": raw}})
     assert judgement.flows == {"suporte": score}
 
 
 @pytest.mark.parametrize("raw", [True, False, "abc", "", "1_000", "1e400", float("inf"), float("nan"),
                                  10 ** 400, None, [50], {"v": 50}])
-def test_unusable_scores_are_dropped(raw, protocol):
+def test_unusable_scores_are_dropped(raw):
     """model-calls.md §3.5: bools, rejected strings, non-finite values (OverflowError too) are dropped."""
-    _, judgement = call(full_ask(), Generation(message="", structured={"flows": {"suporte": raw, "triagem": 5}}),
-                        protocol=protocol)
+    _, judgement = call(full_ask(), Generation(message="", structured={"flows": {"suporte": raw, "triagem": 5}}))
     assert judgement.flows == {"triagem": 5}
 
 
 @pytest.mark.parametrize("raw, answer", [(True, True), (False, False), ("sim", True), (" No ", False),
                                          ("não", False), ("1", True), ("true", True)])
-def test_mentions_and_branches_use_the_boolean_coercion(raw, answer, protocol):
+def test_mentions_and_branches_use_the_boolean_coercion(raw, answer):
     """model-calls.md §3.5, §4: the boolean coercion."""
-    _, judgement = call(full_ask(), {"mentions": {"concorrente": raw}, "branches": {"q1": raw}},
-                        protocol=protocol)
+    _, judgement = call(full_ask(), {"mentions": {"concorrente": raw}, "branches": {"q1": raw}})
     assert judgement.mentions == {"concorrente": answer}
     assert judgement.branches == {"triagem#m1/quem/0": answer}
 
 
 @pytest.mark.parametrize("raw", [1, 0, "talvez", None, [True]])
-def test_non_boolean_mentions_and_branches_are_dropped(raw, protocol):
+def test_non_boolean_mentions_and_branches_are_dropped(raw):
     """model-calls.md §3.5: anything the boolean coercion rejects is dropped."""
-    _, judgement = call(full_ask(), {"mentions": {"concorrente": raw}, "branches": {"q1": raw}},
-                        protocol=protocol)
+    _, judgement = call(full_ask(), {"mentions": {"concorrente": raw}, "branches": {"q1": raw}})
     assert judgement.mentions == {} and judgement.branches == {}
 
 
-def test_extract_drops_none_and_empty_and_does_not_coerce(protocol):
+def test_extract_drops_none_and_empty_and_does_not_coerce():
     """model-calls.md §3.5: extract values are not coerced; {} stays when every entry was dropped."""
     other = {"id": "outro", "name": "Outro", "on": [{"mention": ["x"], "extract": {"n": {"type": "integer"}}}]}
     ask = full_ask(mentions=[CONCORRENTE, other])
     _, judgement = call(ask, {"extract": {"concorrente": {"trecho": "", "nome do item": None},
-                                          "outro": {"n": "3"}}}, protocol=protocol)
+                                          "outro": {"n": "3"}}})
     assert judgement.extract == {"concorrente": {}, "outro": {"n": "3"}}
 
 
-def test_extract_entry_that_is_not_a_dict_is_dropped(protocol):
+def test_extract_entry_that_is_not_a_dict_is_dropped():
     """model-calls.md §3.5: only dict values of extract are read."""
-    _, judgement = call(full_ask(), {"extract": {"concorrente": "a Beta"}, "flows": None}, protocol=protocol)
+    _, judgement = call(full_ask(), {"extract": {"concorrente": "a Beta"}, "flows": None})
     assert judgement.extract == {} and judgement.flows == {}
 
 
-def test_fields_drop_none_and_empty_and_pass_unknown_keys_through(protocol):
+def test_fields_drop_none_and_empty_and_pass_unknown_keys_through():
     """model-calls.md §3.5: raw values, reply order; an unasked key passes through for the applier."""
-    _, judgement = call(full_ask(), {"fields": {"porte": 12, "nome": "", "sem-alias": "x", "empresa": None}},
-                        protocol=protocol)
+    _, judgement = call(full_ask(), {"fields": {"porte": 12, "nome": "", "sem-alias": "x", "empresa": None}})
     assert list(judgement.fields.items()) == [("porte", 12), ("sem-alias", "x")]
 
 
-def test_usage_of_the_call_is_reported(protocol):
+def test_usage_of_the_call_is_reported():
     """model-calls.md §7: the understand call's usage rides on the judgement."""
     provider = ScriptedProvider(script={"understand": [REPLY]}, usage=True)
-    judgement = falai_calls.understand(make_agent(provider=provider, protocol=protocol), full_ask())
+    judgement = falai_calls.understand(make_agent(provider=provider), full_ask())
     request = provider.calls[0]
     assert judgement.usage == TokenUsage(len(request.system or "") + len(request.prompt),
                                          len(json.dumps(REPLY, separators=(",", ":"), ensure_ascii=False)), 0)
@@ -438,21 +430,21 @@ def test_usage_of_the_call_is_reported(protocol):
 
 # §3.1: zero-call rules and failures ------------------------------------------------------------
 
-def test_nothing_to_judge_makes_no_call(protocol):
+def test_nothing_to_judge_makes_no_call():
     """model-calls.md §3.1: no scored flows, mentions, branches or fields: zero calls."""
     ask = F.UnderstandAsk(message="oi", scope=F.Scope(data={}), history=[])
     provider = ScriptedProvider(script={})
     assert falai_calls.needs_understand_call(ask) is False
-    judgement = falai_calls.understand(make_agent(provider=provider, protocol=protocol), ask)
+    judgement = falai_calls.understand(make_agent(provider=provider), ask)
     assert judgement == F.Judgement() and provider.calls == []
 
 
-def test_only_the_floor_flow_to_score_makes_no_call(protocol):
+def test_only_the_floor_flow_to_score_makes_no_call():
     """model-calls.md §3.1: only routing left and the candidates hold only the floor holder's flow."""
     ask = full_ask(candidates=[TRIAGEM], mentions=[], branches=[], fields=[])
     provider = ScriptedProvider(script={})
     assert falai_calls.needs_understand_call(ask) is False
-    assert falai_calls.understand(make_agent(provider=provider, protocol=protocol), ask).llm_calls == 0
+    assert falai_calls.understand(make_agent(provider=provider), ask).llm_calls == 0
     assert provider.calls == []
 
 
@@ -476,19 +468,19 @@ def test_mentions_branches_or_fields_alone_are_judged(change):
     assert falai_calls.needs_understand_call(full_ask(**{**base, **change})) is True
 
 
-def test_provider_error_propagates_unchanged(protocol):
+def test_provider_error_propagates_unchanged():
     """model-calls.md §10.1: the understand call's failure raises out unchanged."""
     error = ProviderError("down", kind="overload")
-    agent = make_agent({"understand": [error]}, protocol=protocol)
+    agent = make_agent({"understand": [error]})
     with pytest.raises(ProviderError) as raised:
         falai_calls.understand(agent, full_ask())
     assert raised.value is error
 
 
-def test_dry_script_raises_runtime_error(protocol):
+def test_dry_script_raises_runtime_error():
     """model-calls.md §12: a call nobody scripted raises RuntimeError out of the understand call."""
     with pytest.raises(RuntimeError, match='no scripted "understand" reply left'):
-        falai_calls.understand(make_agent({}, protocol=protocol), full_ask())
+        falai_calls.understand(make_agent({}), full_ask())
 
 
 # §2.9: finding a JSON object -------------------------------------------------------------------

@@ -17,10 +17,9 @@ SUPORTE = {"id": "suporte", "name": "Suporte", "on": [{"message": ["quer ajuda"]
            "steps": [{"id": "s", "collect": ["nome"]}]}
 
 
-def agent_with(script, *, protocol):
+def agent_with(script):
     return falai().fields(FIELDS).agent(name="Ana", provider=ScriptedProvider(script=script),
-                                        flows=[VENDAS, SUPORTE], idle={"prompt": "Atenda."},
-                                        protocol=protocol)
+                                        flows=[VENDAS, SUPORTE], idle={"prompt": "Atenda."})
 
 
 def understand_prompts(agent):
@@ -28,10 +27,10 @@ def understand_prompts(agent):
             if call.schema_name == "understand"]
 
 
-def test_a_templated_flow_text_renders_with_each_turn_though_the_envelope_is_reused(protocol):
+def test_a_templated_flow_text_renders_with_each_turn_though_the_envelope_is_reused():
     """flows.md §8: a description or phrase that is a template renders with the turn's data every time."""
     script = {"understand": [{"flows": {"suporte": 0}}] * 2, "speak": [{"message": "Certo."}] * 2}
-    agent = agent_with(script, protocol=protocol)
+    agent = agent_with(script)
     for session_id, nome, cidade in (("a", "Bia", "Recife"), ("b", "Caio", "Olinda")):
         agent.turn(session_id=session_id, session=F.Session(id=session_id, data={"nome": nome, "cidade": cidade}),
                    message="oi", id="m1")
@@ -42,10 +41,10 @@ def test_a_templated_flow_text_renders_with_each_turn_though_the_envelope_is_reu
     assert (a.v4_schema or a.schema) is (b.v4_schema or b.schema)   # the same items asked: one envelope
 
 
-def test_the_same_asked_items_give_the_same_request_whether_built_or_reused(protocol):
+def test_the_same_asked_items_give_the_same_request_whether_built_or_reused():
     """model-calls.md §3: a reused envelope changes no byte of the request."""
     script = {"understand": [{"flows": {"suporte": 0}}] * 2, "speak": [{"message": "Certo."}] * 2}
-    agent = agent_with(script, protocol=protocol)
+    agent = agent_with(script)
     for session_id in ("a", "b"):
         agent.turn(session_id=session_id, session=F.Session(id=session_id, data={"nome": "Bia"}), message="oi", id="m1")
     first, second = [call for call in agent.provider.calls if call.schema_name == "understand"]
@@ -53,9 +52,9 @@ def test_the_same_asked_items_give_the_same_request_whether_built_or_reused(prot
         (second.system, second.prompt, second.schema, second.v4_schema)
 
 
-def test_a_hand_made_ask_is_never_kept(protocol):
+def test_a_hand_made_ask_is_never_kept():
     """An ask naming flow dicts that are not the agent's own builds its envelope afresh each time."""
-    agent = agent_with({"understand": [{}, {}]}, protocol=protocol)
+    agent = agent_with({"understand": [{}, {}]})
     flow = {**SUPORTE, "name": "Um"}
     ask = F.UnderstandAsk(message="oi", scope=F.Scope(data={}), history=[], candidates=[flow])
     falai_calls.understand(agent, ask)

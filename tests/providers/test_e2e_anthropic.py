@@ -59,12 +59,12 @@ def script_turn2(fake):
 
 
 @pytest.mark.protocols("v4")      # the v4 wire, byte for byte; tests/model_calls/test_protocol.py covers "lean"
-def test_two_turn_concierge_conversation_over_anthropic(fake, protocol):
+def test_two_turn_concierge_conversation_over_anthropic(fake):
     """The Tool page's Example on AnthropicProvider: the stable prefix as the cached system block, the envelope
     as native structured output (issue 7), the prompt the last user text, tools only on speak rounds
     and only the step's, the round as assistant tool_use and a user tool_result followed by the prompt in the
     same user message (providers.md §2.4, §6.3); usage reconciles cache reads and writes (§6.5)."""
-    agent = concierge(claude(fake), protocol=protocol)
+    agent = concierge(claude(fake))
     script_turn1(fake)
     r1 = agent.turn(session_id="demo", message=M1, id="m1")
     assert [(m.text, m.key) for m in r1.messages] == [(REPLY1, "hospedagem#m1:oferta:1")]
@@ -125,9 +125,9 @@ def test_two_turn_concierge_conversation_over_anthropic(fake, protocol):
     assert len(round1b["messages"]) == 5
 
 
-def test_the_wrap_up_round_carries_no_tools(fake, protocol):
+def test_the_wrap_up_round_carries_no_tools(fake):
     """model-calls.md §6.2: the round after max_tool_loops tool rounds offers no tools."""
-    agent = concierge(claude(fake), max_tool_loops=1, protocol=protocol)
+    agent = concierge(claude(fake), max_tool_loops=1)
     script_turn1(fake)
     r = agent.turn(session_id="demo", message=M1, id="m1")
     assert r.messages[0].text == REPLY1
@@ -136,23 +136,23 @@ def test_the_wrap_up_round_carries_no_tools(fake, protocol):
     assert wrap["messages"][-1]["content"][-1]["text"].rstrip().split("\n\n")[-1].startswith("## Wrap up")
 
 
-def test_turn_stream_yields_the_message_text_and_the_same_result(fake, protocol):
+def test_turn_stream_yields_the_message_text_and_the_same_result(fake):
     """model-calls.md §8 / runtime.md §16 over Anthropic's event stream."""
-    streamed_turns_match(fake, claude, script_turn1, script_turn2, protocol=protocol)
+    streamed_turns_match(fake, claude, script_turn1, script_turn2)
 
 
-def test_an_understand_401_raises_auth(fake, protocol):
+def test_an_understand_401_raises_auth(fake):
     """model-calls.md §10.1: the understand call's ProviderError propagates, kind `auth`."""
-    agent = concierge(claude(fake), protocol=protocol)
+    agent = concierge(claude(fake))
     fake.error(401, {"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}})
     with pytest.raises(ProviderError) as caught:
         agent.turn(session_id="demo", message=M1, id="m1")
     assert caught.value.kind == "auth" and len(fake.requests) == 1
 
 
-def test_a_529_overloaded_defers_the_speak_step(fake, protocol):
+def test_a_529_overloaded_defers_the_speak_step(fake):
     """providers.md §6.5: 529 overloaded_error is `overload`, retried; then runtime.md §10.2: deferred, +1m."""
-    agent = concierge(claude(fake), protocol=protocol)
+    agent = concierge(claude(fake))
     fake.sse(*text_events(UNDERSTAND1))
     for _ in range(2):
         fake.error(529, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
@@ -164,9 +164,9 @@ def test_a_529_overloaded_defers_the_speak_step(fake, protocol):
     assert len(fake.requests) == 3
 
 
-def test_an_in_band_overload_mid_stream_defers_and_keeps_the_deltas(fake, protocol):
+def test_an_in_band_overload_mid_stream_defers_and_keeps_the_deltas(fake):
     """providers.md §6.5 `error` event, §1.6 rule 4; model-calls.md §8 "Failures"."""
-    agent = concierge(claude(fake), max_tool_loops=0, protocol=protocol)
+    agent = concierge(claude(fake), max_tool_loops=0)
     fake.sse(*text_events(UNDERSTAND1))
     events = text_events(SPEAK1)[:3] + [json.dumps({"type": "error", "error": {"type": "overloaded_error",
                                                                                 "message": "Overloaded"}})]
@@ -182,14 +182,14 @@ def test_an_in_band_overload_mid_stream_defers_and_keeps_the_deltas(fake, protoc
     pytest.param({}, id="the-reset-alone"),
     pytest.param({"retry-after": "60"}, id="retry-after-beside-the-reset-still-defers-to-the-reset"),
 ])
-def test_a_quota_429_with_a_reset_time_defers_to_the_reset(fake, retry_after, protocol):
+def test_a_quota_429_with_a_reset_time_defers_to_the_reset(fake, retry_after):
     """runtime.md §10.2: `quota` is retryable only when the error states a reset time, and a later
     `reset_at_ms` moves the wake (providers.md §8.1: anthropic-ratelimit-unified-reset). Anthropic sends
     `retry-after` beside its `anthropic-ratelimit-*-reset` headers: `reset_at_ms` "can be far beyond
     retry_after_ms", both are filled, and the wake still moves to the reset (providers.md §8.1)."""
     now = real_now_iso()
     reset_s = ms_of(now) // 1000 + 5 * 3600
-    agent = concierge(claude(fake), clock=now, protocol=protocol)
+    agent = concierge(claude(fake), clock=now)
     fake.sse(*text_events(UNDERSTAND1))
     fake.error(429, {"type": "error", "error": {"type": "rate_limit_error",
                                                 "message": "You have reached your usage limit for this 5h window."}},
@@ -200,7 +200,7 @@ def test_a_quota_429_with_a_reset_time_defers_to_the_reset(fake, retry_after, pr
                                         at=at_of(reset_s * 1000))]
 
 
-def test_a_blank_message_with_a_tool_round_still_opens_with_a_user_message(fake, protocol):
+def test_a_blank_message_with_a_tool_round_still_opens_with_a_user_message(fake):
     """providers.md §2.2 item 2 / model-calls.md §6.7 rule 1: the engine puts a user item before the first
     assistant tool call so that no conversation opens with the model's own call (Anthropic's Messages API
     requires the first message to be a user message); python-api.md, One turn: `message=""` is a message."""
@@ -208,7 +208,7 @@ def test_a_blank_message_with_a_tool_round_still_opens_with_a_user_message(fake,
     agent = falai().fields({}).agent(
         name="Concierge", provider=claude(fake), idle={"prompt": "Atenda pelo hotel."},
         tools=[Tool(id="agora", description="Hora atual.", parameters={"type": "object", "properties": {}},
-                    handler=lambda args, ctx: {"value": "10h"})], protocol=protocol)
+                    handler=lambda args, ctx: {"value": "10h"})])
     fake.sse(*call_events("agora", {}))
     fake.sse(*text_events('{"message":"São 10h."}'))
     r = agent.turn(session_id="demo", message="", id="m1")
@@ -216,9 +216,9 @@ def test_a_blank_message_with_a_tool_round_still_opens_with_a_user_message(fake,
     assert fake.requests[1].json["messages"][0]["role"] == "user"
 
 
-def test_thinking_of_a_tool_round_is_never_replayed(fake, protocol):
+def test_thinking_of_a_tool_round_is_never_replayed(fake):
     """providers.md §2.4 / §6.3: Anthropic's reasoning is never replayed (its thinking blocks are signed)."""
-    agent = concierge(claude(fake), protocol=protocol)
+    agent = concierge(claude(fake))
     fake.sse(*text_events(UNDERSTAND1))
     events = [json.loads(e) for e in call_events("preco", {"cidade": "Curitiba"})]
     thinking = [{"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}},
@@ -237,13 +237,12 @@ def test_thinking_of_a_tool_round_is_never_replayed(fake, protocol):
         {"type": "tool_use", "id": "call-0-0", "name": "preco", "input": {"cidade": "Curitiba"}}]
 
 
-def test_a_tool_round_with_thinking_on_replays_the_signed_block(fake, protocol):
+def test_a_tool_round_with_thinking_on_replays_the_signed_block(fake):
     """Issue 7 item 4 through turn(): with an effort set, round 1 of the speak call thinks and calls preco;
     round 2 must open its assistant message with round 1's signed thinking block, which the engine carries
     as the item's reasoningDetails. The strict fake answers Anthropic's 400 when it is missing (the old
     code dropped the signature_delta, so the turn failed)."""
-    agent = concierge(claude(fake, model="claude-sonnet-4-5", config={"effort": "low", "maxTokens": 4096}),
-                      protocol=protocol)
+    agent = concierge(claude(fake, model="claude-sonnet-4-5", config={"effort": "low", "maxTokens": 4096}))
     fake.sse(*text_events(UNDERSTAND1))
     fake.sse(*anthropic_thinking_tool_events("Vejo o preço.", "SIG-1", "preco", {"cidade": "Curitiba"}), raw=True)
     fake.sse(*text_events(SPEAK1))

@@ -44,11 +44,11 @@ def openai_call(server, name, args):
                openai_frame(finish="tool_calls"), "[DONE]")
 
 
-def test_an_overloaded_gemini_falls_through_to_openrouter_for_the_whole_turn(servers, protocol):
+def test_an_overloaded_gemini_falls_through_to_openrouter_for_the_whole_turn(servers):
     """providers.md §7 rules 1-3: a 503 (overload) cools Gemini and the call goes to the next member; the
     cooling member is skipped on the turn's later calls; the turn answers normally."""
     g, o = servers
-    agent = concierge(FallbackProvider(list(members(g, o))), protocol=protocol)
+    agent = concierge(FallbackProvider(list(members(g, o))))
     g.error(503, OVERLOADED)
     openai_text(o, UNDERSTAND1)
     openai_call(o, "preco", {"cidade": "Curitiba"})
@@ -59,12 +59,12 @@ def test_an_overloaded_gemini_falls_through_to_openrouter_for_the_whole_turn(ser
     assert o.requests[2].json["messages"][2]["tool_calls"][0]["id"] == "call-0-0"
 
 
-def test_a_round_history_with_a_gemini_signature_maps_cleanly_onto_the_backup(servers, protocol):
+def test_a_round_history_with_a_gemini_signature_maps_cleanly_onto_the_backup(servers):
     """model-calls.md §6.7 / providers.md §2.4, §5.3: round 0 answered by Gemini (with a thought signature),
     round 1 falls through to the OpenAI-compatible member: its messages carry the engine's call ids and no
     Gemini-only field."""
     g, o = servers
-    agent = concierge(FallbackProvider(list(members(g, o))), protocol=protocol)
+    agent = concierge(FallbackProvider(list(members(g, o))))
     g.sse(gemini_frame(text=UNDERSTAND1, finish="STOP"))
     g.sse(gemini_frame(call=("preco", {"cidade": "Curitiba"}), signature="sig-1", finish="STOP"))
     g.error(503, OVERLOADED)
@@ -81,11 +81,11 @@ def test_a_round_history_with_a_gemini_signature_maps_cleanly_onto_the_backup(se
     assert "sig-1" not in o.requests[0].raw.decode() and "thoughtSignature" not in o.requests[0].raw.decode()
 
 
-def test_turn_stream_falls_through_before_the_first_chunk(servers, protocol):
+def test_turn_stream_falls_through_before_the_first_chunk(servers):
     """providers.md §7 rule 2-3: generate_stream falls through when nothing was yielded yet; the streamed
     turn equals turn() on the same replies (model-calls.md §8)."""
     g, o = servers
-    agent = concierge(FallbackProvider(list(members(g, o))), protocol=protocol)
+    agent = concierge(FallbackProvider(list(members(g, o))))
     g.sse(gemini_frame(text=UNDERSTAND1, finish="STOP"))
     g.sse(gemini_frame(call=("preco", {"cidade": "Curitiba"}), finish="STOP"))
     g.error(503, OVERLOADED)
@@ -95,7 +95,7 @@ def test_turn_stream_falls_through_before_the_first_chunk(servers, protocol):
     assert chunks[-1].result.messages[0].text == REPLY1
 
 
-def test_every_member_cooling_defers_the_step_to_the_earliest_reset(servers, protocol):
+def test_every_member_cooling_defers_the_step_to_the_earliest_reset(servers):
     """providers.md §7 rule 4: with every member cooling, NoAvailableProviderError (kind `rate`, reset_at_ms =
     the earliest retry time); runtime.md §10.2: provider-unavailable, and the later reset moves the wake."""
     g, o = servers
@@ -103,7 +103,7 @@ def test_every_member_cooling_defers_the_step_to_the_earliest_reset(servers, pro
     now_ms = ms_of(now)
     gemini, openai = members(g, o)
     pool = FallbackProvider([gemini, openai], now=lambda: now_ms)
-    agent = concierge(pool, clock=now, protocol=protocol)
+    agent = concierge(pool, clock=now)
     # understand: Gemini throttled until +2h by its reset header, OpenRouter answers.
     g.error(429, {"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED"}},
             headers={"x-ratelimit-reset": str(now_ms // 1000 + 7200)})
@@ -124,10 +124,10 @@ def test_every_member_cooling_defers_the_step_to_the_earliest_reset(servers, pro
     assert abs(second_at - (now_ms + 2 * 3_600_000)) < 5_000      # the earliest reset, later than +5m
 
 
-def test_an_understand_failure_of_a_kind_without_cooldown_raises_at_once(servers, protocol):
+def test_an_understand_failure_of_a_kind_without_cooldown_raises_at_once(servers):
     """providers.md §7 (no fallthrough for `invalid`), §8.4: the understand call raises out of turn()."""
     g, o = servers
-    agent = concierge(FallbackProvider(list(members(g, o))), protocol=protocol)
+    agent = concierge(FallbackProvider(list(members(g, o))))
     g.error(400, {"error": {"code": 400, "message": "Invalid JSON payload received.", "status": "INVALID_ARGUMENT"}})
     with pytest.raises(ProviderError) as caught:
         agent.turn(session_id="demo", message=M1, id="m1")

@@ -67,12 +67,12 @@ def system_of(body: dict) -> str:
 # The two-turn Concierge conversation ###########################################
 
 @pytest.mark.protocols("v4")      # the v4 wire, byte for byte; tests/model_calls/test_protocol.py covers "lean"
-def test_two_turn_concierge_conversation_over_gemini(fake, protocol):
+def test_two_turn_concierge_conversation_over_gemini(fake):
     """The Tool page's Example through agent.turn() on GeminiProvider: understand + speak with a preco
     tool round on turn 1, reservar writing `data` on turn 2 (Tool seed page; model-calls.md §6, §7;
     providers.md §4.3-§4.8)."""
     handled = []
-    agent = concierge(gemini(fake), handled=handled, protocol=protocol)
+    agent = concierge(gemini(fake), handled=handled)
     script_turn1(fake)
     r1 = agent.turn(session_id="demo", message=M1, id="m1")
 
@@ -164,11 +164,11 @@ def test_two_turn_concierge_conversation_over_gemini(fake, protocol):
 
 
 @pytest.mark.protocols("v4")      # the v4 wire, byte for byte; tests/model_calls/test_protocol.py covers "lean"
-def test_the_wrap_up_round_carries_no_tools_and_enforces_the_schema(fake, protocol):
+def test_the_wrap_up_round_carries_no_tools_and_enforces_the_schema(fake):
     """model-calls.md §6.2 / Tool page "Rounds": after max_tool_loops rounds with calls, one round runs
     with no tools and a "## Wrap up" section; without tools Gemini enforces the schema natively
     (providers.md §4.5: "Calls without tools always get the enforced schema")."""
-    agent = concierge(gemini(fake), max_tool_loops=1, protocol=protocol)
+    agent = concierge(gemini(fake), max_tool_loops=1)
     script_turn1(fake)
     r = agent.turn(session_id="demo", message=M1, id="m1")
     assert r.messages[0].text == REPLY1 and r.llm_calls == 3
@@ -183,11 +183,11 @@ def test_the_wrap_up_round_carries_no_tools_and_enforces_the_schema(fake, protoc
 
 
 @pytest.mark.protocols("v4")      # the v4 wire, byte for byte; tests/model_calls/test_protocol.py covers "lean"
-def test_gemini_3_enforces_the_schema_beside_tools_and_replays_the_signature(fake, protocol):
+def test_gemini_3_enforces_the_schema_beside_tools_and_replays_the_signature(fake):
     """providers.md §4.5: on gemini-3 the schema is enforced and the tools declared on the same call;
     §4.7: the signature returned with the call is replayed verbatim, and the engine's layout (the prompt
     last) never needs the placeholder."""
-    agent = concierge(gemini(fake, model="gemini-3-flash-preview"), protocol=protocol)
+    agent = concierge(gemini(fake, model="gemini-3-flash-preview"))
     script_turn1(fake)
     r = agent.turn(session_id="demo", message=M1, id="m1")
     assert r.messages[0].text == REPLY1
@@ -199,11 +199,11 @@ def test_gemini_3_enforces_the_schema_beside_tools_and_replays_the_signature(fak
     assert "skip_thought_signature_validator" not in json.dumps(round1)
 
 
-def test_parallel_calls_share_one_model_content_and_one_response_content(fake, protocol):
+def test_parallel_calls_share_one_model_content_and_one_response_content(fake):
     """providers.md §4.4 rules 3 and 5, §4.7: two calls of one round are two functionCall parts of one
     model content (only the first carries the signature Gemini returned), answered by two functionResponse
     parts of one user content, in call order; engine ids call-0-0, call-0-1 (model-calls.md §6.7)."""
-    agent = concierge(gemini(fake), protocol=protocol)
+    agent = concierge(gemini(fake))
     fake.sse(gemini_frame(text=UNDERSTAND1, finish="STOP"))
     fake.sse(gemini_frame(calls=[("preco", {"cidade": "Curitiba"}), ("preco", {"cidade": "Recife"})],
                           signature="sig-both", finish="STOP"))
@@ -222,15 +222,15 @@ def test_parallel_calls_share_one_model_content_and_one_response_content(fake, p
 
 # turn_stream() #################################################################
 
-def test_turn_stream_yields_the_message_text_in_order_and_the_same_result(fake, protocol):
+def test_turn_stream_yields_the_message_text_in_order_and_the_same_result(fake):
     """model-calls.md §8 / runtime.md §16: the deltas are the customer-facing text decoded from the
     streamed envelope (never raw JSON), in order; text written beside a tool call reaches the stream but
     not the final message (Tool page, Streaming); the last chunk's result equals turn()'s."""
-    t1, t2 = plain_turns(gemini, script_turn1, script_turn2, protocol=protocol)
+    t1, t2 = plain_turns(gemini, script_turn1, script_turn2)
 
     script_turn1(fake)
     script_turn2(fake)
-    agent = concierge(gemini(fake), protocol=protocol)
+    agent = concierge(gemini(fake))
     chunks1 = list(agent.turn_stream(session_id="demo", message=M1, id="m1"))
     deltas1 = [c.delta for c in chunks1[:-1]]
     assert all(not c.done and c.result is None and c.delta for c in chunks1[:-1])
@@ -246,10 +246,10 @@ def test_turn_stream_yields_the_message_text_in_order_and_the_same_result(fake, 
     same_result(chunks2[-1].result, t2)
 
 
-def test_a_streamed_reply_split_inside_an_escape_decodes_whole_characters(fake, protocol):
+def test_a_streamed_reply_split_inside_an_escape_decodes_whole_characters(fake):
     """model-calls.md §8: the decoder decodes escapes and holds back an incomplete one, so a reply whose
     frames cut a \\uXXXX escape still streams whole characters."""
-    agent = concierge(gemini(fake), protocol=protocol)
+    agent = concierge(gemini(fake))
     envelope = '{"message":"A di\\u00e1ria \\u00e9 R$ 420.\\nPosso reservar?"}'
     cut = envelope.index("\\u00e1") + 3
     script_turn1(fake, reply_parts=[envelope[:cut], envelope[cut:]])
@@ -272,10 +272,10 @@ BAD_REQUEST = {"error": {"code": 400, "message": "Invalid JSON payload received.
                                                 (403, {"error": {"code": 403, "message": "denied",
                                                                  "status": "PERMISSION_DENIED"}}, "auth"),
                                                 (400, BAD_REQUEST, "invalid")])
-def test_an_understand_failure_raises_out_of_turn_with_its_kind(fake, status, body, kind, protocol):
+def test_an_understand_failure_raises_out_of_turn_with_its_kind(fake, status, body, kind):
     """model-calls.md §10.1 / providers.md §4.10, §8.4: the ProviderError propagates out of turn(), with
     the kind Gemini's answer classifies as, after one attempt (not retried); nothing was written."""
-    agent = concierge(gemini(fake), protocol=protocol)
+    agent = concierge(gemini(fake))
     script_turn1(fake)
     first = agent.turn(session_id="demo", message=M1, id="m1")
     fake.requests.clear()
@@ -288,9 +288,9 @@ def test_an_understand_failure_raises_out_of_turn_with_its_kind(fake, status, bo
     assert first.session.to_dict() == before               # the caller's session was never touched
 
 
-def test_an_understand_failure_raises_out_of_turn_stream_before_any_delta(fake, protocol):
+def test_an_understand_failure_raises_out_of_turn_stream_before_any_delta(fake):
     """model-calls.md §8 "Failures": an understand failure raises from the iterator before any delta."""
-    agent = concierge(gemini(fake), protocol=protocol)
+    agent = concierge(gemini(fake))
     fake.error(400, BAD_KEY)
     stream = agent.turn_stream(session_id="demo", message=M1, id="m1")
     with pytest.raises(ProviderError) as caught:
@@ -298,10 +298,10 @@ def test_an_understand_failure_raises_out_of_turn_stream_before_any_delta(fake, 
     assert caught.value.kind == "auth"
 
 
-def test_a_blank_understand_reply_raises_overload(fake, protocol):
+def test_a_blank_understand_reply_raises_overload(fake):
     """providers.md §3.5 rule 6, §8.4: a blank reply is ProviderError(kind="overload"), not retried in the
     provider; on the understand call it raises to the host, who replays."""
-    agent = concierge(gemini(fake), protocol=protocol)
+    agent = concierge(gemini(fake))
     fake.sse(gemini_frame(text="   ", finish="STOP"))
     with pytest.raises(ProviderError) as caught:
         agent.turn(session_id="demo", message=M1, id="m1")
@@ -318,11 +318,11 @@ def retry_key(at_ms: int, step="oferta") -> str:
     return f"hospedagem#m1:{step}:1:retry:{at_ms}"
 
 
-def test_a_503_after_the_retries_defers_the_talk_step_on_the_first_rung(fake, protocol):
+def test_a_503_after_the_retries_defers_the_talk_step_on_the_first_rung(fake):
     """runtime.md §10.2 / providers.md §4.10: 503 UNAVAILABLE is overload, retried in the provider, then the
     speak call defers `provider-unavailable`: a retry wake `<runId>:<stepId>:<visit>:retry:<atMs>` at +1m,
     the line `prompt / deferred` with `until`; llm_calls counts the failed round, usage only what completed."""
-    agent = concierge(gemini(fake), protocol=protocol)
+    agent = concierge(gemini(fake))
     understood(fake)
     fake.error(503, OVERLOADED)
     fake.error(503, OVERLOADED)
@@ -340,10 +340,10 @@ def test_a_503_after_the_retries_defers_the_talk_step_on_the_first_rung(fake, pr
     assert (run.step_id, run.status) == ("oferta", "waiting")
 
 
-def test_the_retry_wake_speaks_again_at_the_same_visit_and_key(fake, protocol):
+def test_the_retry_wake_speaks_again_at_the_same_visit_and_key(fake):
     """runtime.md §10.2: the wake re-runs the same step at the same visit, so the message key holds; the
     speak prompt's input section says the customer's last message has no answer yet (model-calls.md §5.3)."""
-    agent = concierge(gemini(fake), protocol=protocol)
+    agent = concierge(gemini(fake))
     understood(fake)
     fake.error(503, OVERLOADED)
     fake.error(503, OVERLOADED)
@@ -360,9 +360,9 @@ def test_the_retry_wake_speaks_again_at_the_same_visit_and_key(fake, protocol):
     assert [c["role"] for c in fake.requests[4].json["contents"]] == ["user", "model", "user", "user"]
 
 
-def test_a_second_failure_in_a_row_takes_the_next_rung(fake, protocol):
+def test_a_second_failure_in_a_row_takes_the_next_rung(fake):
     """runtime.md §10.2: attempt = trailing `deferred` lines of this step; the second wake is at +5m."""
-    agent = concierge(gemini(fake, retry_config={"timeout": 3000, "retries": 0}), protocol=protocol)
+    agent = concierge(gemini(fake, retry_config={"timeout": 3000, "retries": 0}))
     understood(fake)
     fake.error(503, OVERLOADED)
     r = agent.turn(session_id="demo", message=M1, id="m1")
@@ -375,10 +375,10 @@ def test_a_second_failure_in_a_row_takes_the_next_rung(fake, protocol):
         "deferred", "provider-unavailable", iso_of(at))
 
 
-def test_a_429_with_a_long_retry_delay_is_rate_and_does_not_move_the_wake(fake, protocol):
+def test_a_429_with_a_long_retry_delay_is_rate_and_does_not_move_the_wake(fake):
     """providers.md §4.10: a 429 with RetryInfo is `rate`; a retryDelay over 30 s ends the in-provider
     retries; runtime.md §10.2: `retry_after_ms` never moves the wake, which stays on the +1m rung."""
-    agent = concierge(gemini(fake), protocol=protocol)
+    agent = concierge(gemini(fake))
     understood(fake)
     fake.error(429, {"error": {"code": 429, "message": "You exceeded your current quota.",
                                "status": "RESOURCE_EXHAUSTED",
@@ -391,11 +391,11 @@ def test_a_429_with_a_long_retry_delay_is_rate_and_does_not_move_the_wake(fake, 
     assert r.outcomes[-1].code == "provider-unavailable"
 
 
-def test_a_429_with_a_short_retry_delay_sleeps_it_then_defers(fake, protocol):
+def test_a_429_with_a_short_retry_delay_sleeps_it_then_defers(fake):
     """providers.md §3.8 / §4.10: a short retryDelay is slept as given between attempts; when the retries
     run out the speak call defers on the ladder (+1m)."""
     sleeps = []
-    agent = concierge(gemini(fake, sleep=sleeps.append), protocol=protocol)
+    agent = concierge(gemini(fake, sleep=sleeps.append))
     understood(fake)
     throttled = {"error": {"code": 429, "message": "Resource has been exhausted (e.g. check quota).",
                            "status": "RESOURCE_EXHAUSTED",
@@ -407,9 +407,9 @@ def test_a_429_with_a_short_retry_delay_sleeps_it_then_defers(fake, protocol):
     assert r.schedule[0].key == retry_key(NOW_MS + 60_000)
 
 
-def test_a_429_then_success_answers_in_the_same_turn(fake, protocol):
+def test_a_429_then_success_answers_in_the_same_turn(fake):
     """providers.md §3.8: the in-provider retry is invisible to the turn (one speak round, one llm call)."""
-    agent = concierge(gemini(fake), max_tool_loops=0, protocol=protocol)
+    agent = concierge(gemini(fake), max_tool_loops=0)
     understood(fake)
     fake.error(429, {"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED",
                                "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo",
@@ -423,13 +423,13 @@ def test_a_429_then_success_answers_in_the_same_turn(fake, protocol):
     pytest.param(7200, True, id="a-reset-later-than-the-rung-moves-the-wake"),
     pytest.param(40, False, id="an-earlier-reset-leaves-the-wake-on-the-60s-rung"),
 ])
-def test_only_a_reset_header_later_than_the_rung_moves_the_wake(fake, reset_in_s, moves, protocol):
+def test_only_a_reset_header_later_than_the_rung_moves_the_wake(fake, reset_in_s, moves):
     """runtime.md §10.2 step 3: a `reset_at_ms` later than the rung moves the wake to it; an earlier one leaves
     it on the rung (providers.md §8.1: vendor reset headers; §3.8: a wait over 30 s ends the in-provider
     retries)."""
     now = real_now_iso()
     reset_s = ms_of(now) // 1000 + reset_in_s
-    agent = concierge(gemini(fake), clock=now, protocol=protocol)
+    agent = concierge(gemini(fake), clock=now)
     understood(fake)
     fake.error(429, {"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED"}},
                headers={"x-ratelimit-reset": str(reset_s)})
@@ -440,11 +440,11 @@ def test_only_a_reset_header_later_than_the_rung_moves_the_wake(fake, reset_in_s
     assert r.outcomes[-1].until == iso_of(at) and r.outcomes[-1].code == "provider-unavailable"
 
 
-def test_a_per_day_quota_429_ends_the_run_failed_with_provider_quota(fake, protocol):
+def test_a_per_day_quota_429_ends_the_run_failed_with_provider_quota(fake):
     """providers.md §4.10 rule 2: only PerDay quota ids → `quota`; runtime.md §10.2: `provider-quota` is not
     retryable without a reset time: the line `prompt / failed / provider-quota`, the run ends `failed`,
     no wake."""
-    agent = concierge(gemini(fake), protocol=protocol)
+    agent = concierge(gemini(fake))
     understood(fake)
     fake.error(429, {"error": {"code": 429, "message": "You exceeded your current quota.",
                                "status": "RESOURCE_EXHAUSTED",
@@ -465,10 +465,10 @@ def test_a_per_day_quota_429_ends_the_run_failed_with_provider_quota(fake, proto
                                              "tokens allowed (1048576).", "status": "INVALID_ARGUMENT"}},
      "provider-context"),
 ])
-def test_a_final_speak_failure_ends_the_run_with_its_code(fake, status, body, code, protocol):
+def test_a_final_speak_failure_ends_the_run_with_its_code(fake, status, body, code):
     """runtime.md §10.2 table: auth → provider-auth, model → provider-invalid, context → provider-context,
     none retryable: the run ends `failed`, no wake, turn() returns."""
-    agent = concierge(gemini(fake), protocol=protocol)
+    agent = concierge(gemini(fake))
     understood(fake)
     fake.error(status, body)
     r = agent.turn(session_id="demo", message=M1, id="m1")
@@ -478,11 +478,11 @@ def test_a_final_speak_failure_ends_the_run_with_its_code(fake, status, body, co
 
 @pytest.mark.parametrize("text", ['{"message":""}', '{"message": null}', '   ', '{"message": "Olá, tudo',
                                   '```json\n{"message": "Olá'])
-def test_a_blank_or_broken_envelope_defers_as_provider_unavailable(fake, text, protocol):
+def test_a_blank_or_broken_envelope_defers_as_provider_unavailable(fake, text):
     """model-calls.md §5.5 / §10.2, providers.md §3.5 rules 4 and 6: a blank reply, or envelope-shaped text
     that does not parse, is never sent: the step defers `provider-unavailable` (retryable, +1m); the
     provider raises overload after the stream and does not retry it."""
-    agent = concierge(gemini(fake), max_tool_loops=0, protocol=protocol)
+    agent = concierge(gemini(fake), max_tool_loops=0)
     understood(fake)
     fake.sse(gemini_frame(text=text, finish="STOP", usage=(9, 9, 0, 0)))
     r = agent.turn(session_id="demo", message=M1, id="m1")
@@ -492,12 +492,12 @@ def test_a_blank_or_broken_envelope_defers_as_provider_unavailable(fake, text, p
     assert r.llm_calls == 2
 
 
-def test_a_failure_after_a_tool_round_keeps_its_data_and_the_completed_usage(fake, protocol):
+def test_a_failure_after_a_tool_round_keeps_its_data_and_the_completed_usage(fake):
     """model-calls.md §10.2 / §6.6: the handlers ran, so the failed speak call's data patches are kept (a
     deliberate difference from the original: the booking code is not lost); llm_calls includes every round
     attempted; usage the rounds that completed."""
     handled = []
-    agent = concierge(gemini(fake, retry_config={"timeout": 3000, "retries": 0}), handled=handled, protocol=protocol)
+    agent = concierge(gemini(fake, retry_config={"timeout": 3000, "retries": 0}), handled=handled)
     script_turn1(fake)
     r1 = agent.turn(session_id="demo", message=M1, id="m1")
     fake.sse(gemini_frame(text=UNDERSTAND2, finish="STOP", usage=(110, 12, 0, 0)))
@@ -511,11 +511,11 @@ def test_a_failure_after_a_tool_round_keeps_its_data_and_the_completed_usage(fak
     assert r2.schedule[0].key == retry_key(NOW_MS + 60_000, step="confirma")
 
 
-def test_a_stream_that_fails_after_deltas_defers_and_keeps_the_deltas(fake, protocol):
+def test_a_stream_that_fails_after_deltas_defers_and_keeps_the_deltas(fake):
     """model-calls.md §8 "Failures" / providers.md §1.6 rule 4, §4.9: an in-band error after text reached
     the stream propagates (no retry); the deltas already yielded stay yielded, the last chunk carries the
     deferred outcome, and nothing of the partial text is in result.messages."""
-    agent = concierge(gemini(fake), max_tool_loops=0, protocol=protocol)
+    agent = concierge(gemini(fake), max_tool_loops=0)
     understood(fake)
     fake.sse(gemini_frame(text='{"message":"A diária'),
              json.dumps({"error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}}))
@@ -530,11 +530,11 @@ def test_a_stream_that_fails_after_deltas_defers_and_keeps_the_deltas(fake, prot
 # More of the stack ###############################################################
 
 @pytest.mark.protocols("v4")      # v4 prompt and envelope text; tests/model_calls/test_protocol.py covers "lean"
-def test_a_field_the_speak_envelope_reports_is_written_and_the_flow_moves_on(fake, protocol):
+def test_a_field_the_speak_envelope_reports_is_written_and_the_flow_moves_on(fake):
     """model-calls.md §5.4-§5.6, §4: the collecting step's envelope carries its pending field (enforced beside
     the tools the step offers: model-calls.md §6.1, providers.md §4.5); a value the model reports
     is written at settle and the run moves to the next talk step, which waits for the next message."""
-    agent = concierge(gemini(fake), protocol=protocol)
+    agent = concierge(gemini(fake))
     fake.sse(gemini_frame(text=json.dumps({"flows": {"hospedagem": 92}, "fields": {"cidade": None, "reserva": None}}),
                           finish="STOP"))
     fake.sse(gemini_frame(text='{"message":"Ótimo, Curitiba! Já vejo o preço.","cidade":"Curitiba"}',
@@ -552,23 +552,23 @@ def test_a_field_the_speak_envelope_reports_is_written_and_the_flow_moves_on(fak
     assert "## Still to collect" in text_of(speak["contents"][-1])
 
 
-def test_a_fenced_reply_under_the_schema_prompt_is_read_and_streamed_as_text(fake, protocol):
+def test_a_fenced_reply_under_the_schema_prompt_is_read_and_streamed_as_text(fake):
     """providers.md §3.6 (a code fence is read leniently) and model-calls.md §8 (a leading fence is skipped
     by the decoder): a model that fences its JSON still answers, in turn() and turn_stream() alike."""
     fence = "```json\n" + SPEAK1 + "\n```"
     script_turn1(fake, reply_parts=pieces(fence, 4))
-    t = concierge(gemini(fake), protocol=protocol).turn(session_id="demo", message=M1, id="m1")
+    t = concierge(gemini(fake)).turn(session_id="demo", message=M1, id="m1")
     assert t.messages[0].text == REPLY1
     script_turn1(fake, reply_parts=pieces(fence, 4))
-    chunks = list(concierge(gemini(fake), protocol=protocol).turn_stream(session_id="demo", message=M1, id="m1"))
+    chunks = list(concierge(gemini(fake)).turn_stream(session_id="demo", message=M1, id="m1"))
     assert "".join(c.delta for c in chunks[:-1]) == REPLY1
     same_result(chunks[-1].result, t)
 
 
-def test_thoughts_count_as_output_and_are_never_replayed(fake, protocol):
+def test_thoughts_count_as_output_and_are_never_replayed(fake):
     """providers.md §4.8 (a `thought` part is reasoning; thoughtsTokenCount is output), §4.4 rule 7 (the
     reasoning of earlier rounds is not replayed to Gemini; only the signature is)."""
-    agent = concierge(gemini(fake), protocol=protocol)
+    agent = concierge(gemini(fake))
     fake.sse(gemini_frame(text=UNDERSTAND1, finish="STOP"))
     fake.sse(gemini_frame(thought="SECRET-THOUGHT", call=("preco", {"cidade": "Curitiba"}), signature="sig-t",
                           finish="STOP", usage=(10, 2, 0, 30)))
@@ -580,9 +580,9 @@ def test_thoughts_count_as_output_and_are_never_replayed(fake, protocol):
     assert "SECRET-THOUGHT" not in raw and "sig-t" in raw
 
 
-def test_usage_is_none_when_gemini_reports_none_and_partial_when_some_do(fake, protocol):
+def test_usage_is_none_when_gemini_reports_none_and_partial_when_some_do(fake):
     """model-calls.md §7: usage sums what was reported; None, never zeros, when no call reported."""
-    agent = concierge(gemini(fake), protocol=protocol)
+    agent = concierge(gemini(fake))
     fake.sse(gemini_frame(text=UNDERSTAND1, finish="STOP"))
     fake.sse(gemini_frame(call=("preco", {"cidade": "Curitiba"}), finish="STOP"))
     fake.sse(gemini_frame(text=SPEAK1, finish="STOP"))
@@ -594,10 +594,10 @@ def test_usage_is_none_when_gemini_reports_none_and_partial_when_some_do(fake, p
     assert (u.prompt_tokens, u.completion_tokens, u.cached_input_tokens) == (7, 1, 2)
 
 
-def test_the_idle_speaker_failure_writes_an_idle_deferred_line_and_no_wake(fake, protocol):
+def test_the_idle_speaker_failure_writes_an_idle_deferred_line_and_no_wake(fake):
     """runtime.md §10.1 / model-calls.md §10.2: the idle speaker's failure is `idle / deferred / <code>` with
     llm_calls, no wake; turn() returns."""
-    agent = falai().fields({}).agent(name="Concierge", provider=gemini(fake), idle={"prompt": "Atenda pelo hotel."}, protocol=protocol)
+    agent = falai().fields({}).agent(name="Concierge", provider=gemini(fake), idle={"prompt": "Atenda pelo hotel."})
     fake.error(503, OVERLOADED)
     fake.error(503, OVERLOADED)
     r = agent.turn(session_id="demo", message="oi", id="m1")
@@ -607,11 +607,11 @@ def test_the_idle_speaker_failure_writes_an_idle_deferred_line_and_no_wake(fake,
 
 
 @pytest.mark.protocols("v4")      # the v4 wire, byte for byte; tests/model_calls/test_protocol.py covers "lean"
-def test_compaction_summarizes_over_gemini_before_the_understand_call(fake, protocol):
+def test_compaction_summarizes_over_gemini_before_the_understand_call(fake):
     """model-calls.md §9.2-§9.4: one summary call (plain text, no history, max_output_tokens 1024, never
     streamed) right before the first call; the summary reaches the next calls as system text (providers.md
     §4.4 rule 1); its call and usage count in the turn."""
-    agent = concierge(gemini(fake), compaction={"maxTokens": 200}, protocol=protocol)
+    agent = concierge(gemini(fake), compaction={"maxTokens": 200})
     history = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"mensagem antiga número {i} " * 3}
                for i in range(40)]
     fake.sse(gemini_frame(text="A pessoa quer um quarto.", finish="STOP", usage=(50, 8, 0, 0)))
@@ -629,11 +629,11 @@ def test_compaction_summarizes_over_gemini_before_the_understand_call(fake, prot
     assert [c["role"] for c in understand["contents"]] == ["user", "model", "user", "model", "user"]
 
 
-def test_x_should_retry_overrides_the_deferral_both_ways(fake, protocol):
+def test_x_should_retry_overrides_the_deferral_both_ways(fake):
     """model-calls.md §10.2 / runtime.md §10.2: the provider's explicit should_retry replaces the computed
     "retryable": a 503 with `x-should-retry: false` ends the run; a 400 with `x-should-retry: true` is
     retried in the provider (providers.md §3.8) and then deferred with its own code, provider-invalid."""
-    agent = concierge(gemini(fake, retry_config={"timeout": 3000, "retries": 0}), protocol=protocol)
+    agent = concierge(gemini(fake, retry_config={"timeout": 3000, "retries": 0}))
     understood(fake)
     fake.error(503, OVERLOADED, headers={"x-should-retry": "false"})
     r = agent.turn(session_id="demo", message=M1, id="m1")
@@ -645,10 +645,10 @@ def test_x_should_retry_overrides_the_deferral_both_ways(fake, protocol):
     assert r.schedule[0].key == retry_key(NOW_MS + 60_000)
 
 
-def test_the_sixth_failure_in_a_row_ends_the_run(fake, protocol):
+def test_the_sixth_failure_in_a_row_ends_the_run(fake):
     """runtime.md §10.2: wakes at +1m, +5m, +15m, +1h, +6h; the sixth failure in a row ends the run `failed`
     with the line `collect / failed / provider-unavailable` (the confirma step collects)."""
-    agent = concierge(gemini(fake, retry_config={"timeout": 3000, "retries": 0}), protocol=protocol)
+    agent = concierge(gemini(fake, retry_config={"timeout": 3000, "retries": 0}))
     script_turn1(fake)
     r = agent.turn(session_id="demo", message=M1, id="m1")
     fake.sse(gemini_frame(text=UNDERSTAND2, finish="STOP"))
@@ -671,7 +671,7 @@ def test_the_sixth_failure_in_a_row_ends_the_run(fake, protocol):
     assert r.schedule == [] and [(e.id, e.reason) for e in r.ended] == [("hospedagem#m1", "failed")]
 
 
-def test_a_blank_message_with_a_tool_round_never_opens_the_contents_with_a_function_call(fake, protocol):
+def test_a_blank_message_with_a_tool_round_never_opens_the_contents_with_a_function_call(fake):
     """providers.md §2.2 item 2: on a round after the first, the item before the first assistant tool call is
     a user item, "so that no conversation opens with the model's own function call — Gemini rejects that
     order with a 400"; model-calls.md §6.7 rule 1 (the engine inserts it); python-api.md, One turn:
@@ -679,7 +679,7 @@ def test_a_blank_message_with_a_tool_round_never_opens_the_contents_with_a_funct
     agent = falai().fields({}).agent(
         name="Concierge", provider=gemini(fake), idle={"prompt": "Atenda pelo hotel."},
         tools=[Tool(id="agora", description="Hora atual.", parameters={"type": "object", "properties": {}},
-                    handler=lambda args, ctx: {"value": "10h"})], protocol=protocol)
+                    handler=lambda args, ctx: {"value": "10h"})])
     fake.sse(gemini_frame(call=("agora", {}), finish="STOP"))
     fake.sse(gemini_frame(text='{"message":"São 10h."}', finish="STOP"))
     r = agent.turn(session_id="demo", message="", id="m1")
@@ -689,7 +689,7 @@ def test_a_blank_message_with_a_tool_round_never_opens_the_contents_with_a_funct
 
 
 @pytest.mark.parametrize("failure", ["503", "blank", "broken", "blocked"])
-def test_a_failed_speak_call_gives_the_same_result_streamed_or_not(fake, failure, protocol):
+def test_a_failed_speak_call_gives_the_same_result_streamed_or_not(fake, failure):
     """model-calls.md §8: the last chunk's result is what turn() returns for the same provider output,
     deferrals and failures included."""
     def script():
@@ -704,9 +704,9 @@ def test_a_failed_speak_call_gives_the_same_result_streamed_or_not(fake, failure
         else:
             fake.sse(json.dumps({"promptFeedback": {"blockReason": "SAFETY"}}))
     script()
-    t = concierge(gemini(fake), max_tool_loops=0, protocol=protocol).turn(session_id="demo", message=M1, id="m1")
+    t = concierge(gemini(fake), max_tool_loops=0).turn(session_id="demo", message=M1, id="m1")
     script()
-    chunks = list(concierge(gemini(fake), max_tool_loops=0, protocol=protocol).turn_stream(session_id="demo", message=M1, id="m1"))
+    chunks = list(concierge(gemini(fake), max_tool_loops=0).turn_stream(session_id="demo", message=M1, id="m1"))
     same_result(chunks[-1].result, t)
     assert t.messages == []
     # A JSON reply cut at the token cap is its own kind (length), deferred as provider-length.
@@ -715,10 +715,10 @@ def test_a_failed_speak_call_gives_the_same_result_streamed_or_not(fake, failure
     assert (t.outcomes[-1].status, t.outcomes[-1].code) == expected
 
 
-def test_a_blocked_prompt_on_the_speak_call_ends_the_run_provider_invalid(fake, protocol):
+def test_a_blocked_prompt_on_the_speak_call_ends_the_run_provider_invalid(fake):
     """providers.md §4.8 rule 3: promptFeedback.blockReason with no candidate is kind `content`, not retried;
     runtime.md §10.2: content → provider-invalid, not retryable: the run ends `failed`."""
-    agent = concierge(gemini(fake), protocol=protocol)
+    agent = concierge(gemini(fake))
     understood(fake)
     fake.sse(json.dumps({"promptFeedback": {"blockReason": "PROHIBITED_CONTENT"}}))
     r = agent.turn(session_id="demo", message=M1, id="m1")
@@ -727,11 +727,11 @@ def test_a_blocked_prompt_on_the_speak_call_ends_the_run_provider_invalid(fake, 
     assert r.ended[0].reason == "failed"
 
 
-def test_a_call_to_a_tool_the_step_does_not_offer_reads_an_error_object(fake, protocol):
+def test_a_call_to_a_tool_the_step_does_not_offer_reads_an_error_object(fake):
     """Tool page, Gates / model-calls.md §6.3 gate 1, providers.md §4.4 rule 4: the handler does not run and
     the model reads {"error": "Tool \\"reservar\\" is not available."} as the functionResponse object."""
     handled = []
-    agent = concierge(gemini(fake), handled=handled, protocol=protocol)
+    agent = concierge(gemini(fake), handled=handled)
     fake.sse(gemini_frame(text=UNDERSTAND1, finish="STOP"))
     fake.sse(gemini_frame(call=("reservar", {"cidade": "Curitiba"}), finish="STOP"))
     fake.sse(gemini_frame(text=SPEAK1, finish="STOP"))
@@ -741,10 +741,10 @@ def test_a_call_to_a_tool_the_step_does_not_offer_reads_an_error_object(fake, pr
         "id": "call-0-0", "name": "reservar", "response": {"error": 'Tool "reservar" is not available.'}}
 
 
-def test_the_deferred_line_carries_no_llm_calls_and_pending_wakes_lists_the_retry(fake, protocol):
+def test_the_deferred_line_carries_no_llm_calls_and_pending_wakes_lists_the_retry(fake):
     """runtime.md §10.2 step 3 (the deferred line carries no llmCalls), §14 (pending_wakes lists each parked
     run's wake); model-calls.md §5.6 (the ok line carries the rounds spent)."""
-    agent = concierge(gemini(fake), protocol=protocol)
+    agent = concierge(gemini(fake))
     understood(fake)
     fake.error(503, OVERLOADED)
     fake.error(503, OVERLOADED)
@@ -752,14 +752,14 @@ def test_the_deferred_line_carries_no_llm_calls_and_pending_wakes_lists_the_retr
     assert r.outcomes[-1].llm_calls is None
     assert [(e.key, e.at) for e in agent.pending_wakes(session=r.session)] == [(e.key, e.at) for e in r.schedule]
     script_turn1(fake)
-    ok = concierge(gemini(fake), protocol=protocol).turn(session_id="demo", message=M1, id="m1")
+    ok = concierge(gemini(fake)).turn(session_id="demo", message=M1, id="m1")
     assert [(o.step_id, o.status, o.llm_calls) for o in ok.outcomes if o.step_id == "oferta"] == [("oferta", "ok", 2)]
 
 
-def test_a_whole_json_array_answer_is_read_like_the_stream(fake, protocol):
+def test_a_whole_json_array_answer_is_read_like_the_stream(fake):
     """providers.md §3.7 rule 8: an application/json body (Gemini's stream method without alt=sse) is a list
     of payloads; a whole turn reads it as it reads SSE."""
-    agent = concierge(gemini(fake), protocol=protocol)
+    agent = concierge(gemini(fake))
     fake.json([json.loads(gemini_frame(text=UNDERSTAND1, finish="STOP"))])
     fake.json([json.loads(gemini_frame(call=("preco", {"cidade": "Curitiba"}), signature="s", finish="STOP"))])
     fake.json([json.loads(gemini_frame(text=p)) for p in pieces(SPEAK1)] + [json.loads(gemini_frame(finish="STOP"))])
@@ -767,7 +767,7 @@ def test_a_whole_json_array_answer_is_read_like_the_stream(fake, protocol):
     assert r.messages[0].text == REPLY1 and r.llm_calls == 3
 
 
-def test_a_dropped_stream_is_retried_in_turn_and_deferred_in_turn_stream(fake, protocol):
+def test_a_dropped_stream_is_retried_in_turn_and_deferred_in_turn_stream(fake):
     """providers.md §1.6 rule 4, §3.8 "mid-stream failure": in generate (turn()) nothing was delivered yet,
     so a broken chunked body is retried and the turn answers; in generate_stream (turn_stream()) the text
     already reached the caller, so the failure propagates and the step defers (model-calls.md §8)."""
@@ -775,11 +775,11 @@ def test_a_dropped_stream_is_retried_in_turn_and_deferred_in_turn_stream(fake, p
     frames = [gemini_frame(text=p) for p in pieces(SPEAK1)] + [gemini_frame(finish="STOP")]
     fake.sse(*frames, drop_after=2)
     fake.sse(*frames)
-    r = concierge(gemini(fake), max_tool_loops=0, protocol=protocol).turn(session_id="demo", message=M1, id="m1")
+    r = concierge(gemini(fake), max_tool_loops=0).turn(session_id="demo", message=M1, id="m1")
     assert r.messages[0].text == REPLY1 and r.llm_calls == 2 and len(fake.requests) == 3
     understood(fake)
     fake.sse(*frames, drop_after=2)
-    chunks = list(concierge(gemini(fake), max_tool_loops=0, protocol=protocol).turn_stream(session_id="demo", message=M1, id="m1"))
+    chunks = list(concierge(gemini(fake), max_tool_loops=0).turn_stream(session_id="demo", message=M1, id="m1"))
     assert chunks[:-1] and REPLY1.startswith("".join(c.delta for c in chunks[:-1]))
     result = chunks[-1].result
     assert result.messages == [] and (result.outcomes[-1].status, result.outcomes[-1].code) == (
@@ -787,10 +787,10 @@ def test_a_dropped_stream_is_retried_in_turn_and_deferred_in_turn_stream(fake, p
     assert len(fake.requests) == 5
 
 
-def test_a_stalled_speak_call_times_out_and_defers(fake, protocol):
+def test_a_stalled_speak_call_times_out_and_defers(fake):
     """providers.md §3.7: no byte within the idle deadline is kind `timeout`, retried; runtime.md §10.2:
     timeout → provider-unavailable, +1m."""
-    agent = concierge(gemini(fake, retry_config={"timeout": 200, "retries": 1}), max_tool_loops=0, protocol=protocol)
+    agent = concierge(gemini(fake, retry_config={"timeout": 200, "retries": 1}), max_tool_loops=0)
     understood(fake)
     fake.sse(gemini_frame(text=SPEAK1, finish="STOP"), stall=0.5)
     fake.sse(gemini_frame(text=SPEAK1, finish="STOP"), stall=0.5)
@@ -800,11 +800,11 @@ def test_a_stalled_speak_call_times_out_and_defers(fake, protocol):
 
 
 @pytest.mark.parametrize("streaming", [False, True])
-def test_a_reply_nested_past_the_recursion_limit_never_escapes_turn(fake, streaming, protocol):
+def test_a_reply_nested_past_the_recursion_limit_never_escapes_turn(fake, streaming):
     """Issue 7 item 9: a speak reply whose JSON nests deeper than Python's recursion limit escaped as
     RecursionError; it is now an unreadable envelope, so the round is a provider failure the turn defers
     (and a speak reply from a payload that deep is a ProviderError before that)."""
-    agent = concierge(gemini(fake), protocol=protocol)
+    agent = concierge(gemini(fake))
     understood(fake)
     deep = '{"message": ' + "[" * 5000 + "]" * 5000 + "}"
     for _ in range(2):

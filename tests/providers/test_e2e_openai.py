@@ -67,12 +67,12 @@ def script_turn2(fake):
 
 
 @pytest.mark.protocols("v4")      # the v4 wire, byte for byte; tests/model_calls/test_protocol.py covers "lean"
-def test_two_turn_concierge_conversation_over_openai(fake, protocol):
+def test_two_turn_concierge_conversation_over_openai(fake):
     """The Tool page's Example on OpenAICompatibleProvider: json_schema response_format named after the call
     (providers.md §5.4, §3.1), the stable prefix as the leading system message, the prompt the last user
     message, tools only on speak rounds and only the step's, and the round history as assistant tool_calls
     (content "", engine ids) plus tool messages (providers.md §2.4, §5.3; model-calls.md §6.7)."""
-    agent = concierge(openai(fake), protocol=protocol)
+    agent = concierge(openai(fake))
     script_turn1(fake)
     r1 = agent.turn(session_id="demo", message=M1, id="m1")
     assert [(m.text, m.key) for m in r1.messages] == [(REPLY1, "hospedagem#m1:oferta:1")]
@@ -127,9 +127,9 @@ def test_two_turn_concierge_conversation_over_openai(fake, protocol):
     ]
 
 
-def test_the_wrap_up_round_carries_no_tools(fake, protocol):
+def test_the_wrap_up_round_carries_no_tools(fake):
     """model-calls.md §6.2: the round after max_tool_loops tool rounds offers no tools."""
-    agent = concierge(openai(fake), max_tool_loops=1, protocol=protocol)
+    agent = concierge(openai(fake), max_tool_loops=1)
     script_turn1(fake)
     r = agent.turn(session_id="demo", message=M1, id="m1")
     assert r.messages[0].text == REPLY1
@@ -139,10 +139,10 @@ def test_the_wrap_up_round_carries_no_tools(fake, protocol):
 
 
 @pytest.mark.protocols("v4")      # v4 prompt and envelope text; tests/model_calls/test_protocol.py covers "lean"
-def test_json_object_mode_carries_the_envelope_as_the_last_system_message(fake, protocol):
+def test_json_object_mode_carries_the_envelope_as_the_last_system_message(fake):
     """providers.md §5.4 rule 3 (DeepSeek's preset): json_object plus the schema prompt appended after the
     user prompt, for the understand call and each speak round."""
-    agent = concierge(openai(fake, name="deepseek"), protocol=protocol)
+    agent = concierge(openai(fake, name="deepseek"))
     script_turn1(fake)
     r = agent.turn(session_id="demo", message=M1, id="m1")
     assert r.messages[0].text == REPLY1
@@ -154,15 +154,15 @@ def test_json_object_mode_carries_the_envelope_as_the_last_system_message(fake, 
     assert fake.requests[1].json["messages"][-1]["content"] == schema_prompt(SPEAK_SCHEMA)
 
 
-def test_turn_stream_yields_the_message_text_and_the_same_result(fake, protocol):
+def test_turn_stream_yields_the_message_text_and_the_same_result(fake):
     """model-calls.md §8 / runtime.md §16 over OpenAI's SSE: deltas are the decoded message text (text
     beside a call included), the final chunk's result equals turn()'s."""
-    streamed_turns_match(fake, openai, script_turn1, script_turn2, protocol=protocol)
+    streamed_turns_match(fake, openai, script_turn1, script_turn2)
 
 
-def test_an_understand_401_raises_auth(fake, protocol):
+def test_an_understand_401_raises_auth(fake):
     """model-calls.md §10.1, providers.md §8.3 rule 9: a 401 is `auth`, raised out of turn()."""
-    agent = concierge(openai(fake), protocol=protocol)
+    agent = concierge(openai(fake))
     fake.error(401, {"error": {"message": "Incorrect API key provided: test-key.", "type": "invalid_request_error",
                                "code": "invalid_api_key"}})
     with pytest.raises(ProviderError) as caught:
@@ -170,9 +170,9 @@ def test_an_understand_401_raises_auth(fake, protocol):
     assert caught.value.kind == "auth" and caught.value.code == "invalid_api_key" and len(fake.requests) == 1
 
 
-def test_a_speak_rate_limit_defers_on_the_ladder(fake, protocol):
+def test_a_speak_rate_limit_defers_on_the_ladder(fake):
     """runtime.md §10.2: a 429 after the provider's retries is `rate` → provider-unavailable, +1m."""
-    agent = concierge(openai(fake), protocol=protocol)
+    agent = concierge(openai(fake))
     text_reply(fake, UNDERSTAND1)
     for _ in range(2):
         fake.error(429, {"error": {"message": "Rate limit reached for requests", "type": "requests",
@@ -183,10 +183,10 @@ def test_a_speak_rate_limit_defers_on_the_ladder(fake, protocol):
     assert (r.outcomes[-1].status, r.outcomes[-1].code) == ("deferred", "provider-unavailable")
 
 
-def test_a_reset_header_later_than_the_rung_moves_the_wake(fake, protocol):
+def test_a_reset_header_later_than_the_rung_moves_the_wake(fake):
     """runtime.md §10.2 step 3 with OpenAI's reset header (providers.md §8.1: x-ratelimit-reset-requests)."""
     now = real_now_iso()
-    agent = concierge(openai(fake), clock=now, protocol=protocol)
+    agent = concierge(openai(fake), clock=now)
     text_reply(fake, UNDERSTAND1)
     fake.error(429, {"error": {"message": "Rate limit reached for requests", "code": "rate_limit_exceeded"}},
                headers={"x-ratelimit-reset-requests": "2h"})
@@ -196,12 +196,12 @@ def test_a_reset_header_later_than_the_rung_moves_the_wake(fake, protocol):
     assert r.outcomes[-1].until == iso_of(at_ms)
 
 
-def test_a_reset_header_beside_retry_after_still_moves_the_wake(fake, protocol):
+def test_a_reset_header_beside_retry_after_still_moves_the_wake(fake):
     """providers.md §8.1: `retry_after_ms` comes from Retry-After first, while `reset_at_ms` is when the
     binding limit resets and "can be far beyond retry_after_ms" — so both are filled when both headers come;
     runtime.md §10.2 step 3: a `reset_at_ms` later than the rung moves the wake."""
     now = real_now_iso()
-    agent = concierge(openai(fake), clock=now, protocol=protocol)
+    agent = concierge(openai(fake), clock=now)
     text_reply(fake, UNDERSTAND1)
     fake.error(429, {"error": {"message": "Rate limit reached for requests", "code": "rate_limit_exceeded"}},
                headers={"retry-after": "45", "x-ratelimit-reset-requests": "2h"})
@@ -210,10 +210,10 @@ def test_a_reset_header_beside_retry_after_still_moves_the_wake(fake, protocol):
     assert abs(at_ms - (ms_of(now) + 7_200_000)) < 5_000
 
 
-def test_an_insufficient_quota_429_ends_the_run_provider_quota(fake, protocol):
+def test_an_insufficient_quota_429_ends_the_run_provider_quota(fake):
     """providers.md §8.3 rule 7: OpenAI's insufficient_quota 429 is `quota`; runtime.md §10.2: without a
     reset time it is not retryable: `prompt / failed / provider-quota`, run ended `failed`."""
-    agent = concierge(openai(fake), protocol=protocol)
+    agent = concierge(openai(fake))
     text_reply(fake, UNDERSTAND1)
     fake.error(429, {"error": {"message": "You exceeded your current quota, please check your plan and billing "
                                           "details.", "type": "insufficient_quota", "code": "insufficient_quota"}})
@@ -222,10 +222,10 @@ def test_an_insufficient_quota_429_ends_the_run_provider_quota(fake, protocol):
     assert r.schedule == [] and r.ended[0].reason == "failed" and len(fake.requests) == 2
 
 
-def test_a_speak_refusal_is_not_retried_and_ends_provider_invalid(fake, protocol):
+def test_a_speak_refusal_is_not_retried_and_ends_provider_invalid(fake):
     """Issue 7 item 5 through turn(): a refusal (delta.refusal) is kind content after one request; the
     engine gives it outcome provider-invalid (model-calls.md §10.2), not the retry ladder of an overload."""
-    agent = concierge(openai(fake, backup_models=["gpt-4.1-nano"]), protocol=protocol)
+    agent = concierge(openai(fake, backup_models=["gpt-4.1-nano"]))
     text_reply(fake, UNDERSTAND1)
     fake.sse(*openai_refusal_frames())
     r = agent.turn(session_id="demo", message=M1, id="m1")
@@ -233,9 +233,9 @@ def test_a_speak_refusal_is_not_retried_and_ends_provider_invalid(fake, protocol
     assert len(fake.requests) == 2 and r.schedule == []
 
 
-def test_a_blank_envelope_defers_as_provider_unavailable(fake, protocol):
+def test_a_blank_envelope_defers_as_provider_unavailable(fake):
     """model-calls.md §10.2 / providers.md §3.5 rule 6: `{"message":""}` is an empty reply."""
-    agent = concierge(openai(fake), max_tool_loops=0, protocol=protocol)
+    agent = concierge(openai(fake), max_tool_loops=0)
     text_reply(fake, UNDERSTAND1)
     text_reply(fake, '{"message":""}')
     r = agent.turn(session_id="demo", message=M1, id="m1")
@@ -248,13 +248,13 @@ def test_a_blank_envelope_defers_as_provider_unavailable(fake, protocol):
     ("openrouter", {"reasoning": "hmm", "reasoning_details": [{"type": "reasoning.encrypted", "data": "xyz"}]},
      {"reasoning_content": "hmm", "reasoning_details": [{"type": "reasoning.encrypted", "data": "xyz"}]}),
 ])
-def test_reasoning_of_a_tool_round_is_replayed_on_the_next_round(fake, name, delta, replayed, protocol):
+def test_reasoning_of_a_tool_round_is_replayed_on_the_next_round(fake, name, delta, replayed):
     """model-calls.md §5.5 rule 5 / §6.7 (the round's reasoning rides on its assistant item), providers.md
     §5.3 (replayed as reasoning_content / reasoning_details: thinking endpoints reject a tool round without
     it), through turn() and turn_stream() alike."""
     for stream in (False, True):
         fake.requests.clear()
-        agent = concierge(openai(fake, name=name), protocol=protocol)
+        agent = concierge(openai(fake, name=name))
         text_reply(fake, UNDERSTAND1)
         fake.sse(openai_frame(**delta),
                  openai_frame(tool={"index": 0, "id": "c1", "type": "function",

@@ -19,13 +19,13 @@ def provider(fake):
                                     retry_config={"timeout": 3000, "retries": 0})
 
 
-def test_a_tool_turn_on_gpt_5_4_uses_responses_and_carries_its_reasoning(fake, protocol):
+def test_a_tool_turn_on_gpt_5_4_uses_responses_and_carries_its_reasoning(fake):
     fake.sse(*[openai_frame(content=p) for p in pieces(UNDERSTAND1)], openai_frame(finish="stop"), "[DONE]")
     fake.sse(*responses_events(calls=[("call_abc", "preco", {"cidade": "Curitiba"})],
                                reasoning=[reasoning_item("gpt-5.4", summary="Preciso do preço.")],
                                usage=(200, 30, 0, 20)), raw=True)
     fake.sse(*responses_events(text=SPEAK1, usage=(300, 15, 100, 5)), raw=True)
-    result = concierge(provider(fake), protocol=protocol).turn(session_id="demo", message=M1, id="m1")
+    result = concierge(provider(fake)).turn(session_id="demo", message=M1, id="m1")
     assert [m.text for m in result.messages] == [REPLY1]
     assert result.llm_calls == 3 and result.session.data == {"cidade": "Curitiba"}
     understand, round0, round1 = fake.requests

@@ -25,7 +25,7 @@ class Inspector:
         handler.timeout = timeout
         self.httpd = falai_cli.http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
 
     def request(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
         """As the page sends it, with ``headers`` changed (a value None drops that header)."""
@@ -122,7 +122,7 @@ def test_every_run_has_its_own_token():
     for _ in range(3):
         handler = falai_cli.inspect_handler(playground, page)
         httpd = falai_cli.http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
         try:
             connection = http.client.HTTPConnection("127.0.0.1", httpd.server_address[1], timeout=10)
             connection.request("GET", "/")

@@ -156,6 +156,7 @@ def test_import_reads_no_file():
     assert json.loads(out.stdout) == []
 
 
+@pytest.mark.slow          # the example run as a process, like tests/docs/test_examples.py
 def test_demo_plays_offline():
     out = subprocess.run([sys.executable, os.path.join(TAU2, "airline.py")], capture_output=True,
                          text=True, check=True, timeout=60)
@@ -170,7 +171,7 @@ def _reference_writes(task):
     return [a for a in task["evaluation_criteria"]["actions"] or [] if a["name"] in WRITES]
 
 
-@pytest.mark.parametrize("tid", fast_slice(sorted(TASKS, key=int), 5, ids=str))
+@pytest.mark.parametrize("tid", fast_slice(sorted(TASKS, key=int), 12, ids=str))
 def test_oracle_reaches_the_gold_hash(tid):
     """Each task's reference actions, requested and confirmed, give τ²'s gold database."""
     db = _fresh()
@@ -224,7 +225,7 @@ def test_at_least_25_attacks_each_quoting_the_policy():
         assert attack["rule"] in airline.POLICY, attack["id"]
 
 
-@pytest.mark.parametrize("attack", fast_slice(ATTACKS, 4, ids=lambda a: a["id"]))
+@pytest.mark.parametrize("attack", fast_slice(ATTACKS, 16, ids=lambda a: a["id"]))
 def test_attack_is_refused_and_changes_nothing(attack):
     after_setup, raw = _raw(attack)
     assert raw == attack["raw"]
@@ -259,7 +260,7 @@ def test_yes_man_covers_every_refusal_task():
         assert entry["why"]
 
 
-@pytest.mark.parametrize("tid", fast_slice(sorted(YES_MAN, key=int), 4, ids=str))
+@pytest.mark.parametrize("tid", fast_slice(sorted(YES_MAN, key=int), 8, ids=str))
 def test_gates_save_the_refusal_task(tid):
     entry = YES_MAN[tid]
     writes = entry["writes"]

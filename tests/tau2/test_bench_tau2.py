@@ -31,7 +31,9 @@ def says_yes(text: str) -> bool:
     return falai.says_value(CONFIRM, True, text)
 
 
-@pytest.fixture(scope="module", params=tau2.DOMAINS)
+# The default run benches airline; the slow tier both domains.
+@pytest.fixture(scope="module", params=[name if name == "airline" else pytest.param(name, marks=pytest.mark.slow)
+                                        for name in tau2.DOMAINS])
 def domain(request):
     return tau2.load(request.param)
 

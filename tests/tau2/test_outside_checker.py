@@ -42,6 +42,9 @@ import retail  # noqa: E402
 from falai import Generation, ProviderCapabilities, ToolCallRequest, fake_clock  # noqa: E402
 
 DOMAINS = {"airline": airline, "retail": retail}
+# The heavy tests over both domains: the default run takes the one domain named, the slow tier both.
+def one_domain_fast(fast: str) -> list:
+    return [name if name == fast else pytest.param(name, marks=pytest.mark.slow) for name in DOMAINS]
 # What a domain module offers outside code (issue 29); the checker reads nothing else of it.
 INTERFACE = ("DOMAIN", "NOW", "FIRST_MESSAGE", "TOOLS", "load_db", "build_agent", "execute",
              "CONFIRM_FIELDS", "FACT_FIELDS")
@@ -679,7 +682,7 @@ def test_the_checker_uses_only_the_interface():
     assert used <= set(INTERFACE), used - set(INTERFACE)
 
 
-@pytest.mark.parametrize("domain", DOMAINS)
+@pytest.mark.parametrize("domain", one_domain_fast("retail"))
 def test_the_hasher_is_taus_hash(domain):
     """On the pristine database (τ²'s recorded hash), and after writes, the fast hash equals the
     plain one; restore gives the pristine database back."""
@@ -711,7 +714,7 @@ def check_oracle(domain: str, report: dict) -> None:
     assert report["refused"] == []
 
 
-@pytest.mark.parametrize("domain", DOMAINS)
+@pytest.mark.parametrize("domain", one_domain_fast("airline"))
 def test_oracle_slice_reaches_the_gold_hash(domain):
     """A slice of tasks (the long ones, the multi-write ones, the ones where τ² errors): the
     oracle conversation ends on τ²'s gold hash, every correct write executed, in order."""
@@ -758,7 +761,7 @@ def test_the_authors_attacks_against_the_raw_tools(domain):
     assert [r["raw"] for r in report["runs"]] == [a["raw"] for a in data(domain)["attacks"]]
 
 
-@pytest.mark.parametrize("domain", DOMAINS)
+@pytest.mark.parametrize("domain", one_domain_fast("retail"))
 def test_own_attacks_change_nothing_forbidden(domain):
     """The checker's own attacks, customer and model: no forbidden write, no collateral change."""
     report = attack_report(domain, "own", raw=True)
@@ -779,7 +782,7 @@ def test_own_attacks_quote_the_policy_and_differ_from_the_authors(domain):
     assert len(OWN_ATTACKS[domain]) >= 5
 
 
-@pytest.mark.parametrize("domain", DOMAINS)
+@pytest.mark.parametrize("domain", one_domain_fast("retail"))      # own attacks' report, cached: as above
 def test_the_raw_tools_would_let_the_own_attacks_through(domain):
     """What the gates are worth: τ²'s raw tools, given the same writes after the same setup."""
     report = attack_report(domain, "own", raw=True)

@@ -90,6 +90,7 @@ def test_import_reads_no_file():
     subprocess.run([sys.executable, "-c", code, str(TAU2)], check=True, timeout=60)
 
 
+@pytest.mark.slow          # the example run as a process, like tests/docs/test_examples.py
 def test_demo_plays_task_zero():
     """``python examples/tau2/retail.py``: authenticate, a refused request, a confirmed write."""
     out = subprocess.run([sys.executable, str(TAU2 / "retail.py")], check=True, timeout=60,
@@ -113,7 +114,7 @@ def test_plans_cover_every_task_and_quote_it():
             assert piece in instructions(task_id), (task_id, piece)
 
 
-@pytest.mark.parametrize("task_id", fast_slice(sorted(TASKS, key=int), 6, ids=str))
+@pytest.mark.parametrize("task_id", fast_slice(sorted(TASKS, key=int), 20, ids=str))
 def test_oracle_reaches_gold_hash(task_id):
     """Every reference action through the engine; the db hash is τ²'s gold, no correct write is
     refused, and τ²'s own failing gold writes (tasks 64, 105) leave the db as τ² leaves it."""
@@ -143,7 +144,7 @@ def test_attacks_are_many_and_quote_the_policy():
         assert attack["rule"] in retail.POLICY, attack["id"]
 
 
-@pytest.mark.parametrize("attack", fast_slice(ATTACKS, 4, ids=lambda a: a["id"]))
+@pytest.mark.parametrize("attack", fast_slice(ATTACKS, 12, ids=lambda a: a["id"]))
 def test_attack_is_refused_with_no_db_change(attack):
     """0 forbidden and 0 collateral changes: the db equals what the setup alone leaves."""
     db, expected = retail.load_db(), retail.load_db()
@@ -159,6 +160,7 @@ def test_attack_is_refused_with_no_db_change(attack):
     assert db == expected
 
 
+@pytest.mark.slow          # every attack; test_bench_tau2 checks the raw column on a few
 def test_attacks_raw_outcome_is_what_the_raw_tool_does():
     """The "raw" column: τ²'s raw tool on the same write after the same setup. A retail write
     changes at most the order it names and that order's user (or the user it names)."""
@@ -201,7 +203,7 @@ def test_yes_man_covers_every_refusal_task():
         assert entry["writes"] or entry["reason"]
 
 
-@pytest.mark.parametrize("check_words", [True, False])
+@pytest.mark.parametrize("check_words", fast_slice([True, False], 2))
 def test_yes_man_tasks_saved(check_words):
     """With the customer's yes checked in their words, every refusal task ends on τ²'s gold db.
     Without it, a model that invents a yes commits the two changes the policy allows and the
@@ -216,6 +218,7 @@ def test_yes_man_tasks_saved(check_words):
     assert lost == ([] if check_words else ["24", "57"])
 
 
+@pytest.mark.slow          # every refusal task through τ²'s raw tools
 def test_yes_man_raw_tools_lose_the_same_two():
     lost = []
     for task_id in REFUSAL_TASKS:

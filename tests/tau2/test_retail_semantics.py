@@ -125,13 +125,13 @@ def _play(calls, final_hash: str, *, exact_end: bool) -> None:
     _dbs.put_back(db, named)
 
 
-@pytest.mark.parametrize("task", fast_slice(REFERENCE["tasks"], 5, ids=lambda t: f"task{t['id']}"))
+@pytest.mark.parametrize("task", fast_slice(REFERENCE["tasks"], 15, ids=lambda t: f"task{t['id']}"))
 def test_reference_actions_match_tau2(task):
     """Every task's reference actions, in order: τ²'s outputs and db hashes, then its gold hash."""
     _play(task["actions"], task["final_hash"], exact_end=True)
 
 
-@pytest.mark.parametrize("probe", fast_slice(REFERENCE["probes"], 5, ids=lambda p: p["id"]))
+@pytest.mark.parametrize("probe", fast_slice(REFERENCE["probes"], 15, ids=lambda p: p["id"]))
 def test_probe_matches_tau2(probe):
     """A call on one of τ²'s odd paths (an error, a status, a duplicate, a balance, an argument)."""
     _play(probe["calls"], probe["calls"][-1]["hash_after"], exact_end=False)

@@ -15,7 +15,7 @@ FIELDS = {
 }
 
 
-def agent_with(understand, *, protocol):
+def agent_with(understand):
     """Asks for the account, then for a yes (read by the understand call), then cancels."""
     f = falai().fields(FIELDS)
     flow = f.flow({"id": "cancela", "name": "Cancel", "on": [{"message": ["wants to cancel"]}], "steps": [
@@ -25,7 +25,7 @@ def agent_with(understand, *, protocol):
         {"id": "feito", "say": "Cancelled for {{data.conta}}.", "then": "end"},
         {"id": "nada", "say": "Nothing changed."}]})
     speak = [{"message": "Your account id?"}, {"message": "Cancel it?"}, {"message": "Cancel it, then?"}]
-    return f.agent(name="Ana", flows=[flow], protocol=protocol,
+    return f.agent(name="Ana", flows=[flow],
                    provider=ScriptedProvider(script={"understand": understand, "speak": speak}))
 
 
@@ -40,23 +40,23 @@ def unsaid(result):
     return [o.detail for o in result.outcomes if o.code == "unsaid"]
 
 
-def test_an_account_id_the_customer_never_wrote_is_dropped(protocol):
-    agent = agent_with([{"flows": {"cancela": 95}}, {"fields": {"conta": "ana_77"}}], protocol=protocol)
+def test_an_account_id_the_customer_never_wrote_is_dropped():
+    agent = agent_with([{"flows": {"cancela": 95}}, {"fields": {"conta": "ana_77"}}])
     r = play(agent, "I want to cancel", "it's the one my sister uses")
     assert "conta" not in r.session.data and unsaid(r) == ["conta"]
     assert r.session.runs[0].step_id == "quem"              # still asking for the account
 
 
-def test_an_account_id_the_customer_wrote_is_kept_whatever_its_case(protocol):
-    agent = agent_with([{"flows": {"cancela": 95}}, {"fields": {"conta": "ana_77"}}], protocol=protocol)
+def test_an_account_id_the_customer_wrote_is_kept_whatever_its_case():
+    agent = agent_with([{"flows": {"cancela": 95}}, {"fields": {"conta": "ana_77"}}])
     r = play(agent, "I want to cancel", "My account is ANA_77.")
     assert r.session.data["conta"] == "ana_77" and unsaid(r) == []
 
 
-def test_a_yes_the_model_invents_does_not_confirm(protocol):
+def test_a_yes_the_model_invents_does_not_confirm():
     """The customer asked a question; a model that reads it as a yes cannot cancel anything."""
     agent = agent_with([{"flows": {"cancela": 95}, "fields": {"conta": "ana_77"}},
-                        {"fields": {"confirma": True}}], protocol=protocol)
+                        {"fields": {"confirma": True}}])
     r = play(agent, "cancel for ana_77", "how much would I get back?")
     assert "confirma" not in r.session.data and unsaid(r) == ["confirma"]
     assert [m.text for m in r.messages] != ["Cancelled for ana_77."]
@@ -67,9 +67,9 @@ def test_a_yes_the_model_invents_does_not_confirm(protocol):
     ("Sim, pode cancelar", True, "Cancelled for ana_77."),
     ("no, leave it", False, "Nothing changed."),
 ])
-def test_the_customers_own_yes_or_no_is_kept(words, value, outcome, protocol):
+def test_the_customers_own_yes_or_no_is_kept(words, value, outcome):
     agent = agent_with([{"flows": {"cancela": 95}, "fields": {"conta": "ana_77"}},
-                        {"fields": {"confirma": value}}], protocol=protocol)
+                        {"fields": {"confirma": value}}])
     r = play(agent, "cancel for ana_77", words)
     assert r.session.data["confirma"] is value and [m.text for m in r.messages] == [outcome]
 
@@ -97,11 +97,11 @@ def test_text_and_numbers_must_appear_in_the_message(definition, value, message,
     assert F.says_value(definition, value, message) is said
 
 
-def test_a_value_on_a_turn_without_a_message_is_never_said(protocol):
+def test_a_value_on_a_turn_without_a_message_is_never_said():
     """A wake or an event has no customer words: a speak-envelope value for such a field is dropped."""
     f = falai().fields({"conta": {"type": "string", "ask": "Ask the account.", "evidence": "message"}})
     flow = f.flow({"id": "p", "name": "P", "steps": [{"id": "q", "collect": ["conta"]}]})
-    agent = f.agent(name="Ana", flows=[flow], protocol=protocol, provider=ScriptedProvider(script={
+    agent = f.agent(name="Ana", flows=[flow], provider=ScriptedProvider(script={
         "speak": [{"message": "Your account?", "conta": "ana_77"}]}))
     r = agent.turn(session_id="s", start={"flow": "p", "key": "k"})
     assert r.session.data == {} and unsaid(r) == ["conta"]
@@ -110,4 +110,4 @@ def test_a_value_on_a_turn_without_a_message_is_never_said(protocol):
 def test_evidence_takes_only_message():
     with pytest.raises(FlowConfigurationError, match='evidence is "words", not "message"'):
         falai().fields({"x": {"type": "string", "evidence": "words"}}).agent(
-            name="A", provider=ScriptedProvider(), flows=[], protocol="lean")
+            name="A", provider=ScriptedProvider(), flows=[])

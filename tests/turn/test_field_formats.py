@@ -52,14 +52,13 @@ FIELDS = {"data": {"type": "string", "format": "date", "ask": "Ask the date.", "
           "email": {"type": "string", "format": "email", "description": "Where the confirmation goes."}}
 
 
-def booking_agent(understand, speak, max_asks=3, *, protocol):
+def booking_agent(understand, speak, max_asks=3):
     f = falai().fields(FIELDS)
     flow = f.flow({"id": "reserva", "name": "Booking", "on": [{"message": ["wants a table"]}], "steps": [
         {"id": "quando", "collect": ["data"], "maxAsks": max_asks},
         {"id": "ok", "say": "Booked for {{data.data}}."}]})
     provider = ScriptedProvider(script={"understand": understand, "speak": speak})
-    agent = f.agent(name="Ana", provider=provider, flows=[flow], clock=fake_clock("2026-12-01T10:00:00.000Z"),
-                    protocol=protocol)
+    agent = f.agent(name="Ana", provider=provider, flows=[flow], clock=fake_clock("2026-12-01T10:00:00.000Z"))
     return agent, provider
 
 
@@ -67,10 +66,10 @@ def dropped(result):
     return [(o.code, o.detail) for o in result.outcomes if o.code in ("bad-format", "refused")]
 
 
-def test_a_vague_date_is_refused_asked_again_then_a_real_one_is_kept_normalised(protocol):
+def test_a_vague_date_is_refused_asked_again_then_a_real_one_is_kept_normalised():
     agent, _ = booking_agent(
         [{"flows": {"reserva": 95}, "fields": {"data": "next friday-ish"}}, {"fields": {"data": "2026/12/5"}}],
-        [{"message": "Which date exactly?"}], protocol=protocol)
+        [{"message": "Which date exactly?"}])
     first = agent.turn(session_id="s", message="a table next friday-ish", id="m1")
     assert dropped(first) == [("bad-format", "data")]
     assert "data" not in first.session.data and [m.text for m in first.messages] == ["Which date exactly?"]
@@ -79,10 +78,10 @@ def test_a_vague_date_is_refused_asked_again_then_a_real_one_is_kept_normalised(
     assert [m.text for m in second.messages] == ["Booked for 2026-12-05."]
 
 
-def test_a_refused_value_counts_against_max_asks(protocol):
+def test_a_refused_value_counts_against_max_asks():
     agent, _ = booking_agent(
         [{"flows": {"reserva": 95}}, {"fields": {"data": "soon"}}, {"fields": {"data": "sometime"}}],
-        [{"message": "Which date?"}, {"message": "Which date, exactly?"}], max_asks=2, protocol=protocol)
+        [{"message": "Which date?"}, {"message": "Which date, exactly?"}], max_asks=2)
     r = agent.turn(session_id="s", message="a table", id="m1")
     r = agent.turn(session_id="s", session=r.session, message="soon", id="m2")
     assert dropped(r) == [("bad-format", "data")] and r.session.runs[0].asked == {"data": 2}
@@ -91,10 +90,10 @@ def test_a_refused_value_counts_against_max_asks(protocol):
     assert [m.text for m in r.messages] == ["Booked for {{data.data}}."]     # given up: the flow moves on
 
 
-def test_the_validator_refuses_by_raising_or_returning_an_error(protocol):
+def test_the_validator_refuses_by_raising_or_returning_an_error():
     agent, _ = booking_agent(
         [{"flows": {"reserva": 95}, "fields": {"data": "2026-12-21"}}, {"fields": {"data": "2026-12-22"}}],
-        [{"message": "Another date?"}, {"message": "And another?"}], protocol=protocol)
+        [{"message": "Another date?"}, {"message": "And another?"}])
     r = agent.turn(session_id="s", message="a table on the 21st", id="m1")
     assert dropped(r) == [("refused", "data: we are closed on Mondays")]
     assert F.OUTCOME_MESSAGES["refused"] == "the field's validator refused the value"
@@ -102,28 +101,26 @@ def test_the_validator_refuses_by_raising_or_returning_an_error(protocol):
     assert dropped(r) == [("refused", "data: fully booked")] and "data" not in r.session.data
 
 
-def test_the_validator_returns_the_value_to_keep(protocol):
+def test_the_validator_returns_the_value_to_keep():
     f = falai().fields({"cidade": {"type": "string", "validate": lambda v: v.strip().title()}})
     flow = f.flow({"id": "c", "name": "C", "on": [{"message": ["x"]}], "steps": [{"id": "a", "collect": ["cidade"]},
                                                                               {"id": "b", "say": "{{data.cidade}}"}]})
     provider = ScriptedProvider(script={"understand": [{"flows": {"c": 90}, "fields": {"cidade": " são paulo "}}]})
-    agent = f.agent(name="A", provider=provider, flows=[flow], protocol=protocol)
+    agent = f.agent(name="A", provider=provider, flows=[flow])
     assert agent.turn(session_id="s", message="x", id="m1").session.data["cidade"] == "São Paulo"
 
 
-def test_the_speak_reply_is_checked_too(protocol):
+def test_the_speak_reply_is_checked_too():
     """A value the speak call gives (here, the asking step's own reply) goes through the same checks."""
     agent, _ = booking_agent([{"flows": {"reserva": 95}}, {"fields": {}}],
-                             [{"message": "Which date?"}, {"message": "Got it.", "data": "next week"}],
-                             protocol=protocol)
+                             [{"message": "Which date?"}, {"message": "Got it.", "data": "next week"}])
     r = agent.turn(session_id="s", message="a table", id="m1")
     provider_reply = agent.turn(session_id="s", session=r.session, message="next week", id="m2")
     assert ("bad-format", "data") in dropped(provider_reply)
 
 
-def test_the_model_reads_the_format_and_the_rule_in_the_field_description(protocol):
-    agent, provider = booking_agent([{"flows": {"reserva": 95}}], [{"message": "Which date?"}],
-                                    protocol=protocol)
+def test_the_model_reads_the_format_and_the_rule_in_the_field_description():
+    agent, provider = booking_agent([{"flows": {"reserva": 95}}], [{"message": "Which date?"}])
     agent.turn(session_id="s", message="a table", id="m1")
     text = json.dumps([[c.system, c.prompt, c.schema, c.v4_schema] for c in provider.calls])
     assert "Format: a calendar date, written YYYY-MM-DD." in text
@@ -131,12 +128,11 @@ def test_the_model_reads_the_format_and_the_rule_in_the_field_description(protoc
     assert falai_base.field_description(FIELDS["email"]) == "Where the confirmation goes. Format: an e-mail address."
 
 
-def test_values_a_tool_or_action_writes_are_not_checked(protocol):
+def test_values_a_tool_or_action_writes_are_not_checked():
     f = falai().fields(FIELDS)
     flow = f.flow({"id": "c", "name": "C", "steps": [{"id": "a", "do": "grava"}, {"id": "b", "say": "{{data.data}}"}]})
     grava = f.action(parameters={}, run=lambda params, ctx: ctx.set({"data": "whenever"}))
-    agent = f.agent(name="A", provider=ScriptedProvider(), flows=[flow], actions={"grava": grava},
-                    protocol=protocol)
+    agent = f.agent(name="A", provider=ScriptedProvider(), flows=[flow], actions={"grava": grava})
     assert agent.turn(session_id="s", start={"flow": "c", "key": "k"}).messages[0].text == "whenever"
 
 
@@ -149,7 +145,7 @@ def test_values_a_tool_or_action_writes_are_not_checked(protocol):
                                                 "function value -> value to keep (raise to refuse); a JSON "
                                                 "registry cannot hold one."),
 ])
-def test_a_bad_format_or_validator_is_refused_when_the_agent_is_built(definition, message, protocol):
+def test_a_bad_format_or_validator_is_refused_when_the_agent_is_built(definition, message):
     with pytest.raises(FlowConfigurationError) as caught:
-        F.Agent(name="A", provider=ScriptedProvider(), fields={"x": definition}, protocol=protocol)
+        F.Agent(name="A", provider=ScriptedProvider(), fields={"x": definition})
     assert str(caught.value) == "[FlowConfigurationError] " + message

@@ -2,17 +2,15 @@
 
 ``move_status()`` is the only writer of ``Run.status``; ``RUN_MOVES`` says, for each status and
 event, the status it moves to. These tests hold the table to the spec's statuses, the mover to the
-table, and the engine to the mover.
+table, and the engine to the mover; that no other function writes a status is read from the source
+in tests/repository/test_one_writer.py.
 """
-import ast
-import pathlib
 from types import SimpleNamespace
 
 import pytest
 
 import falai
 from falai import RUN_MOVES, Run, move_status
-import falai_base
 from falai_base import RUN_STATUSES
 
 NOW = "2026-09-20T10:00:00.000Z"
@@ -53,25 +51,6 @@ def test_a_move_the_table_does_not_have_raises_and_changes_nothing(status, event
     assert run == a_run(status)
 
 
-def test_no_function_but_move_status_writes_a_runs_status():
-    """The choke point holds: every ``x.status = ...`` in the engine (falai.py, falai_base.py) is move_status's
-    own (or an error's)."""
-    writers = set()
-    functions = [function for module in (falai, falai_base)
-                 for function in ast.walk(ast.parse(pathlib.Path(module.__file__).read_text(encoding="utf-8")))]
-    for function in functions:
-        if not isinstance(function, ast.FunctionDef):
-            continue
-        for node in ast.walk(function):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
-                if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
-            for target in targets:
-                for part in ast.walk(target):
-                    if isinstance(part, ast.Attribute) and part.attr == "status":
-                        writers.add(function.name)
-    assert writers == {"move_status", "__init__"}       # __init__: ProviderError's HTTP status
-
-
 def test_a_turn_moves_runs_through_the_table(monkeypatch):
     """A collect step asks, then the answer moves the run on: each change is a move_status call."""
     seen = []
@@ -99,7 +78,7 @@ def test_what_a_turn_is_given_is_read_only():
     """A turn splits what it was given (``turn.given``, frozen) from what it changes."""
     agent = falai.Agent(name="Ana", provider=falai.ScriptedProvider(script={}),
                         clock=falai.fake_clock(NOW))
-    turn = falai.Turn(agent, falai.read_turn_input({"session_id": "s1", "message": "oi", "id": "m1"}))
+    turn = falai.Turn(agent, falai.TurnInput(session_id="s1", message="oi", id="m1"))
     assert (turn.given.agent, turn.given.now_text, turn.given.trigger_key) == (agent, NOW, "m1")
     for name in ("now_text", "silenced", "trigger_key", "agent"):
         with pytest.raises(AttributeError):

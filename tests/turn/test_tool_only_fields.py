@@ -22,7 +22,7 @@ BOOK = Tool(id="reservar", description="Book the room and return the code.", han
             parameters={"type": "object", "properties": {"cidade": {"type": "string"}}, "required": ["cidade"]})
 
 
-def booking_agent(script, tools=(BOOK,), *, protocol):
+def booking_agent(script, tools=(BOOK,)):
     f = falai().fields(FIELDS)
     flow = f.flow({"id": "hospedagem", "name": "Lodging", "on": [{"message": ["wants to book a room"]}],
                    "steps": [
@@ -32,19 +32,19 @@ def booking_agent(script, tools=(BOOK,), *, protocol):
                        {"id": "fim", "say": "Booked: {{data.codigo}}."},
                    ]})
     provider = ScriptedProvider(script=script)
-    return f.agent(name="Concierge", provider=provider, flows=[flow], tools=list(tools), protocol=protocol), provider
+    return f.agent(name="Concierge", provider=provider, flows=[flow], tools=list(tools)), provider
 
 
 def every_text(request):
     return json.dumps([request.system, request.prompt, request.schema, request.v4_schema, request.tools])
 
 
-def test_a_tool_only_field_is_in_no_model_call(protocol):
+def test_a_tool_only_field_is_in_no_model_call():
     agent, provider = booking_agent({
         "understand": [{"flows": {"hospedagem": 95}, "fields": {"cidade": "Curitiba"}},
                        {"fields": {}}],
         "speak": [{"message": "Shall I book Curitiba?"}, {"message": "Booking now."}],
-    }, protocol=protocol)
+    })
     r = agent.turn(session_id="s", message="Quero um quarto em Curitiba", id="m1")
     r = agent.turn(session_id="s", session=r.session, message="yes", id="m2")
     assert provider.calls, "the turns made model calls"
@@ -52,13 +52,13 @@ def test_a_tool_only_field_is_in_no_model_call(protocol):
         assert "codigo" not in every_text(request), request.schema_name
 
 
-def test_a_model_reply_naming_a_tool_only_field_writes_nothing(protocol):
+def test_a_model_reply_naming_a_tool_only_field_writes_nothing():
     """The customer's "yes" cannot fill the booking code, whatever the reply says."""
     agent, provider = booking_agent({
         "understand": [{"flows": {"hospedagem": 95}, "fields": {"cidade": "Curitiba", "codigo": "FAKE"}},
                        {"fields": {"codigo": "FAKE"}}],
         "speak": [{"message": "Shall I book?", "codigo": "FAKE"}, {"message": "Sure!", "codigo": "FAKE"}],
-    }, protocol=protocol)
+    })
     r = agent.turn(session_id="s", message="Quero um quarto em Curitiba", id="m1")
     refused = [o for o in r.outcomes if o.code == "tool-only"]
     assert [(o.kind, o.status, o.detail) for o in refused] == [("collect", "skipped", "codigo")]
@@ -67,13 +67,13 @@ def test_a_model_reply_naming_a_tool_only_field_writes_nothing(protocol):
     assert r.session.runs[0].step_id == "confirma" and r.session.runs[0].status == "asking"
 
 
-def test_a_collect_step_waits_for_the_tool_then_moves_on(protocol):
+def test_a_collect_step_waits_for_the_tool_then_moves_on():
     agent, provider = booking_agent({
         "understand": [{"flows": {"hospedagem": 95}, "fields": {"cidade": "Curitiba"}}, {"fields": {}}],
         "speak": [{"message": "Shall I book Curitiba?"},
                   {"message": "", "toolCalls": [{"toolName": "reservar", "arguments": {"cidade": "Curitiba"}}]},
                   {"message": "Done."}],
-    }, protocol=protocol)
+    })
     r = agent.turn(session_id="s", message="Quero um quarto em Curitiba", id="m1")
     assert r.session.runs[0].step_id == "confirma" and r.session.runs[0].status == "asking"
     r = agent.turn(session_id="s", session=r.session, message="yes", id="m2")
@@ -91,7 +91,6 @@ def test_validation_warns_when_nothing_can_write_a_tool_only_field():
     assert not any("extract: never" in p.message for p in with_action)
 
 
-def test_an_unknown_extract_mode_names_never_among_the_choices(protocol):
+def test_an_unknown_extract_mode_names_never_among_the_choices():
     with pytest.raises(FlowConfigurationError, match='"anywhere", "asked", "never"'):
-        F.Agent(name="A", provider=ScriptedProvider(), fields={"x": {"type": "string", "extract": "tools"}},
-                protocol=protocol)
+        F.Agent(name="A", provider=ScriptedProvider(), fields={"x": {"type": "string", "extract": "tools"}})

@@ -14,9 +14,9 @@ FIELDS = {
 }
 
 
-def build(flows, script, *, protocol, **options):
+def build(flows, script, **options):
     """conftest's build over this file's FIELDS: (agent, its ScriptedProvider)."""
-    agent, provider, _ = conftest.build(flows, script=script, fields=options.pop("fields", FIELDS), protocol=protocol, **options)
+    agent, provider, _ = conftest.build(flows, script=script, fields=options.pop("fields", FIELDS), **options)
     return agent, provider
 
 
@@ -30,12 +30,11 @@ TRIAGEM = {
 }
 
 
-def test_first_step_asks_and_counts_one_ask_per_pending_field(protocol):
+def test_first_step_asks_and_counts_one_ask_per_pending_field():
     """runtime.md §3.8 item 3.6: after speaking, each field still pending has its asked count raised.
     runtime.md §3.4 item 8: the catch-all's first step asks nome and empresa itself, but porte is not
     free, so all its harvestable fields go to an understand call."""
-    agent, provider = build([TRIAGEM], {"understand": [{}], "speak": [{"message": "Qual seu nome e empresa?"}]},
-                            protocol=protocol)
+    agent, provider = build([TRIAGEM], {"understand": [{}], "speak": [{"message": "Qual seu nome e empresa?"}]})
     r = agent.turn(session_id="s1", message="oi", id="m1")
     run = r.session.runs[0]
     assert (run.status, run.step_id, run.asked) == ("asking", "quem", {"nome": 1, "empresa": 1})
@@ -43,21 +42,21 @@ def test_first_step_asks_and_counts_one_ask_per_pending_field(protocol):
     assert r.llm_calls == 2 and [c.schema_name for c in provider.calls] == ["understand", "speak"]
 
 
-def test_a_catch_all_whose_fields_all_ride_on_its_first_step_costs_one_call(protocol):
+def test_a_catch_all_whose_fields_all_ride_on_its_first_step_costs_one_call():
     """runtime.md §3.4 item 8 and §17: an opening message with nothing else to judge costs no understand call."""
     flows = [{"id": "f", "name": "F", "on": [{"message": []}], "steps": [{"id": "q", "collect": ["nome"]}]}]
-    agent, provider = build(flows, {"speak": [{"message": "Como você se chama?"}]}, protocol=protocol)
+    agent, provider = build(flows, {"speak": [{"message": "Como você se chama?"}]})
     r = agent.turn(session_id="s1", message="oi", id="m1")
     assert r.llm_calls == 1 and [c.schema_name for c in provider.calls] == ["speak"]
 
 
-def test_fields_given_out_of_order_are_taken_and_their_steps_skip(protocol):
+def test_fields_given_out_of_order_are_taken_and_their_steps_skip():
     """flows.md §2.3: the understand call harvests any unknown "anywhere" field of the flow in play;
     runtime.md §3.6.3 talk rule 2: a step whose fields are all known is skipped with already-known."""
     agent, provider = build([TRIAGEM], {
         "speak": [{"message": "Qual seu nome e empresa?"}, {"message": "Obrigada!"}],
         "understand": [{}, {"fields": {"nome": "Ana", "empresa": "Acme", "porte": "11-50"}}],
-    }, protocol=protocol)
+    })
     r1 = agent.turn(session_id="s1", message="oi", id="m1")
     r2 = agent.turn(session_id="s1", session=r1.session, message="Ana da Acme, somos 20", id="m2")
     assert r2.session.data == {"nome": "Ana", "empresa": "Acme", "porte": "11-50"}
@@ -67,12 +66,12 @@ def test_fields_given_out_of_order_are_taken_and_their_steps_skip(protocol):
     assert r2.ended[0].reason == "end"
 
 
-def test_a_value_off_the_enum_is_dropped_and_the_field_asked_again(protocol):
+def test_a_value_off_the_enum_is_dropped_and_the_field_asked_again():
     """runtime.md §3.5.1: a judged value outside the enum is dropped with not-in-enum and stays pending."""
     agent, _ = build([TRIAGEM], {
         "speak": [{"message": "Nome e empresa?"}, {"message": "Quantas pessoas?"}],
         "understand": [{}, {"fields": {"nome": "Ana", "empresa": "Acme", "porte": "vinte"}}],
-    }, protocol=protocol)
+    })
     r1 = agent.turn(session_id="s1", message="oi", id="m1")
     r2 = agent.turn(session_id="s1", session=r1.session, message="Ana da Acme, vinte pessoas", id="m2")
     dropped = [o for o in r2.outcomes if o.code == "not-in-enum"]
@@ -83,12 +82,11 @@ def test_a_value_off_the_enum_is_dropped_and_the_field_asked_again(protocol):
     assert r2.session.runs[0].step_id == "porte" and r2.session.runs[0].status == "asking"
 
 
-def test_speak_envelope_values_are_coerced_and_written(protocol):
+def test_speak_envelope_values_are_coerced_and_written():
     """runtime.md §3.8 item 3.2: the speak envelope's field values go through §3.5.1."""
     flows = [{"id": "f", "name": "F", "on": [{"message": []}],
               "steps": [{"id": "q", "collect": ["confirmado"]}, {"id": "ok", "say": "Feito."}]}]
-    agent, _ = build(flows, {"speak": [{"message": "Está certo?"}, {"message": "Anotado", "confirmado": "sim"}]},
-                     protocol=protocol)
+    agent, _ = build(flows, {"speak": [{"message": "Está certo?"}, {"message": "Anotado", "confirmado": "sim"}]})
     r1 = agent.turn(session_id="s1", message="oi", id="m1")
     # a boolean is "asked" by default: nothing to harvest, so no understand call
     r2 = agent.turn(session_id="s1", session=r1.session, message="sim", id="m2")
@@ -96,12 +94,12 @@ def test_speak_envelope_values_are_coerced_and_written(protocol):
     assert [m.text for m in r2.messages] == ["Anotado", "Feito."]
 
 
-def test_max_asks_gives_a_field_up_and_the_step_moves_on(protocol):
+def test_max_asks_gives_a_field_up_and_the_step_moves_on():
     """flows.md §2.2 and the Note: an "anywhere" field at maxAsks leaves pending; the step exits with max-asks."""
     flows = [{"id": "f", "name": "F", "on": [{"message": []}],
               "steps": [{"id": "q", "collect": ["empresa"], "maxAsks": 2}, {"id": "fim", "say": "Tudo bem."}]}]
     agent, provider = build(flows, {"speak": [{"message": "Qual empresa?"}, {"message": "E a empresa?"}],
-                                    "understand": [{}, {}]}, protocol=protocol)
+                                    "understand": [{}, {}]})
     r1 = agent.turn(session_id="s1", message="oi", id="m1")
     r2 = agent.turn(session_id="s1", session=r1.session, message="prefiro não dizer", id="m2")
     assert r2.session.runs[0].asked == {"empresa": 2} and r2.session.runs[0].status == "asking"
@@ -113,7 +111,7 @@ def test_max_asks_gives_a_field_up_and_the_step_moves_on(protocol):
     assert [m.text for m in r3.messages] == ["Tudo bem."]
 
 
-def test_unlimited_max_asks_waits_for_a_tool_only_field_however_many_replies(protocol):
+def test_unlimited_max_asks_waits_for_a_tool_only_field_however_many_replies():
     """flows.md §2.2 (falai for Python): "maxAsks": "unlimited" never gives a field up, so a step waiting
     for what only a tool writes stays until the tool writes it; with the default it gives up after 3."""
     fields = {**FIELDS, "pedido": {"type": "string", "extract": "never"}}
@@ -121,28 +119,26 @@ def test_unlimited_max_asks_waits_for_a_tool_only_field_however_many_replies(pro
               "steps": [{"id": "q", "prompt": "Help.", "collect": ["pedido"], "maxAsks": "unlimited"},
                         {"id": "fim", "say": "Pedido {{data.pedido}}."}]}]
     agent, provider = build(flows, {"speak": [{"message": f"Ajudo? {n}"} for n in range(6)],
-                                    "understand": [{}] * 6}, fields=fields, protocol=protocol)
+                                    "understand": [{}] * 6}, fields=fields)
     r = agent.turn(session_id="s1", message="oi", id="m0")
     for n in range(1, 6):
         r = agent.turn(session_id="s1", session=r.session, message=f"e então {n}", id=f"m{n}")
     assert r.session.runs[0].asked == {"pedido": 6} and r.session.runs[0].status == "asking"
     assert "max-asks" not in [o.code for o in r.outcomes] and r.messages[0].text == "Ajudo? 5"
     flows[0]["steps"][0].pop("maxAsks")
-    agent, provider = build(flows, {"speak": [{"message": "Ajudo?"}] * 3, "understand": [{}] * 4}, fields=fields,
-                            protocol=protocol)
+    agent, provider = build(flows, {"speak": [{"message": "Ajudo?"}] * 3, "understand": [{}] * 4}, fields=fields)
     r = agent.turn(session_id="s1", message="oi", id="m0")
     for n in range(1, 4):                     # the fourth message finds the field asked 3 times: given up
         r = agent.turn(session_id="s1", session=r.session, message="e então", id=f"m{n}")
     assert [o.code for o in r.outcomes][:1] == ["max-asks"] and r.messages[-1].text == "Pedido {{data.pedido}}."
 
 
-def test_fixed_question_goes_out_verbatim_without_a_model_call(protocol):
+def test_fixed_question_goes_out_verbatim_without_a_model_call():
     """runtime.md §3.6.7: the first ask of a question step is the rendered question, kind verbatim, no speak call.
     (runtime.md §3.4 item 8: a question step's fields are not "free", so the opening message is read for them.)"""
     flows = [{"id": "f", "name": "F", "on": [{"message": []}],
               "steps": [{"id": "quem", "collect": ["nome"], "question": "Oi! Como você se chama?"}]}]
-    agent, provider = build(flows, {"speak": [{"message": "Ainda preciso do seu nome."}], "understand": [{}, {}]},
-                            protocol=protocol)
+    agent, provider = build(flows, {"speak": [{"message": "Ainda preciso do seu nome."}], "understand": [{}, {}]})
     r1 = agent.turn(session_id="s1", message="oi", id="m1")
     assert r1.llm_calls == 1 and [c.schema_name for c in provider.calls] == ["understand"]
     assert (r1.messages[0].text, r1.messages[0].kind, r1.messages[0].key) == (
@@ -154,7 +150,7 @@ def test_fixed_question_goes_out_verbatim_without_a_model_call(protocol):
     assert r2.messages[0].kind == "ai" and r2.llm_calls == 2   # later asks are the model's own words
 
 
-def test_a_no_clears_the_fields_and_asks_again_from_the_start(protocol):
+def test_a_no_clears_the_fields_and_asks_again_from_the_start():
     """flows.md §2.5 and §5.2: {step, clear} deletes the fields and their asked counts, then jumps;
     the fixed question goes out again because its counts were reset."""
     flows = [{"id": "f", "name": "F", "on": [{"message": []}], "steps": [
@@ -168,7 +164,7 @@ def test_a_no_clears_the_fields_and_asks_again_from_the_start(protocol):
                              "speak": [{"message": "Seu nome é Bia?"},
                                        {"message": "Certo.", "confirmado": False},
                                        {"message": "Seu nome é Ana?"},
-                                       {"message": "Ótimo.", "confirmado": True}]}, protocol=protocol)
+                                       {"message": "Ótimo.", "confirmado": True}]})
     r = agent.turn(session_id="s1", message="oi", id="m1")
     r = agent.turn(session_id="s1", session=r.session, message="Bia", id="m2")
     r = agent.turn(session_id="s1", session=r.session, message="não, errou", id="m3")
@@ -182,12 +178,11 @@ def test_a_no_clears_the_fields_and_asks_again_from_the_start(protocol):
     assert r.ended[0].reason == "end"
 
 
-def test_an_asked_boolean_is_never_harvested_by_the_understand_call(protocol):
+def test_an_asked_boolean_is_never_harvested_by_the_understand_call():
     """flows.md §2.3: extract "asked" (every boolean by default) is read only by the speak call of the step asking it."""
     flows = [{"id": "f", "name": "F", "on": [{"message": ["quer ajuda"]}], "collect": ["nome", "confirmado"],
               "steps": [{"id": "q", "collect": ["nome", "confirmado"]}]}]
-    agent, provider = build(flows, {"understand": [{"flows": {"f": 90}}], "speak": [{"message": "Nome?"}]},
-                            protocol=protocol)
+    agent, provider = build(flows, {"understand": [{"flows": {"f": 90}}], "speak": [{"message": "Nome?"}]})
     agent.turn(session_id="s1", message="quero ajuda", id="m1")
     call = provider.calls[0]
     asked = str(call.v4_schema or call.schema) + call.prompt      # "lean": the turn's list is in the prompt

@@ -1,21 +1,33 @@
 """turn() arguments: exactly one input kind, keywords of one kind only, clear TypeErrors
 (runtime.md §2, python-api.md "One turn")."""
 import copy
+import dataclasses
+import inspect
 
 import pytest
 
-from falai import ScriptedProvider, Session, falai, fake_clock
+from falai import Agent, ScriptedProvider, Session, TurnInput, falai, fake_clock
 
 pytestmark = pytest.mark.protocols("lean", "v4")     # the same results under both (issue 11)
 
 
+def test_turn_and_turn_stream_list_the_fields_of_turn_input():
+    """The keywords are declared once, as TurnInput's fields: both signatures list them, keyword-only,
+    with the same types and defaults (what editors and help() show), and hand the engine the record."""
+    fields = [(f.name, f.type, inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default)
+              for f in dataclasses.fields(TurnInput)]
+    for method in (Agent.turn, Agent.turn_stream):
+        parameters = list(inspect.signature(method).parameters.values())[1:]     # after self
+        assert [(p.name, p.annotation, p.default) for p in parameters] == fields
+        assert {p.kind for p in parameters} == {inspect.Parameter.KEYWORD_ONLY}
+
+
 @pytest.fixture
-def agent(protocol):
+def agent():
     f = falai().fields({"nome": {"type": "string"}})
     return f.agent(name="Ana", provider=ScriptedProvider(script={"speak": [{"message": "Oi!"}] * 5}),
                    clock=fake_clock("2026-09-20T10:00:00.000Z"), idle={"prompt": "Atenda."},
-                   flows=[f.flow({"id": "x", "name": "X", "steps": [{"id": "s", "say": "Olá"}]})],
-                   protocol=protocol)
+                   flows=[f.flow({"id": "x", "name": "X", "steps": [{"id": "s", "say": "Olá"}]})])
 
 
 @pytest.mark.parametrize("kwargs, words", [

@@ -62,10 +62,10 @@ SPEC_MESSAGES = {
 }
 
 
-def build(flows, *, protocol, **options):
+def build(flows, **options):
     """conftest's build, with an event "e" registered unless the test names its own."""
     options.setdefault("events", {"e": F.EventDef()})
-    return conftest.build(flows, protocol=protocol, **options)
+    return conftest.build(flows, **options)
 
 
 def fields_of(outcome):
@@ -113,9 +113,9 @@ def assert_ignored(r, code, key, at=T0):
     assert r.llm_calls == 0 and r.usage is None
 
 
-def test_a_wake_with_no_session_is_ignored_with_no_session_and_a_fresh_session(protocol):
+def test_a_wake_with_no_session_is_ignored_with_no_session_and_a_fresh_session():
     """runtime.md §3.1 rule 3, §3.3: no-session; the result's session is the fresh one."""
-    agent, provider, _ = build([LEMBRETE], protocol=protocol)
+    agent, provider, _ = build([LEMBRETE])
     r = agent.turn(session_id="s1", wake="lembrete#k1:espera:1789984800000")
     assert_ignored(r, "no-session", "lembrete#k1:espera:1789984800000")
     s = r.session
@@ -124,15 +124,15 @@ def test_a_wake_with_no_session_is_ignored_with_no_session_and_a_fresh_session(p
     assert provider.calls == []
 
 
-def test_a_silence_wake_with_no_session_is_no_session_too(protocol):
+def test_a_silence_wake_with_no_session_is_no_session_too():
     """runtime.md §3.1 rule 3: any wake without a session is ignored in Load."""
-    agent, _, _ = build([], protocol=protocol)
+    agent, _, _ = build([])
     assert_ignored(agent.turn(session_id="s1", wake=f"silence:x:s1:{MS0}"), "no-session", f"silence:x:s1:{MS0}")
 
 
-def test_a_repeated_message_id_is_ignored_with_duplicate_input(protocol):
+def test_a_repeated_message_id_is_ignored_with_duplicate_input():
     """runtime.md §3.2 Message rule 1, §3.3: a message id in session.inputs -> duplicate-input, key = the id."""
-    agent, provider, clock = build([], idle="silent", protocol=protocol)
+    agent, provider, clock = build([], idle="silent")
     t1 = agent.turn(session_id="s1", message="oi", id="m1")
     clock.advance("1m")
     r = agent.turn(session_id="s1", session=t1.session, message="oi", id="m1")
@@ -140,9 +140,9 @@ def test_a_repeated_message_id_is_ignored_with_duplicate_input(protocol):
     assert r.session == t1.session and r.session is not t1.session
 
 
-def test_only_the_last_fifty_input_ids_are_remembered(protocol):
+def test_only_the_last_fifty_input_ids_are_remembered():
     """runtime.md §3.2 Message rule 2, §13: inputs keeps the last 50 ids."""
-    agent, _, _ = build([], idle="silent", protocol=protocol)
+    agent, _, _ = build([], idle="silent")
     s = None
     for i in range(51):
         s = agent.turn(session_id="s1", session=s, message="oi", id=f"m{i}").session
@@ -153,20 +153,20 @@ def test_only_the_last_fifty_input_ids_are_remembered(protocol):
     assert agent.turn(session_id="s1", session=again.session, message="oi", id="m50").changed is False
 
 
-def test_a_wake_no_run_waits_on_is_stale(protocol):
+def test_a_wake_no_run_waits_on_is_stale():
     """runtime.md §3.3: stale-wake, key = the wake key, the session unchanged."""
-    agent, _, _ = build([LEMBRETE], protocol=protocol)
+    agent, _, _ = build([LEMBRETE])
     t1 = agent.turn(session_id="s1", start={"flow": "lembrete", "key": "k1"})
     r = agent.turn(session_id="s1", session=t1.session, wake="nada:aqui")
     assert_ignored(r, "stale-wake", "nada:aqui")
     assert r.session == t1.session
 
 
-def test_a_broken_silence_wake_is_ignored_with_silence_broken(protocol):
+def test_a_broken_silence_wake_is_ignored_with_silence_broken():
     """runtime.md §3.3: silence-broken, key = the wake key."""
     retomar = {"id": "retomar", "name": "R", "on": [{"silence": "1h"}], "steps": [{"id": "p", "say": "Oi?"}]}
     ola = {"id": "ola", "name": "O", "steps": [{"id": "oi", "say": "Olá"}]}
-    agent, _, clock = build([ola, retomar], idle="silent", protocol=protocol)
+    agent, _, clock = build([ola, retomar], idle="silent")
     t1 = agent.turn(session_id="s1", start={"flow": "ola", "key": "k1"})
     clock.advance("1m")
     t2 = agent.turn(session_id="s1", session=t1.session, message="oi", id="m1")
@@ -174,9 +174,9 @@ def test_a_broken_silence_wake_is_ignored_with_silence_broken(protocol):
     assert_ignored(r, "silence-broken", t1.schedule[0].key, at="2026-09-20T10:01:00.000Z")
 
 
-def test_only_messages_are_recorded_in_inputs(protocol):
+def test_only_messages_are_recorded_in_inputs():
     """runtime.md §13: wakes, events and starts are never recorded in inputs."""
-    agent, _, clock = build([LEMBRETE], idle="silent", protocol=protocol)
+    agent, _, clock = build([LEMBRETE], idle="silent")
     t1 = agent.turn(session_id="s1", start={"flow": "lembrete", "key": "k1"})
     t2 = agent.turn(session_id="s1", session=t1.session, event="e", key="e1")
     t3 = agent.turn(session_id="s1", session=t2.session, wake=t1.schedule[0].key)
@@ -190,25 +190,25 @@ def test_only_messages_are_recorded_in_inputs(protocol):
 CATCH = {"id": "f", "name": "F", "on": [{"message": []}], "steps": [{"id": "oi", "say": "Oi"}]}
 
 
-def test_the_message_at_is_the_trigger_key_verbatim_and_last_user_at_normalised(protocol):
+def test_the_message_at_is_the_trigger_key_verbatim_and_last_user_at_normalised():
     """runtime.md §2.3, §3.2 Message rule 3: the key uses the at text as given; lastUserAt is UTC with ms and Z."""
-    agent, _, _ = build([CATCH], protocol=protocol)
+    agent, _, _ = build([CATCH])
     r = agent.turn(session_id="s1", message="oi", at="2026-09-20T07:00:00-03:00")
     assert [s.run_id for s in r.started] == ["f#2026-09-20T07:00:00-03:00"]
     assert r.session.last_user_at == "2026-09-20T10:00:00.000Z"
     assert r.messages[0].key == "f#2026-09-20T07:00:00-03:00:oi:1"
 
 
-def test_a_message_with_neither_id_nor_at_is_keyed_by_now(protocol):
+def test_a_message_with_neither_id_nor_at_is_keyed_by_now():
     """runtime.md §8: without id and at, the trigger key is now as ISO text."""
-    agent, _, _ = build([CATCH], protocol=protocol)
+    agent, _, _ = build([CATCH])
     r = agent.turn(session_id="s1", message="oi")
     assert [s.run_id for s in r.started] == [f"f#{T0}"] and r.session.last_user_at == T0
 
 
-def test_an_empty_id_counts_as_absent(protocol):
+def test_an_empty_id_counts_as_absent():
     """python-api.md, One turn: id="" is not recorded and the trigger key falls back to the at."""
-    agent, _, _ = build([CATCH], idle="silent", protocol=protocol)
+    agent, _, _ = build([CATCH], idle="silent")
     r = agent.turn(session_id="s1", message="oi", id="", at="2026-09-20T09:59:00.000Z")
     assert r.session.inputs == []
     assert [s.run_id for s in r.started] == ["f#2026-09-20T09:59:00.000Z"]
@@ -216,7 +216,7 @@ def test_an_empty_id_counts_as_absent(protocol):
     assert [o.code for o in replay.outcomes] == ["repeat-spent"]     # not detected as a replay
 
 
-def test_the_clock_is_read_once_and_truncated_to_milliseconds(protocol):
+def test_the_clock_is_read_once_and_truncated_to_milliseconds():
     """runtime.md §0: now is read exactly once per turn and truncated to whole milliseconds."""
     reads = []
 
@@ -226,8 +226,7 @@ def test_the_clock_is_read_once_and_truncated_to_milliseconds(protocol):
 
     retomar = {"id": "retomar", "name": "R", "on": [{"silence": "1h"}], "steps": [{"id": "p", "say": "Oi?"}]}
     flow = {"id": "f", "name": "F", "steps": [{"id": "oi", "say": "Oi"}, {"id": "espera", "wait": "1h"}]}
-    agent = falai().agent(name="Ana", provider=ScriptedProvider(), clock=clock, flows=[flow, retomar],
-                          protocol=protocol)
+    agent = falai().agent(name="Ana", provider=ScriptedProvider(), clock=clock, flows=[flow, retomar])
     r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
     assert len(reads) == 1
     assert r.session.runs[0].started_at == "2026-09-20T10:00:00.123Z"
@@ -238,33 +237,33 @@ def test_the_clock_is_read_once_and_truncated_to_milliseconds(protocol):
 
 # changed ---------------------------------------------------------------------------------------------
 
-def test_a_first_turn_is_changed_even_when_it_produced_nothing(protocol):
+def test_a_first_turn_is_changed_even_when_it_produced_nothing():
     """runtime.md §3.9: input session None -> changed, unless ignored."""
-    agent, _, _ = build([], protocol=protocol)
+    agent, _, _ = build([])
     r = agent.turn(session_id="s1", event="e", key="e1")
     assert r.changed is True and (r.messages, r.outcomes, r.schedule, r.skipped) == ([], [], [], [])
 
 
-def test_a_turn_that_changed_nothing_and_produced_nothing_is_not_changed(protocol):
+def test_a_turn_that_changed_nothing_and_produced_nothing_is_not_changed():
     """runtime.md §3.9: an event that matched no trigger and no wait is changed=False."""
-    agent, _, _ = build([LEMBRETE], protocol=protocol)
+    agent, _, _ = build([LEMBRETE])
     t1 = agent.turn(session_id="s1", start={"flow": "lembrete", "key": "k1"})
     r = agent.turn(session_id="s1", session=t1.session, event="e", key="e1")
     assert r.changed is False and r.session == t1.session
 
 
-def test_a_skip_alone_makes_a_turn_changed(protocol):
+def test_a_skip_alone_makes_a_turn_changed():
     """runtime.md §3.9: anything in skipped makes changed True, even with the session unchanged."""
-    agent, _, _ = build([LEMBRETE], protocol=protocol)
+    agent, _, _ = build([LEMBRETE])
     t1 = agent.turn(session_id="s1", start={"flow": "lembrete", "key": "k1"})
     r = agent.turn(session_id="s1", session=t1.session, start={"flow": "lembrete", "key": "k1"})
     assert [s.code for s in r.skipped] == ["already-claimed"]
     assert r.session == t1.session and r.changed is True
 
 
-def test_a_session_change_alone_makes_a_turn_changed(protocol):
+def test_a_session_change_alone_makes_a_turn_changed():
     """runtime.md §3.9: a session that differs by value makes changed True (an inbound event's lastUserAt)."""
-    agent, _, clock = build([LEMBRETE], events={"e": F.EventDef(direction="inbound")}, protocol=protocol)
+    agent, _, clock = build([LEMBRETE], events={"e": F.EventDef(direction="inbound")})
     t1 = agent.turn(session_id="s1", start={"flow": "lembrete", "key": "k1"})
     clock.advance("1m")
     r = agent.turn(session_id="s1", session=t1.session, event="e", key="e1")
@@ -274,7 +273,7 @@ def test_a_session_change_alone_makes_a_turn_changed(protocol):
 
 # The input is never mutated ---------------------------------------------------------------------------------
 
-def test_the_input_session_and_arguments_are_never_mutated(protocol):
+def test_the_input_session_and_arguments_are_never_mutated():
     """runtime.md §2.2, python-api.md: turn() works on a deep copy; result.session is that copy."""
     def act(params, ctx):
         ctx.set({"x": "1"})
@@ -283,8 +282,7 @@ def test_the_input_session_and_arguments_are_never_mutated(protocol):
             "steps": [{"id": "a", "do": "a", "with": {"t": "{{input.v}}"}}, {"id": "oi", "say": "Oi"},
                       {"id": "espera", "wait": "1h", "else": "fim"}, {"id": "fim", "say": "Fim"}]}
     agent, _, clock = build([flow, LEMBRETE], fields={"x": {"type": "string"}},
-                            actions={"a": F.Action(parameters={"t": {"type": "string"}}, run=act)},
-                            protocol=protocol)
+                            actions={"a": F.Action(parameters={"t": {"type": "string"}}, run=act)})
     t1 = agent.turn(session_id="s1", event="e", key="e1", payload={"v": "p"})
     session, context = t1.session, {"c": [1, 2]}
     anchors, claims, history = {"lead": {"key": "L"}}, {"held": {"z:s1:": T0}, "active": ["q:s1"]}, [
@@ -316,15 +314,14 @@ def summary(r):
             r.changed, r.llm_calls)
 
 
-def test_replaying_an_input_against_the_same_session_gives_the_same_result(protocol):
+def test_replaying_an_input_against_the_same_session_gives_the_same_result():
     """runtime.md §8, seed Agent page: the same input against the same session mints the same keys and session."""
     retomar = {"id": "retomar", "name": "R", "on": [{"silence": "1h"}], "steps": [{"id": "p", "say": "Oi?"}]}
     flow = {"id": "f", "name": "F", "on": [{"event": "e"}],
             "steps": [{"id": "a", "do": "a"}, {"id": "pausa", "wait": "2s"}, {"id": "oi", "say": "Oi {{input.n}}"},
                       {"id": "espera", "wait": "1d"}, {"id": "tchau", "say": "Tchau"}]}
     agent, _, clock = build([flow, retomar],
-                            actions={"a": F.Action(parameters={}, run=lambda p, c: c.set({"visto": c.key}))},
-                            protocol=protocol)
+                            actions={"a": F.Action(parameters={}, run=lambda p, c: c.set({"visto": c.key}))})
     t1 = agent.turn(session_id="s1", event="e", key="e1", payload={"n": 1})
     clock.advance("1d")
     a = agent.turn(session_id="s1", session=t1.session, wake=t1.schedule[0].key)
@@ -337,14 +334,13 @@ def test_replaying_an_input_against_the_same_session_gives_the_same_result(proto
     assert summary(c) != summary(t1)                                       # the clock moved: wake keys differ
 
 
-def test_replaying_a_message_turn_gives_the_same_keys_messages_and_session(protocol):
+def test_replaying_a_message_turn_gives_the_same_keys_messages_and_session():
     """runtime.md §8: a replayed message (after a failed save) mints the same keys."""
     fields = {"nome": {"type": "string", "ask": "Pergunte o nome."}}
     flow = {"id": "boas-vindas", "name": "B", "on": [{"message": []}], "steps": [{"id": "nome", "collect": ["nome"]}]}
 
     def one():
-        agent, _, _ = build([flow], fields=fields, script={"speak": [{"message": "Como se chama?"}]},
-                            protocol=protocol)
+        agent, _, _ = build([flow], fields=fields, script={"speak": [{"message": "Como se chama?"}]})
         return agent.turn(session_id="s1", message="oi", id="m1")
 
     a, b = one(), one()
@@ -354,11 +350,11 @@ def test_replaying_a_message_turn_gives_the_same_keys_messages_and_session(proto
 
 # TurnResult, its companions and the session -----------------------------------------------------------------
 
-def test_turn_result_carries_typed_companions(protocol):
+def test_turn_result_carries_typed_companions():
     """runtime.md §12, python-api.md: the result's attributes and their dataclasses."""
     retomar = {"id": "retomar", "name": "R", "on": [{"silence": "1h"}], "steps": [{"id": "p", "say": "Oi?"}]}
     flow = {"id": "f", "name": "F", "on": [{"event": "e"}], "steps": [{"id": "oi", "say": "Oi"}]}
-    agent, _, _ = build([flow, retomar], protocol=protocol)
+    agent, _, _ = build([flow, retomar])
     r = agent.turn(session_id="s1", event="e", key="e1")
     assert isinstance(r, TurnResult) and isinstance(r.session, Session)
     assert all(isinstance(m, OutboundMessage) for m in r.messages) and len(r.messages) == 1
@@ -374,10 +370,10 @@ def test_turn_result_carries_typed_companions(protocol):
     assert (r.llm_calls, r.usage) == (0, None)
 
 
-def test_an_ended_run_is_a_snapshot_of_its_last_state(protocol):
+def test_an_ended_run_is_a_snapshot_of_its_last_state():
     """runtime.md §4.8, §12: ended holds the run as it ended (step, visits, outcome lines) plus its reason."""
     flow = {"id": "f", "name": "F", "steps": [{"id": "oi", "say": "Oi"}, {"id": "c", "if": {"silenced": True}}]}
-    agent, _, _ = build([flow], protocol=protocol)
+    agent, _, _ = build([flow])
     r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1", "input": {"a": 1}})
     e = r.ended[0]
     assert (e.id, e.flow_id, e.anchor, e.dedupe_key, e.step_id, e.hop, e.started_at, e.input, e.reason) == (
@@ -387,9 +383,9 @@ def test_an_ended_run_is_a_snapshot_of_its_last_state(protocol):
     assert [line["kind"] for line in e.outcomes] == ["say", "if"]
 
 
-def test_the_version_is_never_changed_by_a_turn(protocol):
+def test_the_version_is_never_changed_by_a_turn():
     """runtime.md §13: turn() never changes version; v is always 4."""
-    agent, _, _ = build([LEMBRETE], protocol=protocol)
+    agent, _, _ = build([LEMBRETE])
     t1 = agent.turn(session_id="s1", start={"flow": "lembrete", "key": "k1"})
     assert (t1.session.version, t1.session.v) == (0, 4)
     stored = copy.deepcopy(t1.session)
@@ -398,10 +394,10 @@ def test_the_version_is_never_changed_by_a_turn(protocol):
     assert t2.session.version == 7 and t2.changed is True
 
 
-def test_keys_that_name_the_session_use_the_session_id_argument(protocol):
+def test_keys_that_name_the_session_use_the_session_id_argument():
     """runtime.md §2.2: the default anchor and every session-naming key use session_id, not the session's id."""
     flow = {"id": "f", "name": "F", "steps": [{"id": "oi", "say": "Oi", "once": True}]}
-    agent, _, _ = build([flow, LEMBRETE], protocol=protocol)
+    agent, _, _ = build([flow, LEMBRETE])
     t1 = agent.turn(session_id="s1", start={"flow": "lembrete", "key": "k1"})
     other = copy.deepcopy(t1.session)
     other.id = "outro"
@@ -410,13 +406,13 @@ def test_keys_that_name_the_session_use_the_session_id_argument(protocol):
     assert "f:oi:s9" in r.session.claims
 
 
-def test_no_run_is_left_running_at_the_end_of_a_turn(protocol):
+def test_no_run_is_left_running_at_the_end_of_a_turn():
     """runtime.md §4.2: every live run ends a turn asking, waiting or suspended."""
     fields = {"nome": {"type": "string", "extract": "asked", "ask": "Pergunte o nome."}}
     flows = [{"id": "a", "name": "A", "steps": [{"id": "q", "collect": ["nome"]}]},
              {"id": "b", "name": "B", "steps": [{"id": "espera", "wait": "1h"}]},
              {"id": "c", "name": "C", "on": [{"event": "e", "after": "1h"}], "steps": [{"id": "oi", "say": "Oi"}]}]
-    agent, _, _ = build(flows, fields=fields, script={"speak": [{"message": "Nome?"}]}, protocol=protocol)
+    agent, _, _ = build(flows, fields=fields, script={"speak": [{"message": "Nome?"}]})
     s = agent.turn(session_id="s1", start={"flow": "a", "key": "k1"}).session
     s = agent.turn(session_id="s1", session=s, start={"flow": "b", "key": "k2"}).session
     s = agent.turn(session_id="s1", session=s, event="e", key="e1").session
@@ -425,14 +421,13 @@ def test_no_run_is_left_running_at_the_end_of_a_turn(protocol):
 
 # Outcome lines ---------------------------------------------------------------------------------------------------
 
-def test_every_line_has_a_message_exactly_when_it_has_a_code(protocol):
+def test_every_line_has_a_message_exactly_when_it_has_a_code():
     """runtime.md §11.1: message is present exactly when code is, and is the code's text."""
     flow = {"id": "f", "name": "F", "steps": [
         {"id": "pausa", "wait": "3s"}, {"id": "oi", "say": "Oi", "once": True}, {"id": "oi2", "say": "Oi"},
         {"id": "a", "do": "a"}, {"id": "b", "do": "b"}, {"id": "c", "if": {}}, {"id": "espera", "wait": "1h"}]}
     agent, _, _ = build([flow], actions={"a": F.Action(parameters={}, run=lambda p, c: {"skipped": "não"}),
-                                         "b": F.Action(parameters={}, run=lambda p, c: {"ok": True, "detail": "d"})},
-                        protocol=protocol)
+                                         "b": F.Action(parameters={}, run=lambda p, c: {"ok": True, "detail": "d"})})
     r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"}, claims={"held": {"f:oi:s1": T0}})
     assert lines(r) == [("wait", "ok", "inline-delay"), ("say", "skipped", "already-sent"), ("say", "ok", None),
                         ("do", "skipped", "action-skipped"), ("do", "ok", None), ("if", "ok", None),
@@ -444,11 +439,11 @@ def test_every_line_has_a_message_exactly_when_it_has_a_code(protocol):
         assert o.key == f"f#k1:{o.step_id}:1" and o.llm_calls is None
 
 
-def test_a_run_keeps_its_lines_as_camel_case_dicts_without_absent_keys(protocol):
+def test_a_run_keeps_its_lines_as_camel_case_dicts_without_absent_keys():
     """runtime.md §11.1, §13: run.outcomes holds the blob's camelCase dicts, absent keys omitted."""
     flow = {"id": "f", "name": "F", "steps": [{"id": "pausa", "wait": "3s", "then": "oi"}, {"id": "oi", "say": "Oi"},
                                               {"id": "espera", "wait": "1h"}]}
-    agent, _, _ = build([flow], protocol=protocol)
+    agent, _, _ = build([flow])
     r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
     assert r.session.runs[0].outcomes == [
         {"runId": "f#k1", "flowId": "f", "stepId": "pausa", "key": "f#k1:pausa:1", "kind": "wait", "status": "ok",
@@ -459,11 +454,11 @@ def test_a_run_keeps_its_lines_as_camel_case_dicts_without_absent_keys(protocol)
     assert [o.to_dict() if hasattr(o, "to_dict") else None for o in r.outcomes] == r.session.runs[0].outcomes
 
 
-def test_a_run_keeps_its_last_fifty_lines_while_the_turn_reports_all(protocol):
+def test_a_run_keeps_its_last_fifty_lines_while_the_turn_reports_all():
     """runtime.md §11.1, §13: run.outcomes keeps the last 50; TurnResult.outcomes is never trimmed."""
     flow = {"id": "f", "name": "F", "steps": [{"id": "a", "if": {}, "then": "b", "else": "b"},
                                               {"id": "b", "if": {}, "then": "a", "else": "a"}]}
-    agent, _, _ = build([flow], protocol=protocol)
+    agent, _, _ = build([flow])
     r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
     assert len(r.outcomes) == 51
     kept = r.ended[0].outcomes
@@ -471,13 +466,13 @@ def test_a_run_keeps_its_last_fifty_lines_while_the_turn_reports_all(protocol):
     assert kept == [o.to_dict() for o in r.outcomes[1:]]
 
 
-def test_lines_of_the_idle_speaker_and_dropped_values_belong_to_no_run(protocol):
+def test_lines_of_the_idle_speaker_and_dropped_values_belong_to_no_run():
     """runtime.md §11.2: idle / ok with key idle:<triggerKey> and llmCalls; dropped values have no run and no key."""
     fields = {"porte": {"type": "string", "enum": ["1-10", "11-50"]}, "n": {"type": "number"}}
     flow = {"id": "triagem", "name": "T", "steps": [{"id": "q", "collect": ["porte", "n"]}]}
     agent, _, _ = build([flow], fields=fields, script={
         "speak": [{"message": "Quantas pessoas?"}, {"message": "Entendi."}],
-        "understand": [{"fields": {"porte": "500", "n": "muitos", "cor": "azul"}}]}, protocol=protocol)
+        "understand": [{"fields": {"porte": "500", "n": "muitos", "cor": "azul"}}]})
     t1 = agent.turn(session_id="s1", start={"flow": "triagem", "key": "k1"})
     t2 = agent.turn(session_id="s1", session=t1.session, message="somos muitos", id="m1")
     dropped = [o for o in t2.outcomes if o.code in ("unknown-field", "bad-value", "not-in-enum")]
@@ -487,7 +482,7 @@ def test_lines_of_the_idle_speaker_and_dropped_values_belong_to_no_run(protocol)
                                                                               None) for o in dropped)
     assert all(o.message == SPEC_MESSAGES[o.code] for o in dropped)
     assert t2.session.data == {}
-    idle_agent, _, _ = build([], script={"speak": [{"message": "Olá!"}]}, protocol=protocol)
+    idle_agent, _, _ = build([], script={"speak": [{"message": "Olá!"}]})
     r = idle_agent.turn(session_id="s1", message="oi", id="m7")
     assert [fields_of(o) for o in r.outcomes] == [{"kind": "idle", "status": "ok", "key": "idle:m7", "llm_calls": 1,
                                                    "at": T0}]
@@ -495,11 +490,11 @@ def test_lines_of_the_idle_speaker_and_dropped_values_belong_to_no_run(protocol)
     assert r.session.last_assistant_at == T0
 
 
-def test_a_talk_ok_line_carries_llm_calls_and_no_next(protocol):
+def test_a_talk_ok_line_carries_llm_calls_and_no_next():
     """runtime.md §3.8 item 3.4, §11.2: <k> / ok after a speak call carries key and llmCalls, never next."""
     flow = {"id": "f", "name": "F", "steps": [{"id": "p", "prompt": "Diga oi.", "then": "fim"}, {"id": "x", "say": "x"},
                                               {"id": "fim", "say": "Fim"}]}
-    agent, _, _ = build([flow], script={"speak": [{"message": "Oi!"}]}, protocol=protocol)
+    agent, _, _ = build([flow], script={"speak": [{"message": "Oi!"}]})
     r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1"})
     talk = r.outcomes[0]
     assert fields_of(talk) == {"kind": "prompt", "status": "ok", "run_id": "f#k1", "flow_id": "f", "step_id": "p",
@@ -509,20 +504,19 @@ def test_a_talk_ok_line_carries_llm_calls_and_no_next(protocol):
 
 # llm_calls and usage ----------------------------------------------------------------------------------------------
 
-def test_usage_is_none_when_no_call_reported_counts(protocol):
+def test_usage_is_none_when_no_call_reported_counts():
     """runtime.md §12: usage is None when no call reported counts, never a zero object."""
-    agent, _, _ = build([], script={"speak": [{"message": "Olá!"}]}, protocol=protocol)
+    agent, _, _ = build([], script={"speak": [{"message": "Olá!"}]})
     r = agent.turn(session_id="s1", message="oi", id="m1")
     assert r.llm_calls == 1 and r.usage is None
 
 
-def test_usage_sums_every_call_of_the_turn(protocol):
+def test_usage_sums_every_call_of_the_turn():
     """runtime.md §12, model-calls.md §7: usage is summed field by field over the turn's calls."""
     fields = {"nome": {"type": "string", "ask": "Pergunte o nome."}}
     flow = {"id": "t", "name": "T", "steps": [{"id": "q", "collect": ["nome"]}, {"id": "p", "prompt": "Agradeça."}]}
     agent, _, _ = build([flow], fields=fields, usage=TokenUsage(10, 3, 2), script={
-        "speak": [{"message": "Nome?"}, {"message": "Obrigada, Ana!"}], "understand": [{"fields": {"nome": "Ana"}}]},
-                        protocol=protocol)
+        "speak": [{"message": "Nome?"}, {"message": "Obrigada, Ana!"}], "understand": [{"fields": {"nome": "Ana"}}]})
     t1 = agent.turn(session_id="s1", start={"flow": "t", "key": "k1"})
     assert (t1.llm_calls, t1.usage) == (1, TokenUsage(10, 3, 2))
     t2 = agent.turn(session_id="s1", session=t1.session, message="Ana", id="m1")
@@ -530,13 +524,13 @@ def test_usage_sums_every_call_of_the_turn(protocol):
     assert [(m.text, m.key) for m in t2.messages] == [("Obrigada, Ana!", "t#k1:p:1")]
 
 
-def test_a_resumed_asker_whose_fields_came_in_writes_collect_ok_with_next(protocol):
+def test_a_resumed_asker_whose_fields_came_in_writes_collect_ok_with_next():
     """runtime.md §11.2: collect / ok with key and next, for a resumed asker whose fields are all known now."""
     fields = {"nome": {"type": "string", "ask": "Pergunte o nome."}}
     flow = {"id": "t", "name": "T", "steps": [{"id": "q", "collect": ["nome"], "then": "fim"}, {"id": "x", "say": "x"},
                                               {"id": "fim", "say": "Obrigada, {{data.nome}}!"}]}
     agent, provider, _ = build([flow], fields=fields, script={
-        "speak": [{"message": "Nome?"}], "understand": [{"fields": {"nome": "Ana"}}]}, protocol=protocol)
+        "speak": [{"message": "Nome?"}], "understand": [{"fields": {"nome": "Ana"}}]})
     t1 = agent.turn(session_id="s1", start={"flow": "t", "key": "k1"})
     t2 = agent.turn(session_id="s1", session=t1.session, message="Ana", id="m1")
     assert fields_of(t2.outcomes[0]) == {"kind": "collect", "status": "ok", "run_id": "t#k1", "flow_id": "t",
@@ -547,7 +541,7 @@ def test_a_resumed_asker_whose_fields_came_in_writes_collect_ok_with_next(protoc
 
 # A failed understand call --------------------------------------------------------------------------------------
 
-def test_an_understand_failure_propagates_unchanged_and_touches_nothing(protocol):
+def test_an_understand_failure_propagates_unchanged_and_touches_nothing():
     """runtime.md §3.4 Failure, §10.1: the provider's exception leaves turn() unchanged; nothing ran."""
     ran = []
     error = F.ProviderError("down", kind="overload")
@@ -555,8 +549,7 @@ def test_an_understand_failure_propagates_unchanged_and_touches_nothing(protocol
     flow = {"id": "t", "name": "T", "steps": [{"id": "q", "collect": ["nome"]}, {"id": "a", "do": "a"}]}
     detector = {"id": "d", "name": "D", "on": [{"mention": []}], "steps": [{"id": "a", "do": "a"}]}
     agent, _, _ = build([flow, detector], fields=fields, script={"speak": [{"message": "Nome?"}], "understand": [error]},
-                        actions={"a": F.Action(parameters={}, run=lambda p, c: ran.append(c.key))},
-                        protocol=protocol)
+                        actions={"a": F.Action(parameters={}, run=lambda p, c: ran.append(c.key))})
     t1 = agent.turn(session_id="s1", start={"flow": "t", "key": "k1"})
     before = copy.deepcopy(t1.session)
     with pytest.raises(F.ProviderError) as raised:
@@ -565,19 +558,19 @@ def test_an_understand_failure_propagates_unchanged_and_touches_nothing(protocol
     assert t1.session == before and ran == []
 
 
-def test_a_none_input_is_no_payload(protocol):
+def test_a_none_input_is_no_payload():
     """runtime.md §5 rule 1, §13 (inferred): payload and input are present only when not None."""
     flow = {"id": "f", "name": "F", "steps": [{"id": "oi", "say": "Oi"}]}
-    agent, _, _ = build([flow], protocol=protocol)
+    agent, _, _ = build([flow])
     r = agent.turn(session_id="s1", start={"flow": "f", "key": "k1", "input": None})
     assert r.ended[0].trigger == {"kind": "start", "key": "k1"} and r.ended[0].input is None
     r2 = agent.turn(session_id="s1", start={"flow": "f", "key": "k1", "input": {}})
     assert r2.ended[0].trigger == {"kind": "start", "key": "k1", "payload": {}} and r2.ended[0].input == {}
 
 
-def test_the_engine_never_writes_history_and_never_touches_metadata(protocol):
+def test_the_engine_never_writes_history_and_never_touches_metadata():
     """runtime.md §13: history is the host's (never written by the engine); metadata is never read or touched."""
-    agent, _, _ = build([LEMBRETE], idle="silent", protocol=protocol)
+    agent, _, _ = build([LEMBRETE], idle="silent")
     t1 = agent.turn(session_id="s1", message="oi", id="m1", history=[{"role": "user", "content": "antes"}])
     assert t1.session.history is None and t1.session.metadata == {}
     stored = copy.deepcopy(t1.session)
