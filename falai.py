@@ -24,9 +24,10 @@ The modules stack like a ladder, each importing only those below it, at its top:
    falai_base ................. the ground floor: records, errors, time, templates, fields, the
                                 session blob, the records of the model calls, lenient JSON
 
-falai re-exports the base's public names; ``Store``, ``MemoryStore``,
-``ScriptedProvider`` and ``MemoryScheduler`` load their modules on first use
-(PUBLIC_ELSEWHERE), so ``import falai`` loads no store or test double.
+falai re-exports the base's public names; the JSON helpers (``from_spec``, ...),
+``Store``, ``MemoryStore``, ``ScriptedProvider`` and ``MemoryScheduler`` load
+their modules on first use (PUBLIC_ELSEWHERE), so ``import falai`` loads what a
+turn needs and no more.
 
 A reading path for a first visit: run_turn() (section 2) is the whole turn,
 one line per phase; read on through ingest(), understand_message(), decide(),
@@ -79,8 +80,6 @@ from falai_base import (
 )
 from falai_base import __version__ as __version__      # the version lives in the ground floor
 from falai_checks import check_flow, validate_flow
-from falai_spec import (check_registry, events_to_history, flow_spec_schema, from_spec,
-                        history_to_events, load_registry, migrate_session, to_spec)
 
 
 __all__ = [
@@ -106,13 +105,19 @@ __all__ = [
 ]
 
 # The public names whose modules load on first use (PEP 562): ``falai.X`` and ``from falai import
-# X`` import the module then, so ``import falai`` loads no store and no test double.
+# X`` import the module then, so ``import falai`` loads no JSON helper, store or test double.
 PUBLIC_ELSEWHERE = {
+    "from_spec": "falai_spec", "to_spec": "falai_spec", "flow_spec_schema": "falai_spec",
+    "migrate_session": "falai_spec", "history_to_events": "falai_spec",
+    "events_to_history": "falai_spec", "load_registry": "falai_spec",
+    "check_registry": "falai_spec",
     "ScriptedProvider": "falai_testing", "MemoryScheduler": "falai_testing",
     "Store": "falai_stores", "MemoryStore": "falai_stores",
 }
 
 if TYPE_CHECKING:       # what a type checker sees for the names PUBLIC_ELSEWHERE loads on use
+    from falai_spec import (check_registry, events_to_history, flow_spec_schema, from_spec,
+                            history_to_events, load_registry, migrate_session, to_spec)
     from falai_stores import MemoryStore, Store
     from falai_testing import MemoryScheduler, ScriptedProvider
 
@@ -150,7 +155,7 @@ class _Kit:
 
     def from_spec(self, spec: dict) -> dict:
         """A stored FlowSpec as a flow dict (persistence.md §1.7)."""
-        return from_spec(spec)
+        return __getattr__("from_spec")(spec)      # falai_spec loads on first use (PEP 562)
 
     def action(self, *, parameters: dict, run: Callable, description: str | None = None) -> Action:
         """A host action a ``do`` step names (flows.md §9)."""

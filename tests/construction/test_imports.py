@@ -105,17 +105,17 @@ def test_type_checkers_see_every_name_that_lives_elsewhere():
 
 
 # What a turn never needs: ``import falai`` leaves these unloaded until one of their names is used.
-LOADED_ON_USE = ("falai_testing", "falai_stores", "falai_providers", "falai_cli", "falai_host")
+LOADED_ON_USE = ("falai_spec", "falai_testing", "falai_stores", "falai_providers", "falai_cli", "falai_host")
 
 
 def test_import_falai_loads_the_engine_and_nothing_a_turn_does_not_need():
-    """``import falai`` loads the engine's floors (base, checks, calls, spec, protocols); the testing kit, the
-    stores, the providers, the CLI and the host load when a name of theirs is first used."""
+    """``import falai`` loads the engine's floors (base, checks, calls, protocols); the JSON helpers, the testing
+    kit, the stores, the providers, the CLI and the host load when a name of theirs is first used."""
     code = ("import sys; import falai; "
             f"print(','.join(m for m in {SIBLINGS!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     loaded = set(filter(None, out.stdout.strip().split(",")))
-    assert loaded == {"falai_base", "falai_checks", "falai_calls", "falai_spec", "falai_protocols"}
+    assert loaded == {"falai_base", "falai_checks", "falai_calls", "falai_protocols"}
     assert not loaded & set(LOADED_ON_USE)
 
 

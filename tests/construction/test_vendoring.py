@@ -205,8 +205,10 @@ class Mine:
         whole = self.generate(request)
         yield falai.GenerationChunk(delta="", accumulated="", done=True, structured=whole.structured)
 
-agent = falai.falai().agent(name="Bot", provider=Mine(), protocol="lean", flows=[
-    {"id": "hello", "on": [{"message": ["hello"]}], "steps": [{"id": "hi", "prompt": "Greet them."}]}])
+flow = {"id": "hello", "on": [{"message": ["hello"]}], "steps": [{"id": "hi", "prompt": "Greet them."}]}
+# the flow as stored JSON (a FlowSpec) and back: falai_spec, which the engine set carries, loads on use
+agent = falai.falai().agent(name="Bot", provider=Mine(), protocol="lean",
+                            flows=[falai.from_spec(falai.to_spec(flow))])
 result = agent.turn(session_id="s1", message="hello", id="m1")
 OUT = [[m.text for m in result.messages], result.llm_calls]
 """
@@ -272,7 +274,8 @@ import falai
 from falai_providers import AnthropicProvider, FallbackProvider, GeminiProvider, OpenAICompatibleProvider
 provider = GeminiProvider(api_key="test-key", model="gemini-3.8-flash", base_url={fake.url!r},
                           retry_config={{"timeout": 5000, "retries": 0}})
-agent = falai.falai().agent(name="Bot", provider=provider, protocol="lean", flows={FLOWS!r})
+agent = falai.falai().agent(name="Bot", provider=provider, protocol="lean",
+                            flows=[falai.from_spec(falai.to_spec(flow)) for flow in {FLOWS!r}])
 result = agent.turn(session_id="s1", message="hello", id="m1")
 OUT = [[m.text for m in result.messages], result.llm_calls]
 """
